@@ -1,0 +1,123 @@
+"""Box arithmetic shared by the RPN and the RoI heads (x1, y1, x2, y2 boxes).
+
+``offset`` selects the box-size convention: 0 for torchvision/detectron2
+(width = x2 - x1), 1 for Detectron's legacy pixel-inclusive boxes (width = x2 - x1 + 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+from torchvision.ops import batched_nms as _tv_batched_nms
+
+BBOX_XFORM_CLIP = math.log(1000.0 / 16)
+
+
+def decode_boxes(
+    deltas: torch.Tensor,
+    boxes: torch.Tensor,
+    weights: tuple[float, float, float, float],
+    offset: int = 0,
+    clip: float = BBOX_XFORM_CLIP,
+) -> torch.Tensor:
+    """Apply (dx, dy, dw, dh) deltas to reference boxes.
+
+    Args:
+        deltas: (R, 4k) deltas for k classes (or k=1).
+        boxes: (R, 4) reference boxes.
+    Returns:
+        (R, 4k) decoded boxes.
+    """
+    boxes = boxes.to(deltas.dtype)
+    widths = boxes[:, 2] - boxes[:, 0] + offset
+    heights = boxes[:, 3] - boxes[:, 1] + offset
+    ctr_x = boxes[:, 0] + 0.5 * widths
+    ctr_y = boxes[:, 1] + 0.5 * heights
+    wx, wy, ww, wh = weights
+    dx = deltas[:, 0::4] / wx
+    dy = deltas[:, 1::4] / wy
+    dw = torch.clamp(deltas[:, 2::4] / ww, max=clip)
+    dh = torch.clamp(deltas[:, 3::4] / wh, max=clip)
+    pred_ctr_x = dx * widths[:, None] + ctr_x[:, None]
+    pred_ctr_y = dy * heights[:, None] + ctr_y[:, None]
+    half_w = 0.5 * (torch.exp(dw) * widths[:, None])
+    half_h = 0.5 * (torch.exp(dh) * heights[:, None])
+    out = torch.stack(
+        (pred_ctr_x - half_w, pred_ctr_y - half_h, pred_ctr_x + half_w - offset, pred_ctr_y + half_h - offset),
+        dim=2,
+    )
+    return out.flatten(1)
+
+
+def clip_boxes(boxes: torch.Tensor, height: int, width: int, offset: int = 0) -> torch.Tensor:
+    """Clamp (..., 4) boxes to [0, width - offset] x [0, height - offset]."""
+    x = boxes[..., 0::2].clamp(min=0, max=width - offset)
+    y = boxes[..., 1::2].clamp(min=0, max=height - offset)
+    return torch.stack((x, y), dim=-1).reshape(boxes.shape)
+
+
+def nonempty(boxes: torch.Tensor, min_size: float, offset: int = 0) -> torch.Tensor:
+    """Bool mask (R,) of boxes whose width and height are >= ``min_size``."""
+    ws = boxes[:, 2] - boxes[:, 0] + offset
+    hs = boxes[:, 3] - boxes[:, 1] + offset
+    return (ws >= min_size) & (hs >= min_size)
+
+
+def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float) -> torch.Tensor:
+    """NMS within each group id; kept indices sorted by decreasing score."""
+    return _tv_batched_nms(boxes, scores, groups, thresh)
+
+
+def box_area(boxes: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    return (boxes[:, 2] - boxes[:, 0] + offset) * (boxes[:, 3] - boxes[:, 1] + offset)
+
+
+def assign_levels(
+    boxes: torch.Tensor,
+    min_level: int,
+    max_level: int,
+    offset: int = 0,
+    canonical_size: int = 224,
+    canonical_level: int = 4,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """FPN level of each RoI (FPN paper eq. 1), returned as 0-based index from ``min_level``."""
+    s = torch.sqrt(box_area(boxes, offset))
+    lvl = torch.floor(canonical_level + torch.log2(s / canonical_size) + torch.tensor(eps, dtype=s.dtype))
+    return lvl.clamp(min=min_level, max=max_level).to(torch.int64) - min_level
+
+
+def paste_masks(
+    masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
+) -> torch.Tensor:
+    """Paste (N, M, M) mask probabilities into (N, height, width) bool masks.
+
+    torchvision/Detectron geometry: the mask is padded by one pixel, the box expanded by
+    (M + 2) / M about its centre and truncated to integers, the padded mask resized
+    bilinearly (align_corners=False) to the box's (x2 - x1 + 1, y2 - y1 + 1) size, and
+    binarized with ``> threshold``. Only the box region is interpolated.
+    """
+    n = masks.shape[0]
+    out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
+    if n == 0:
+        return out
+    m = masks.shape[-1]
+    padded = F.pad(masks, (1, 1, 1, 1))
+    scale = float(m + 2) / m
+    w_half = (boxes[:, 2] - boxes[:, 0]) * 0.5 * scale
+    h_half = (boxes[:, 3] - boxes[:, 1]) * 0.5 * scale
+    x_c = (boxes[:, 2] + boxes[:, 0]) * 0.5
+    y_c = (boxes[:, 3] + boxes[:, 1]) * 0.5
+    ib = torch.stack((x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half), dim=1).to(torch.int64).tolist()
+    for i, (x0, y0, x1, y1) in enumerate(ib):
+        w = max(x1 - x0 + 1, 1)
+        h = max(y1 - y0 + 1, 1)
+        xa, xb = max(x0, 0), min(x1 + 1, width)
+        ya, yb = max(y0, 0), min(y1 + 1, height)
+        if xa >= xb or ya >= yb:
+            continue
+        res = F.interpolate(padded[i][None, None], size=(h, w), mode="bilinear", align_corners=False)[0, 0]
+        out[i, ya:yb, xa:xb] = res[ya - y0 : yb - y0, xa - x0 : xb - x0] > threshold
+    return out

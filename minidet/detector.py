@@ -1,0 +1,226 @@
+"""The Mask R-CNN detector: preprocessing, the stages, and ``build_model(cfg)``."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .boxes import paste_masks
+from .config import CfgNode, validate_cfg
+from .fpn import FPN
+from .norm import get_norm
+from .resnet import ResNet
+from .roi_heads import BoxHead, BoxPredictor, MaskHead, MultiScaleRoIAlign, box_postprocess, select_class_masks
+from .rpn import RPN
+from .timing import StageTimer
+
+
+class MaskRCNN(nn.Module):
+    """ResNet-FPN Mask R-CNN, inference only.
+
+    ``forward(images)`` takes a list of HxWx3 uint8 arrays (or tensors) in ``input_format``
+    channel order and returns one dict per image with ``boxes`` (D, 4) float32 xyxy in
+    input pixels, ``scores`` (D,), ``labels`` (D,) int64 and, with a mask head,
+    ``masks`` (D, H, W) bool. Stage times go to ``self.timer``.
+    """
+
+    def __init__(
+        self,
+        backbone: ResNet,
+        fpn: FPN,
+        rpn: RPN,
+        box_pooler: MultiScaleRoIAlign,
+        box_head: BoxHead,
+        box_predictor: BoxPredictor,
+        mask_pooler: MultiScaleRoIAlign | None,
+        mask_head: MaskHead | None,
+        *,
+        pixel_mean: list[float],
+        pixel_std: list[float],
+        pixel_range: float,
+        input_format: str,
+        network_format: str,
+        min_size: int,
+        max_size: int,
+        size_divisibility: int,
+        bbox_reg_weights: tuple[float, float, float, float],
+        score_thresh: float,
+        nms_thresh: float,
+        detections_per_image: int,
+        min_box_size: float,
+        bg_last: bool = False,
+        mask_threshold: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.backbone, self.fpn, self.rpn = backbone, fpn, rpn
+        self.box_pooler, self.box_head, self.box_predictor = box_pooler, box_head, box_predictor
+        self.mask_pooler, self.mask_head = mask_pooler, mask_head
+        self.register_buffer("pixel_mean", torch.tensor(pixel_mean, dtype=torch.float32).view(-1, 1, 1), False)
+        self.register_buffer("pixel_std", torch.tensor(pixel_std, dtype=torch.float32).view(-1, 1, 1), False)
+        self.pixel_range = pixel_range
+        self.flip_channels = input_format != network_format
+        self.min_size, self.max_size = min_size, max_size
+        self.size_divisibility = size_divisibility
+        self.bbox_reg_weights = tuple(bbox_reg_weights)
+        self.score_thresh, self.nms_thresh = score_thresh, nms_thresh
+        self.detections_per_image = detections_per_image
+        self.min_box_size = min_box_size
+        self.bg_last = bg_last
+        self.mask_threshold = mask_threshold
+        self.timer = StageTimer(enabled=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.pixel_mean.device
+
+    def preprocess(self, images: list) -> tuple[torch.Tensor, list[tuple[int, int]], list[tuple[int, int]]]:
+        """Normalize, resize (short side ``min_size``, long side <= ``max_size``) and pad.
+
+        Returns the padded batch (N, 3, H, W), the resized sizes and the original sizes.
+        """
+        resized, sizes, orig = [], [], []
+        for img in images:
+            t = torch.as_tensor(np.ascontiguousarray(img)) if isinstance(img, np.ndarray) else img
+            t = t.to(self.device).permute(2, 0, 1)
+            if self.flip_channels:
+                t = t.flip(0)
+            h, w = t.shape[-2:]
+            orig.append((h, w))
+            x = t.float()
+            if self.pixel_range != 255.0:
+                x = x / (255.0 / self.pixel_range)
+            x = (x - self.pixel_mean) / self.pixel_std
+            scale = min(self.min_size / min(h, w), self.max_size / max(h, w))
+            x = F.interpolate(
+                x[None], scale_factor=scale, mode="bilinear", recompute_scale_factor=True, align_corners=False
+            )[0]
+            resized.append(x)
+            sizes.append((x.shape[-2], x.shape[-1]))
+        d = self.size_divisibility
+        ph = int(-(-max(s[0] for s in sizes) // d) * d)
+        pw = int(-(-max(s[1] for s in sizes) // d) * d)
+        batch = resized[0].new_zeros((len(resized), 3, ph, pw))
+        for i, x in enumerate(resized):
+            batch[i, :, : x.shape[1], : x.shape[2]].copy_(x)
+        return batch, sizes, orig
+
+    @torch.inference_mode()
+    def forward(self, images: list) -> list[dict[str, torch.Tensor]]:
+        t = self.timer
+        with t.stage("preprocess"):
+            batch, sizes, orig = self.preprocess(images)
+        with t.stage("backbone"):
+            feats = self.backbone(batch)
+        with t.stage("fpn"):
+            pyramid = list(self.fpn(feats).values())
+        with t.stage("rpn"):
+            proposals = self.rpn(pyramid, tuple(batch.shape[-2:]), sizes)
+        with t.stage("box_head"):
+            x = self.box_head(self.box_pooler(pyramid[:4], proposals))
+            logits, deltas = self.box_predictor(x)
+            dets = box_postprocess(
+                logits,
+                deltas,
+                proposals,
+                sizes,
+                self.bbox_reg_weights,
+                self.score_thresh,
+                self.nms_thresh,
+                self.detections_per_image,
+                self.min_box_size,
+                self.bg_last,
+            )
+        mask_probs = None
+        if self.mask_head is not None:
+            with t.stage("mask_head"):
+                boxes = [d[0] for d in dets]
+                if sum(len(b) for b in boxes):
+                    logits = self.mask_head(self.mask_pooler(pyramid[:4], boxes))
+                    probs = select_class_masks(logits, torch.cat([d[2] for d in dets]))
+                else:
+                    probs = batch.new_zeros((0, 28, 28))
+                mask_probs = probs.split([len(b) for b in boxes])
+        results = []
+        with t.stage("paste"):
+            for i, ((boxes, scores, labels), (h, w), (oh, ow)) in enumerate(zip(dets, sizes, orig)):
+                rh = torch.tensor(oh, dtype=torch.float32) / torch.tensor(h, dtype=torch.float32)
+                rw = torch.tensor(ow, dtype=torch.float32) / torch.tensor(w, dtype=torch.float32)
+                scale = torch.stack((rw, rh, rw, rh)).to(boxes.device)
+                boxes = boxes * scale
+                r = {"boxes": boxes, "scores": scores, "labels": labels}
+                if mask_probs is not None:
+                    r["masks"] = paste_masks(mask_probs[i], boxes, oh, ow, self.mask_threshold)
+                results.append(r)
+        return results
+
+
+def build_model(cfg: CfgNode) -> MaskRCNN:
+    """Build the detector described by ``cfg`` (weights are not loaded here)."""
+    validate_cfg(cfg)
+    m = cfg.MODEL
+    kw = {"eps": m.FROZEN_BN_EPS, "num_groups": m.GN_NUM_GROUPS, "gn_eps": m.GN_EPS}
+
+    def norm(c: int) -> nn.Module | None:
+        return get_norm(m.NORM, c, **kw)
+
+    def no_norm(c: int) -> None:
+        return None
+
+    backbone = ResNet(m.RESNETS.DEPTH, norm, m.RESNETS.STRIDE_IN_1X1, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP)
+    ch = m.FPN.OUT_CHANNELS
+    fpn = FPN(backbone.out_channels, ch, norm if m.FPN.USE_NORM else no_norm)
+    rpn = RPN(
+        ch,
+        m.ANCHOR_GENERATOR.SIZES,
+        m.ANCHOR_GENERATOR.ASPECT_RATIOS,
+        m.RPN.CONV_DEPTH,
+        m.RPN.PRE_NMS_TOPK_TEST,
+        m.RPN.POST_NMS_TOPK_TEST,
+        m.RPN.NMS_THRESH,
+        m.RPN.MIN_SIZE,
+    )
+    scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
+    bh = m.ROI_BOX_HEAD
+    box_pooler = MultiScaleRoIAlign(bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO)
+    box_head = BoxHead(
+        ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM, norm if bh.USE_NORM else no_norm
+    )
+    num_classes = m.ROI_HEADS.NUM_CLASSES
+    bg_last = m.CATEGORY_LAYOUT == "coco80"
+    # detectron2 counts classes without background; its logits have one more column
+    predictor = BoxPredictor(
+        box_head.out_dim, num_classes + 1 if bg_last else num_classes, num_classes if bg_last else None
+    )
+    mask_pooler = mask_head = None
+    if m.MASK_ON:
+        mh = m.ROI_MASK_HEAD
+        mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO)
+        mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, num_classes, norm if mh.USE_NORM else no_norm)
+    model = MaskRCNN(
+        backbone,
+        fpn,
+        rpn,
+        box_pooler,
+        box_head,
+        predictor,
+        mask_pooler,
+        mask_head,
+        pixel_mean=list(m.PIXEL_MEAN),
+        pixel_std=list(m.PIXEL_STD),
+        pixel_range=cfg.INPUT.PIXEL_RANGE,
+        input_format="BGR",
+        network_format=cfg.INPUT.FORMAT,
+        min_size=cfg.INPUT.MIN_SIZE_TEST,
+        max_size=cfg.INPUT.MAX_SIZE_TEST,
+        size_divisibility=cfg.INPUT.SIZE_DIVISIBILITY,
+        bbox_reg_weights=tuple(bh.BBOX_REG_WEIGHTS),
+        score_thresh=m.ROI_HEADS.SCORE_THRESH_TEST,
+        nms_thresh=m.ROI_HEADS.NMS_THRESH_TEST,
+        detections_per_image=m.ROI_HEADS.DETECTIONS_PER_IMAGE,
+        min_box_size=m.ROI_HEADS.MIN_BOX_SIZE,
+        bg_last=bg_last,
+        mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
+    )
+    return model.eval()

@@ -1,0 +1,46 @@
+"""Feature Pyramid Network: lateral 1x1 + output 3x3 convs, top-down nearest upsampling, P6."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .norm import Conv2d
+
+
+class FPN(nn.Module):
+    """Maps ``{"res2".."res5"}`` to ``{"p2".."p6"}`` with ``out_channels`` each.
+
+    P6 is a stride-2 max-pool (kernel 1) of P5. With a norm, convs have no bias.
+    Shapes: C_k (N, in_k, H/2^k, W/2^k) -> P_k (N, out_channels, H/2^k, W/2^k).
+    """
+
+    def __init__(
+        self,
+        in_channels: dict[str, int],
+        out_channels: int,
+        norm: Callable[[int], nn.Module | None],
+    ) -> None:
+        super().__init__()
+        self.in_features = list(in_channels)  # res2..res5, fine to coarse
+        for i, name in enumerate(self.in_features):
+            lvl = i + 2
+            ln, on = norm(out_channels), norm(out_channels)
+            self.add_module(f"lateral{lvl}", Conv2d(in_channels[name], out_channels, 1, bias=ln is None, norm=ln))
+            self.add_module(f"output{lvl}", Conv2d(out_channels, out_channels, 3, padding=1, bias=on is None, norm=on))
+
+    def forward(self, feats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        n = len(self.in_features)
+        levels = [i + 2 for i in range(n)]
+        inner = getattr(self, f"lateral{levels[-1]}")(feats[self.in_features[-1]])
+        outs = [getattr(self, f"output{levels[-1]}")(inner)]
+        for i in range(n - 2, -1, -1):
+            lat = getattr(self, f"lateral{levels[i]}")(feats[self.in_features[i]])
+            inner = lat + F.interpolate(inner, size=lat.shape[-2:], mode="nearest")
+            outs.insert(0, getattr(self, f"output{levels[i]}")(inner))
+        result = {f"p{lvl}": o for lvl, o in zip(levels, outs)}
+        result[f"p{levels[-1] + 1}"] = F.max_pool2d(outs[-1], kernel_size=1, stride=2, padding=0)
+        return result

@@ -1,0 +1,148 @@
+"""Normalization layers, the one norm factory, and conv->norm folding.
+
+Three frozen implementations of the same per-channel affine map ``y = x * s + t``:
+
+- ``FrozenBN``: buffers ``weight, bias, running_mean, running_var`` and an explicit
+  ``eps``; ``s`` and ``t`` are recomputed in every forward (maskrcnn-benchmark's way,
+  two extra elementwise ops per layer).
+- ``Affine``: ``s`` and ``t`` precomputed once when weights are loaded; one fused
+  op in forward (Detectron's AffineChannel).
+- folded: ``s`` and ``t`` multiplied into the preceding conv (``fold_norms``); no op.
+
+``GN`` is ``nn.GroupNorm`` with a group count parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class FrozenBN(nn.Module):
+    """Batch norm with fixed statistics; scale/shift computed in forward.
+
+    Args:
+        num_channels: C.
+        eps: added to ``running_var``; it belongs to the weights' source.
+    Shapes: (N, C, H, W) -> (N, C, H, W).
+    """
+
+    def __init__(self, num_channels: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.num_channels = num_channels
+        self.eps = eps
+        self.register_buffer("weight", torch.ones(num_channels))
+        self.register_buffer("bias", torch.zeros(num_channels))
+        self.register_buffer("running_mean", torch.zeros(num_channels))
+        self.register_buffer("running_var", torch.ones(num_channels))
+
+    def scale_shift(self) -> tuple[torch.Tensor, torch.Tensor]:
+        scale = self.weight * (self.running_var + self.eps).rsqrt()
+        return scale, self.bias - self.running_mean * scale
+
+    def load_stats(self, weight, bias, mean, var, eps: float) -> None:
+        """Set the four statistics and the eps they were trained with."""
+        with torch.no_grad():
+            for name, v in (("weight", weight), ("bias", bias), ("running_mean", mean), ("running_var", var)):
+                getattr(self, name).copy_(v)
+        self.eps = float(eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale, shift = self.scale_shift()
+        return x * scale.view(1, -1, 1, 1).to(x.dtype) + shift.view(1, -1, 1, 1).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_channels}, eps={self.eps}"
+
+
+class Affine(nn.Module):
+    """Per-channel ``x * scale + shift`` with precomputed buffers; one fused op.
+
+    Shapes: (N, C, H, W) -> (N, C, H, W).
+    """
+
+    def __init__(self, num_channels: int) -> None:
+        super().__init__()
+        self.num_channels = num_channels
+        self.register_buffer("scale", torch.ones(num_channels, 1, 1))
+        self.register_buffer("shift", torch.zeros(num_channels, 1, 1))
+
+    def scale_shift(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.scale.view(-1), self.shift.view(-1)
+
+    def load_stats(self, weight, bias, mean, var, eps: float) -> None:
+        """Precompute scale = w / sqrt(var + eps), shift = b - mean * scale."""
+        with torch.no_grad():
+            scale = weight * (var + eps).rsqrt()
+            self.scale.copy_(scale.view(-1, 1, 1))
+            self.shift.copy_((bias - mean * scale).view(-1, 1, 1))
+
+    def load_scale_shift(self, scale: torch.Tensor, shift: torch.Tensor) -> None:
+        """Load an already-folded affine (Caffe2 AffineChannel ``_s``/``_b``)."""
+        with torch.no_grad():
+            self.scale.copy_(scale.view(-1, 1, 1))
+            self.shift.copy_(shift.view(-1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.shift.to(x.dtype), x, self.scale.to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return str(self.num_channels)
+
+
+def get_norm(norm: str | Callable[[int], nn.Module] | None, channels: int, **kwargs) -> nn.Module | None:
+    """The norm factory: ``"FrozenBN" | "Affine" | "GN" | "" | None | callable``.
+
+    kwargs: ``eps`` (FrozenBN, GN), ``num_groups`` (GN, default 32).
+    """
+    if norm is None or norm == "":
+        return None
+    if callable(norm) and not isinstance(norm, str):
+        return norm(channels)
+    if norm == "FrozenBN":
+        return FrozenBN(channels, eps=kwargs.get("eps", 1e-5))
+    if norm == "Affine":
+        return Affine(channels)
+    if norm == "GN":
+        return nn.GroupNorm(kwargs.get("num_groups", 32), channels, eps=kwargs.get("gn_eps", 1e-5))
+    raise ValueError(f"unknown norm {norm!r}; choose one of FrozenBN, Affine, GN, ''")
+
+
+class Conv2d(nn.Conv2d):
+    """``nn.Conv2d`` with an optional ``norm`` and ReLU applied after it.
+
+    The conv->norm pairing is structural (``self.norm``), which is what folding uses.
+    """
+
+    def __init__(self, *args, norm: nn.Module | None = None, relu: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.norm = norm
+        self.relu = relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        if self.norm is not None:
+            x = self.norm(x)
+        return F.relu_(x) if self.relu else x
+
+
+@torch.no_grad()
+def fold_norms(model: nn.Module) -> int:
+    """Fold every ``Conv2d.norm`` that is a FrozenBN or Affine into its conv.
+
+    The conv gets ``w' = w * s`` (per output channel) and ``b' = b * s + t``; its norm
+    is removed. Returns the number of folded pairs. GroupNorm is left alone.
+    """
+    n = 0
+    for m in model.modules():
+        if isinstance(m, Conv2d) and isinstance(m.norm, (FrozenBN, Affine)):
+            scale, shift = m.norm.scale_shift()
+            m.weight.mul_(scale.view(-1, 1, 1, 1))
+            bias = shift.clone() if m.bias is None else m.bias * scale + shift
+            m.bias = nn.Parameter(bias, requires_grad=False)
+            m.norm = None
+            n += 1
+    return n

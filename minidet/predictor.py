@@ -1,0 +1,73 @@
+"""``Predictor``: config in, detections out, one image or a batch."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from .categories import category_ids, class_names
+from .checkpoint import CheckpointError, LoadReport, load_checkpoint
+from .config import CfgNode
+from .detector import MaskRCNN, build_model
+from .norm import fold_norms
+from .timing import StageTimer
+
+logger = logging.getLogger("minidet")
+
+
+def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
+    """Build the model, load ``weights`` (default ``MODEL.WEIGHTS``), fold norms, move to device."""
+    model = build_model(cfg)
+    path = cfg.MODEL.WEIGHTS if weights is None else weights
+    report = None
+    if path:
+        report = load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS)
+    if cfg.MODEL.FOLD_NORM:
+        n = fold_norms(model)
+        logger.info("folded %d norm layers into their convs", n)
+    device = torch.device(cfg.MODEL.DEVICE)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")
+    model.to(device)
+    model.timer = StageTimer(enabled=cfg.TEST.TIMING, device=device)
+    return model.eval(), report
+
+
+class Predictor:
+    """Build, load ``MODEL.WEIGHTS``, eval mode, on ``MODEL.DEVICE``; then call on images.
+
+    ``predictor(image)`` takes an HxWx3 uint8 BGR numpy array (as ``cv2.imread`` gives) and
+    returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels`` (N,)
+    int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks``
+    (N, H, W) bool (with ``MODEL.MASK_ON``) and ``timings`` (stage -> seconds for this call).
+    """
+
+    def __init__(self, cfg: CfgNode) -> None:
+        self.cfg = cfg.clone()
+        self.cfg.freeze()
+        self.model, self.load_report = prepare_model(self.cfg)
+        layout = self.cfg.MODEL.CATEGORY_LAYOUT
+        self.class_names: list[str] = class_names(layout)
+        self._cat_ids = torch.tensor(category_ids(layout), dtype=torch.int64)
+
+    def __call__(self, image: np.ndarray) -> dict:
+        return self.predict_batch([image])[0]
+
+    def predict_batch(self, images: list[np.ndarray]) -> list[dict]:
+        """Run several images in one forward; ``timings`` are for the whole batch."""
+        for i, im in enumerate(images):
+            if not (isinstance(im, np.ndarray) and im.ndim == 3 and im.shape[2] == 3 and im.dtype == np.uint8):
+                desc = f"{type(im).__name__} {getattr(im, 'shape', '')} {getattr(im, 'dtype', '')}".strip()
+                raise ValueError(f"image {i}: expected an HxWx3 uint8 BGR array, got {desc}")
+        self.model.timer.reset()
+        outs = self.model(images)
+        timings = dict(self.model.timer.times)
+        results = []
+        for o in outs:
+            r = {k: v.cpu() for k, v in o.items()}
+            r["category_ids"] = self._cat_ids[r["labels"]] if len(r["labels"]) else r["labels"].clone()
+            r["timings"] = timings
+            results.append(r)
+        return results

@@ -1,0 +1,39 @@
+"""COCO run-length encoding of masks and COCO box format, ready for JSON."""
+
+from __future__ import annotations
+
+import numpy as np
+from pycocotools import mask as mask_utils
+
+
+def _json_rle(rle: dict) -> dict:
+    counts = rle["counts"]
+    if isinstance(counts, bytes):
+        counts = counts.decode("utf-8")
+    return {"size": [int(rle["size"][0]), int(rle["size"][1])], "counts": counts}
+
+
+def encode_mask(mask: np.ndarray) -> dict:
+    """COCO compressed RLE ``{"size": [H, W], "counts": str}`` of one HxW mask (nonzero = in)."""
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise ValueError(f"expected an HxW mask, got shape {mask.shape}")
+    fortran = np.asfortranarray((mask != 0).astype(np.uint8)[:, :, None])
+    return _json_rle(mask_utils.encode(fortran)[0])
+
+
+def encode_masks(masks: np.ndarray) -> list[dict]:
+    """COCO RLE of each mask of an (N, H, W) stack, as by :func:`encode_mask`."""
+    masks = np.asarray(masks)
+    if masks.ndim != 3:
+        raise ValueError(f"expected an (N, H, W) mask stack, got shape {masks.shape}")
+    if len(masks) == 0:
+        return []
+    fortran = np.asfortranarray((masks != 0).astype(np.uint8).transpose(1, 2, 0))
+    return [_json_rle(r) for r in mask_utils.encode(fortran)]
+
+
+def xyxy_to_xywh(boxes: np.ndarray) -> list[list[float]]:
+    """Convert (N, 4) ``x1, y1, x2, y2`` boxes to COCO ``[x, y, width, height]`` lists."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    return [[float(x1), float(y1), float(x2 - x1), float(y2 - y1)] for x1, y1, x2, y2 in b]

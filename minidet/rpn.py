@@ -1,0 +1,126 @@
+"""Region Proposal Network: shared head over P2..P6, anchors, proposal selection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from .boxes import batched_nms, clip_boxes, decode_boxes, nonempty
+from .norm import Conv2d
+
+
+def cell_anchors(size: float, aspect_ratios: Sequence[float]) -> torch.Tensor:
+    """(A, 4) anchors centred at 0 for one size, rounded to integers (torchvision's form).
+
+    For aspect ratio r = h / w: h = size * sqrt(r), w = size / sqrt(r).
+    """
+    ratios = torch.as_tensor(aspect_ratios, dtype=torch.float32)
+    h_ratios = torch.sqrt(ratios)
+    w_ratios = 1 / h_ratios
+    ws = w_ratios * size
+    hs = h_ratios * size
+    return (torch.stack([-ws, -hs, ws, hs], dim=1) / 2).round()
+
+
+class RPNHead(nn.Module):
+    """``conv_depth`` 3x3 conv+ReLU layers, then per-anchor objectness and box deltas.
+
+    Shapes: P_k (N, C, H, W) -> logits (N, A, H, W), deltas (N, 4A, H, W).
+    """
+
+    def __init__(self, in_channels: int, num_anchors: int, conv_depth: int = 1) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            *[Conv2d(in_channels, in_channels, 3, padding=1, relu=True) for _ in range(conv_depth)]
+        )
+        self.objectness_logits = nn.Conv2d(in_channels, num_anchors, 1)
+        self.anchor_deltas = nn.Conv2d(in_channels, num_anchors * 4, 1)
+
+    def forward(self, features: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        logits, deltas = [], []
+        for x in features:
+            t = self.convs(x)
+            logits.append(self.objectness_logits(t))
+            deltas.append(self.anchor_deltas(t))
+        return logits, deltas
+
+
+class RPN(nn.Module):
+    """Proposals per image from the FPN levels.
+
+    Per level, the ``pre_nms_topk`` highest logits are kept, decoded against their
+    anchors (weights 1,1,1,1), clipped, filtered by ``min_size``, and NMS-ed per level at
+    ``nms_thresh``; the ``post_nms_topk`` best over all levels are returned.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        anchor_sizes: Sequence[float],
+        aspect_ratios: Sequence[float],
+        conv_depth: int = 1,
+        pre_nms_topk: int = 1000,
+        post_nms_topk: int = 1000,
+        nms_thresh: float = 0.7,
+        min_size: float = 1e-3,
+    ) -> None:
+        super().__init__()
+        self.head = RPNHead(in_channels, len(aspect_ratios), conv_depth)
+        self.cell_anchors = [cell_anchors(s, aspect_ratios) for s in anchor_sizes]
+        self.pre_nms_topk = pre_nms_topk
+        self.post_nms_topk = post_nms_topk
+        self.nms_thresh = nms_thresh
+        self.min_size = min_size
+        self._grid_cache: dict[tuple, torch.Tensor] = {}
+
+    def grid_anchors(self, level: int, grid: tuple[int, int], stride: tuple[int, int], device) -> torch.Tensor:
+        """(H*W*A, 4) anchors of one level, location-major then anchor."""
+        key = (level, grid, stride, str(device))
+        a = self._grid_cache.get(key)
+        if a is None:
+            (gh, gw), (sh, sw) = grid, stride
+            xs = torch.arange(gw, dtype=torch.int32, device=device) * sw
+            ys = torch.arange(gh, dtype=torch.int32, device=device) * sh
+            sy, sx = torch.meshgrid(ys, xs, indexing="ij")
+            shifts = torch.stack((sx.reshape(-1), sy.reshape(-1)) * 2, dim=1)
+            base = self.cell_anchors[level].to(device)
+            a = (shifts.view(-1, 1, 4) + base.view(1, -1, 4)).reshape(-1, 4)
+            if len(self._grid_cache) > 64:
+                self._grid_cache.clear()
+            self._grid_cache[key] = a
+        return a
+
+    def forward(
+        self, features: list[torch.Tensor], padded_size: tuple[int, int], image_sizes: list[tuple[int, int]]
+    ) -> list[torch.Tensor]:
+        """Returns a list of (R_i, 4) proposals, one per image, sorted by score."""
+        logits, deltas = self.head(features)
+        n = features[0].shape[0]
+        sel_scores, sel_boxes, sel_levels = [], [], []
+        for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
+            a, h, w = lg.shape[1:]
+            # stride = padded size // grid size, as torchvision computes it
+            stride = (padded_size[0] // h, padded_size[1] // w)
+            anchors = self.grid_anchors(lvl, (h, w), stride, lg.device)
+            lg = lg.permute(0, 2, 3, 1).reshape(n, -1)
+            dl = dl.view(n, a, 4, h, w).permute(0, 3, 4, 1, 2).reshape(n, -1, 4)
+            k = min(self.pre_nms_topk, lg.shape[1])
+            top, idx = lg.topk(k, dim=1)
+            d = dl.gather(1, idx[..., None].expand(n, k, 4))
+            boxes = decode_boxes(d.reshape(-1, 4), anchors[idx.reshape(-1)], (1.0, 1.0, 1.0, 1.0))
+            sel_scores.append(top)
+            sel_boxes.append(boxes.view(n, k, 4))
+            sel_levels.append(torch.full((k,), lvl, dtype=torch.int64, device=lg.device))
+        scores = torch.sigmoid(torch.cat(sel_scores, dim=1))
+        boxes = torch.cat(sel_boxes, dim=1)
+        levels = torch.cat(sel_levels)
+        proposals = []
+        for i, (hh, ww) in enumerate(image_sizes):
+            b = clip_boxes(boxes[i], hh, ww)
+            keep = nonempty(b, self.min_size)
+            b, s, lv = b[keep], scores[i][keep], levels[keep]
+            keep = batched_nms(b, s, lv, self.nms_thresh)[: self.post_nms_topk]
+            proposals.append(b[keep])
+        return proposals

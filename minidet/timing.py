@@ -1,0 +1,91 @@
+"""Per-stage wall-clock timing that synchronizes CUDA and costs nothing when off."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+import torch
+
+STAGES = ("preprocess", "backbone", "fpn", "rpn", "box_head", "mask_head", "paste")
+
+
+class StageTimer:
+    """Accumulates seconds per stage name for one call.
+
+    ``timer.stage("rpn")`` is a context manager. With ``enabled=False`` it returns a
+    shared no-op context and records nothing. On CUDA devices it synchronizes before
+    reading the clock so GPU work is charged to the stage that launched it.
+    """
+
+    def __init__(self, enabled: bool = True, device: torch.device | str = "cpu") -> None:
+        self.enabled = enabled
+        self.sync = enabled and torch.device(device).type == "cuda"
+        self.times: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.times = {}
+
+    @contextlib.contextmanager
+    def _measure(self, name: str) -> Iterator[None]:
+        if self.sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.sync:
+                torch.cuda.synchronize()
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+    def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
+        if not self.enabled:
+            return _NULL
+        return self._measure(name)
+
+
+_NULL = contextlib.nullcontext()
+
+
+def summarize(records: Sequence[Mapping[str, float]], skip: int = 0) -> dict[str, dict[str, float]]:
+    """Statistics per stage over per-call records (seconds), ignoring the first ``skip``.
+
+    Returns ``{stage: {"mean", "median", "std", "min", "max", "n"}}`` plus a ``"total"`` row.
+    """
+    recs = list(records)[skip:] if len(records) > skip else list(records)
+    names = [s for s in STAGES if any(s in r for r in recs)]
+    names += sorted({k for r in recs for k in r} - set(names) - {"total"})
+    out: dict[str, dict[str, float]] = {}
+    for name in [*names, "total"]:
+        if name == "total":
+            vals = [sum(v for k, v in r.items() if k != "total") for r in recs]
+        else:
+            vals = [r.get(name, 0.0) for r in recs]
+        if not vals:
+            continue
+        out[name] = {
+            "mean": statistics.fmean(vals),
+            "median": statistics.median(vals),
+            "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+            "min": min(vals),
+            "max": max(vals),
+            "n": len(vals),
+        }
+    return out
+
+
+def format_table(stats: Mapping[str, Mapping[str, float]], title: str = "") -> str:
+    """Render ``summarize`` output: ``stage : mean (sd) median, share of total``, in ms."""
+    total = stats.get("total", {}).get("mean", 0.0) or 1e-12
+    lines = [title] if title else []
+    n = int(next(iter(stats.values()))["n"]) if stats else 0
+    lines.append(f"{'stage':<11}: {'mean ms':>9} {'(sd)':>9} {'median':>9} {'min':>9} {'share':>6}   [n={n}]")
+    for name, s in stats.items():
+        share = "" if name == "total" else f"{100 * s['mean'] / total:5.1f}%"
+        lines.append(
+            f"{name:<11}: {1e3 * s['mean']:9.2f} ({1e3 * s['std']:7.2f}) {1e3 * s['median']:9.2f}"
+            f" {1e3 * s['min']:9.2f} {share:>6}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""Draw detections (masks, contours, boxes, labels) onto a BGR image."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+_GOLDEN = 0.6180339887498949
+_FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+def palette(n: int) -> np.ndarray:
+    """``n`` well-separated BGR colours (uint8, shape (n, 3)); colour ``i`` never depends on ``n``.
+
+    Hues step by the golden ratio around the colour wheel, and saturation/brightness
+    alternate, so neighbouring indices never get similar colours.
+    """
+    i = np.arange(n)
+    hue = (0.08 + i * _GOLDEN) % 1.0
+    sat = np.where(i % 3 == 1, 0.65, 0.92)
+    val = np.where(i % 2 == 1, 0.78, 1.0)
+    # HSV -> RGB: channel = val * (1 - sat * clamp(min(k, 4 - k), 0, 1)), k = (6 * hue + offset) mod 6.
+    k = (hue[:, None] * 6.0 + np.array([5.0, 3.0, 1.0])) % 6.0  # R, G, B
+    rgb = val[:, None] * (1.0 - sat[:, None] * np.clip(np.minimum(k, 4.0 - k), 0.0, 1.0))
+    return np.round(rgb[:, ::-1] * 255.0).astype(np.uint8)
+
+
+def draw_instances(
+    image_bgr: np.ndarray,
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    labels: Sequence[str],
+    masks: np.ndarray | None = None,
+    thresh: float = 0.5,
+    alpha: float = 0.5,
+) -> np.ndarray:
+    """Return a new uint8 BGR image with the instances scoring ``>= thresh`` drawn on it.
+
+    ``boxes`` is (N, 4) xyxy in pixels, ``scores`` (N,), ``labels`` N class names and
+    ``masks`` (N, H, W) boolean (or None). Masks are blended with weight ``alpha`` and
+    outlined; boxes and the ``"name 0.93"`` labels use the instance's colour. Line widths
+    and font size grow with the image. The input image is not modified.
+    """
+    img = np.asarray(image_bgr)
+    if img.dtype != np.uint8:
+        raise ValueError(f"image must be uint8, got {img.dtype}")
+    if img.ndim == 2:
+        img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f"image must be HxWx3 BGR, got shape {img.shape}")
+    out = np.ascontiguousarray(img).copy()
+    height, width = out.shape[:2]
+
+    boxes = np.nan_to_num(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    n = len(scores)
+    if len(boxes) != n or len(labels) != n:
+        raise ValueError(f"got {len(boxes)} boxes, {n} scores and {len(labels)} labels")
+    if masks is not None:
+        masks = np.asarray(masks)
+        if masks.shape != (n, height, width):
+            raise ValueError(f"masks must have shape {(n, height, width)}, got {masks.shape}")
+    keep = [i for i in range(n) if scores[i] >= thresh]
+    if not keep:
+        return out
+
+    colors = palette(n)
+    diag = math.sqrt(height * width)
+    line = max(1, round(diag / 500))
+
+    if masks is not None:
+        # Big masks first so that small ones stay visible on top.
+        for i in sorted(keep, key=lambda k: -int(masks[k].sum())):
+            m = masks[i].astype(bool)
+            if not m.any():
+                continue
+            color = colors[i].astype(np.float32)
+            out[m] = (out[m].astype(np.float32) * (1.0 - alpha) + color * alpha + 0.5).astype(np.uint8)
+            contours, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE)
+            cv2.drawContours(out, contours, -1, _bgr(colors[i]), line, cv2.LINE_AA)
+
+    for i in keep:
+        x1, y1, x2, y2 = _clip_box(boxes[i], width, height)
+        cv2.rectangle(out, (x1, y1), (x2, y2), _bgr(colors[i]), line, cv2.LINE_AA)
+
+    scale = min(2.5, max(0.4, diag / 1100))
+    thick = max(1, round(scale * 1.6))
+    # Lowest scores first so that the most confident labels end up on top.
+    for i in sorted(keep, key=lambda k: scores[k]):
+        x1, y1, _, _ = _clip_box(boxes[i], width, height)
+        _draw_label(out, f"{labels[i]} {scores[i]:.2f}", x1, y1, colors[i], scale, thick)
+    return out
+
+
+def _bgr(color: np.ndarray) -> tuple[int, int, int]:
+    return int(color[0]), int(color[1]), int(color[2])
+
+
+def _clip_box(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:
+    x1, y1, x2, y2 = (float(v) for v in box)
+    x1, x2 = (min(max(round(v), 0), width - 1) for v in (x1, x2))
+    y1, y2 = (min(max(round(v), 0), height - 1) for v in (y1, y2))
+    return x1, y1, x2, y2
+
+
+def _draw_label(img: np.ndarray, text: str, x: int, y: int, color: np.ndarray, scale: float, thick: int) -> None:
+    """A filled tag with ``text`` above (x, y), or just below it when there is no room."""
+    height, width = img.shape[:2]
+    (tw, th), base = cv2.getTextSize(text, _FONT, scale, thick)
+    pad = max(1, round(2 * scale))
+    tag_w, tag_h = tw + 2 * pad, th + base + 2 * pad
+    top = y - tag_h if y - tag_h >= 0 else y
+    top = max(0, min(top, height - tag_h))
+    left = max(0, min(x, width - tag_w))
+    cv2.rectangle(img, (left, top), (left + tag_w - 1, top + tag_h - 1), _bgr(color), -1)
+    luminance = 0.114 * int(color[0]) + 0.587 * int(color[1]) + 0.299 * int(color[2])
+    ink = (0, 0, 0) if luminance > 150 else (255, 255, 255)
+    cv2.putText(img, text, (left + pad, top + pad + th), _FONT, scale, ink, thick, cv2.LINE_AA)

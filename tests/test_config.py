@@ -1,0 +1,76 @@
+import pytest
+
+import minidet
+from minidet.config import ConfigError, validate_cfg
+
+
+def test_get_cfg_is_a_fresh_copy():
+    a = minidet.get_cfg()
+    a.MODEL.NORM = "Affine"
+    assert minidet.get_cfg().MODEL.NORM == "FrozenBN"
+
+
+def test_base_inheritance_and_overrides(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("MODEL:\n  NORM: Affine\n  FROZEN_BN_EPS: 0\nINPUT:\n  MIN_SIZE_TEST: 600\n")
+    child = tmp_path / "sub" / "child.yaml"
+    child.parent.mkdir()
+    child.write_text("_BASE_: ../base.yaml\nINPUT:\n  MIN_SIZE_TEST: 512\n")
+    cfg = minidet.get_cfg()
+    cfg.merge_from_file(str(child))
+    assert cfg.MODEL.NORM == "Affine" and cfg.INPUT.MIN_SIZE_TEST == 512
+    assert cfg.MODEL.FROZEN_BN_EPS == 0.0 and isinstance(cfg.MODEL.FROZEN_BN_EPS, float)
+    cfg.merge_from_list(["MODEL.FOLD_NORM", "True", "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.3"])
+    assert cfg.MODEL.FOLD_NORM is True and cfg.MODEL.ROI_HEADS.SCORE_THRESH_TEST == 0.3
+
+
+def test_unknown_key_names_the_key(tmp_path):
+    cfg = minidet.get_cfg()
+    with pytest.raises(ConfigError, match="MODEL.NROM"):
+        cfg.merge_from_list(["MODEL.NROM", "GN"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("MODEL:\n  RESNETS:\n    DEPHT: 101\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown config key: MODEL.RESNETS.DEPHT"):
+        cfg.merge_from_file(str(bad))
+
+
+def test_wrong_type_and_missing_base(tmp_path):
+    cfg = minidet.get_cfg()
+    with pytest.raises(ConfigError, match="INPUT.MIN_SIZE_TEST"):
+        cfg.merge_from_list(["INPUT.MIN_SIZE_TEST", "big"])
+    f = tmp_path / "c.yaml"
+    f.write_text("_BASE_: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match="nowhere.yaml"):
+        cfg.merge_from_file(str(f))
+    with pytest.raises(ConfigError, match="not found"):
+        cfg.merge_from_file(str(tmp_path / "absent.yaml"))
+
+
+@pytest.mark.parametrize(
+    "opts,match",
+    [
+        (["MODEL.NORM", "BN"], "FrozenBN, Affine, GN"),
+        (["MODEL.NORM", "GN", "MODEL.FOLD_NORM", True], "FOLD_NORM"),
+        (["MODEL.RESNETS.DEPTH", 34], "DEPTH"),
+        (["INPUT.FORMAT", "RGBA"], "INPUT.FORMAT"),
+        (["MODEL.CATEGORY_LAYOUT", "voc"], "CATEGORY_LAYOUT"),
+    ],
+)
+def test_validate_names_the_key(opts, match):
+    cfg = minidet.get_cfg()
+    cfg.merge_from_list(opts)
+    with pytest.raises(ConfigError, match=match):
+        validate_cfg(cfg)
+    with pytest.raises(ConfigError, match=match):
+        minidet.build_model(cfg)
+
+
+def test_shipped_configs_build():
+    for path in (
+        "configs/Base-RCNN-FPN.yaml",
+        "configs/torchvision/maskrcnn_resnet50_fpn.yaml",
+        "configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml",
+    ):
+        cfg = minidet.get_cfg()
+        cfg.merge_from_file(path)
+        validate_cfg(cfg)

@@ -1,0 +1,179 @@
+"""tools/infer.py end to end (subprocess) on a random-init torchvision checkpoint, plus its helpers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from pycocotools import mask as mask_utils
+
+from minidet.categories import COCO_CATEGORIES
+from minidet.synthetic import structured_image
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "infer.py"
+CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
+# Small inputs and few proposals keep the CPU run short; score threshold 0 so that a
+# random-init model still yields instances to check the output schema on.
+FAST = [
+    "INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512",
+    "MODEL.RPN.PRE_NMS_TOPK_TEST", "300", "MODEL.RPN.POST_NMS_TOPK_TEST", "100",
+    "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.0", "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "5",
+]  # fmt: skip
+
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("infer_tool", TOOL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ""}  # the tool must find minidet by itself
+    return subprocess.run(
+        [sys.executable, str(TOOL), *args],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def tv_weights(tmp_path_factory) -> Path:
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    path = tmp_path_factory.mktemp("ckpt") / "tv.pth"
+    torch.manual_seed(0)
+    m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=91)
+    torch.save(m.state_dict(), path)
+    return path
+
+
+def test_end_to_end(tmp_path, tv_weights):
+    (tmp_path / "sub").mkdir()
+    a = tmp_path / "scene.png"
+    b = tmp_path / "sub" / "scene.jpg"  # same stem as a: written as scene_1.*
+    bad = tmp_path / "broken.jpg"
+    cv2.imwrite(str(a), structured_image(240, 320, seed=1))
+    cv2.imwrite(str(b), structured_image(300, 200, seed=2))
+    bad.write_text("this is not a jpeg\n")
+    out = tmp_path / "out"
+
+    res = _run(
+        "--config-file", str(CONFIG), "--input", str(a), str(b), str(bad), "--output", str(out),
+        "MODEL.WEIGHTS", str(tv_weights), *FAST, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {bad}: not a recognized image format"]
+    assert "Traceback" not in res.stderr
+
+    # timing table and summary
+    assert "stage" in res.stdout and "mean ms" in res.stdout
+    for stage in ("backbone", "rpn", "box_head", "mask_head", "total"):
+        assert f"\n{stage}" in res.stdout, stage
+    assert f"infer: 3 images, 1 failed, 10 instances, output in {out}" in res.stdout
+
+    assert sorted(os.listdir(out)) == ["scene.jpg", "scene.json", "scene_1.jpg", "scene_1.json"]
+    by_id = dict(COCO_CATEGORIES)
+    for stem, src, (h, w) in [("scene", a, (240, 320)), ("scene_1", b, (300, 200))]:
+        vis = cv2.imread(str(out / f"{stem}.jpg"))
+        assert vis is not None and vis.shape == (h, w, 3)
+        doc = json.loads((out / f"{stem}.json").read_text())
+        assert set(doc) == {"file", "height", "width", "instances"}
+        assert (doc["file"], doc["height"], doc["width"]) == (str(src), h, w)
+        assert len(doc["instances"]) == 5
+        scores = [inst["score"] for inst in doc["instances"]]
+        assert scores == sorted(scores, reverse=True)
+        for inst in doc["instances"]:
+            assert set(inst) == {"bbox", "score", "category_id", "category_name", "segmentation"}
+            x, y, bw, bh = inst["bbox"]
+            assert all(isinstance(v, float) for v in inst["bbox"])
+            assert 0 <= x <= x + bw <= w + 1e-3 and 0 <= y <= y + bh <= h + 1e-3
+            assert 0.0 <= inst["score"] <= 1.0
+            # a random model may pick one of coco91's ten unused slots: id -1, name "N/A"
+            assert by_id.get(inst["category_id"], "N/A") == inst["category_name"]
+            seg = inst["segmentation"]
+            assert seg["size"] == [h, w] and isinstance(seg["counts"], str)
+            mask = mask_utils.decode(seg)
+            assert mask.shape == (h, w) and mask.dtype == np.uint8
+
+
+def test_bad_config_key(tmp_path, tv_weights):
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), structured_image(64, 64, seed=0))
+    res = _run(
+        "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
+        "MODEL.WEIGHTS", str(tv_weights), "MODEL.NO_SUCH_KEY", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.strip() == "error: unknown config key: MODEL.NO_SUCH_KEY"
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_weights_and_inputs(tmp_path):
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), structured_image(64, 64, seed=0))
+    missing = tmp_path / "missing.pth"
+    res = _run(
+        "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
+        "MODEL.WEIGHTS", str(missing), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(missing) in lines[0]
+    assert "Traceback" not in res.stderr
+
+    res = _run(
+        "--config-file", str(CONFIG), "--input", str(tmp_path / "nope.jpg"), "--output", str(tmp_path / "o"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"error: no such file or folder: {tmp_path / 'nope.jpg'}"
+
+
+def test_unique_stems():
+    tool = _load_tool()
+    got = tool.unique_stems(["a/x.jpg", "b/x.png", "x_1.jpg", "c/x.jpeg", "y.jpg"])
+    assert got == ["x", "x_1", "x_1_1", "x_2", "y"]
+
+
+def test_overrides_after_input_are_recovered(tmp_path):
+    tool = _load_tool()
+    args = tool.parse_args(
+        ["--config-file", "c.yaml", "--output", "o", "--input", "a.jpg", "b.jpg", "MODEL.DEVICE", "cpu"]
+    )
+    assert args.input == ["a.jpg", "b.jpg"] and args.opts == ["MODEL.DEVICE", "cpu"]
+    args = tool.parse_args(["--config-file", "c.yaml", "--input", "a.jpg", "--output", "o", "INPUT.MIN_SIZE_TEST", "9"])
+    assert args.input == ["a.jpg"] and args.opts == ["INPUT.MIN_SIZE_TEST", "9"]
+
+
+def test_dumps_record_and_atomic_write(tmp_path):
+    tool = _load_tool()
+    doc = {
+        "file": "a.jpg",
+        "height": 2,
+        "width": 3,
+        "instances": [{"bbox": [0.0, 1.0, 2.0, 1.0], "score": 0.5}],
+    }
+    assert json.loads(tool.dumps_record(doc)) == doc
+    empty = {**doc, "instances": []}
+    assert json.loads(tool.dumps_record(empty)) == empty
+    target = tmp_path / "r.json"
+    tool.atomic_write(str(target), b"first")
+    tool.atomic_write(str(target), b"second")
+    assert target.read_bytes() == b"second"
+    assert os.listdir(tmp_path) == ["r.json"]

@@ -1,0 +1,83 @@
+"""FrozenBN == BatchNorm2d.eval() == Affine == folded conv, on non-trivial statistics."""
+
+import pytest
+import torch
+from torch import nn
+
+from minidet.norm import Affine, Conv2d, FrozenBN, fold_norms, get_norm
+
+
+def _stats(c, gen):
+    return (
+        torch.rand(c, generator=gen) + 0.5,
+        torch.randn(c, generator=gen),
+        torch.randn(c, generator=gen) * 2,
+        torch.rand(c, generator=gen) * 3 + 0.05,
+    )
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5])
+def test_frozen_bn_affine_fold_equal_batchnorm(eps):
+    gen = torch.Generator().manual_seed(0)
+    c = 16
+    w, b, m, v = _stats(c, gen)
+    bn = nn.BatchNorm2d(c, eps=eps).eval()
+    with torch.no_grad():
+        bn.weight.copy_(w), bn.bias.copy_(b), bn.running_mean.copy_(m), bn.running_var.copy_(v)
+    frozen, affine = FrozenBN(c), Affine(c)
+    frozen.load_stats(w, b, m, v, eps)
+    affine.load_stats(w, b, m, v, eps)
+    assert frozen.eps == eps
+    x = torch.randn(2, c, 9, 7, generator=gen) * 3
+    ref = bn(x)
+    torch.testing.assert_close(frozen(x), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(affine(x), ref, rtol=1e-5, atol=1e-5)
+
+    conv = nn.Conv2d(5, c, 3, padding=1, bias=True)
+    inp = torch.randn(2, 5, 9, 7, generator=gen)
+    for with_bias in (True, False):
+        for norm in (FrozenBN, Affine):
+            layer = Conv2d(5, c, 3, padding=1, bias=with_bias, norm=norm(c))
+            layer.norm.load_stats(w, b, m, v, eps)
+            with torch.no_grad():
+                layer.weight.copy_(conv.weight)
+                if with_bias:
+                    layer.bias.copy_(conv.bias)
+            expected = bn(conv(inp) if with_bias else nn.functional.conv2d(inp, conv.weight, None, 1, 1))
+            assert fold_norms(layer) == 1 and layer.norm is None
+            torch.testing.assert_close(layer(inp), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_wrong_eps_is_visible():
+    """With near-zero variances, eps 0 vs 1e-5 must differ: the eps is not cosmetic."""
+    c = 4
+    w, b, m = torch.ones(c), torch.zeros(c), torch.zeros(c)
+    v = torch.full((c,), 1e-5)
+    a, z = FrozenBN(c), FrozenBN(c)
+    a.load_stats(w, b, m, v, 0.0)
+    z.load_stats(w, b, m, v, 1e-5)
+    x = torch.ones(1, c, 2, 2)
+    assert not torch.allclose(a(x), z(x), rtol=0.1)
+
+
+def test_get_norm_factory():
+    assert isinstance(get_norm("FrozenBN", 8, eps=0.0), FrozenBN) and get_norm("FrozenBN", 8, eps=0.0).eps == 0.0
+    assert isinstance(get_norm("Affine", 8), Affine)
+    gn = get_norm("GN", 64, num_groups=16)
+    assert isinstance(gn, nn.GroupNorm) and gn.num_groups == 16
+    assert get_norm("", 8) is None and get_norm(None, 8) is None
+    assert isinstance(get_norm(lambda c: nn.BatchNorm2d(c), 8), nn.BatchNorm2d)
+    with pytest.raises(ValueError, match="FrozenBN, Affine, GN"):
+        get_norm("BN", 8)
+
+
+def test_fold_leaves_groupnorm():
+    layer = Conv2d(4, 32, 1, bias=False, norm=nn.GroupNorm(8, 32))
+    assert fold_norms(layer) == 0 and isinstance(layer.norm, nn.GroupNorm)
+
+
+def test_frozen_bn_forward_is_two_ops_affine_one():
+    """FrozenBN recomputes scale/shift each call; Affine only applies stored buffers."""
+    f, a = FrozenBN(3), Affine(3)
+    assert {n for n, _ in f.named_buffers()} == {"weight", "bias", "running_mean", "running_var"}
+    assert {n for n, _ in a.named_buffers()} == {"scale", "shift"}

@@ -1,0 +1,111 @@
+"""Predictor API, batches, stage timing, GN models, input checks."""
+
+import numpy as np
+import pytest
+import torch
+from torchvision.models.detection import maskrcnn_resnet50_fpn
+
+import minidet
+from minidet.synthetic import structured_image
+from minidet.timing import STAGES, StageTimer, format_table, summarize
+
+SIZE = ["INPUT.MIN_SIZE_TEST", 224, "INPUT.MAX_SIZE_TEST", 320]
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    torch.manual_seed(0)
+    tv = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
+    with torch.no_grad():
+        tv.roi_heads.box_predictor.cls_score.weight.mul_(30)
+    path = tmp_path_factory.mktemp("w") / "tv.pth"
+    torch.save(tv.state_dict(), path)
+    return str(path)
+
+
+def _predictor(weights, *opts):
+    cfg = minidet.get_cfg()
+    cfg.merge_from_file("configs/torchvision/maskrcnn_resnet50_fpn.yaml")
+    cfg.merge_from_list(["MODEL.WEIGHTS", weights, *SIZE, *opts])
+    return minidet.Predictor(cfg)
+
+
+def test_outputs_and_timings(weights):
+    p = _predictor(weights)
+    img = structured_image(150, 210, 3)
+    out = p(img)
+    n = len(out["boxes"])
+    assert n > 0
+    assert out["boxes"].shape == (n, 4) and out["boxes"].dtype == torch.float32
+    assert out["scores"].shape == (n,) and out["labels"].dtype == torch.int64
+    assert out["category_ids"].dtype == torch.int64 and out["masks"].shape == (n, 150, 210)
+    assert out["masks"].dtype == torch.bool
+    assert (out["boxes"][:, 2] <= 210).all() and (out["boxes"][:, 3] <= 150).all()
+    assert set(out["timings"]) == set(STAGES) and all(v > 0 for v in out["timings"].values())
+    assert torch.all(out["scores"][:-1] >= out["scores"][1:])
+    assert p.class_names[1] == "person"
+    table = format_table(summarize([out["timings"]] * 3))
+    assert "backbone" in table and "total" in table
+
+
+def test_batch_equals_its_members_when_padding_matches(weights):
+    """Images of the same size give the same result alone and in a batch."""
+    p = _predictor(weights)
+    a, b = structured_image(160, 200, 1), structured_image(160, 200, 2)
+    batch = p.predict_batch([a, b])
+    for img, got in zip((a, b), batch):
+        single = p(img)
+        torch.testing.assert_close(got["boxes"], single["boxes"], atol=1e-3, rtol=0)
+        assert torch.equal(got["labels"], single["labels"])
+
+
+def test_timing_off_records_nothing(weights):
+    p = _predictor(weights, "TEST.TIMING", False)
+    assert p(structured_image(100, 120, 0))["timings"] == {}
+    t = StageTimer(enabled=False)
+    assert t.stage("a") is t.stage("b")  # one shared no-op context: no clock, no sync
+
+
+def test_no_mask_head(weights):
+    p = _predictor(weights, "MODEL.MASK_ON", False)
+    out = p(structured_image(100, 120, 0))
+    assert "masks" not in out and "mask_head" not in out["timings"]
+
+
+@pytest.mark.parametrize("bad", [np.zeros((10, 10), np.uint8), np.zeros((10, 10, 3), np.float32), "img.jpg"])
+def test_bad_input_is_a_clear_error(weights, bad):
+    p = _predictor(weights)
+    with pytest.raises(ValueError, match="HxWx3 uint8 BGR"):
+        p(bad)
+
+
+def test_groupnorm_model_runs():
+    """MODEL.NORM GN builds GroupNorm everywhere the architecture normalizes."""
+    cfg = minidet.get_cfg()
+    cfg.merge_from_file("configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml")
+    cfg.merge_from_list(["MODEL.WEIGHTS", "", "MODEL.NORM", "GN", *SIZE])
+    model, _ = minidet.prepare_model(cfg)
+    gns = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert model.fpn.lateral2.norm in gns and model.box_head.conv1.norm in gns
+    assert model.mask_head.mask_fcn1.norm in gns and model.backbone.stem.conv1.norm in gns
+    assert all(m.num_groups == 32 for m in gns)
+    out = model([structured_image(100, 130, 0)])[0]
+    assert out["boxes"].shape[1] == 4
+
+
+def test_rgb_and_bgr_networks_see_the_same_pixels(weights):
+    """INPUT.FORMAT decides the channel order the network gets; input is always BGR."""
+    p = _predictor(weights)
+    img = structured_image(120, 160, 5)
+    batch, _, _ = p.model.preprocess([img])
+    ref = torch.from_numpy(img[:, :, ::-1].copy()).permute(2, 0, 1).float() / 255
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+    ref = torch.nn.functional.interpolate(
+        ((ref - mean) / std)[None],
+        scale_factor=224 / 120,
+        mode="bilinear",
+        recompute_scale_factor=True,
+        align_corners=False,
+    )[0]
+    assert torch.equal(batch[0, :, : ref.shape[1], : ref.shape[2]], ref)

@@ -1,0 +1,178 @@
+"""Drawing instances, COCO RLE encoding (round trip through pycocotools) and box conversion."""
+
+from __future__ import annotations
+
+import colorsys
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from pycocotools import mask as mask_utils
+
+from minidet.rle import encode_mask, encode_masks, xyxy_to_xywh
+from minidet.synthetic import structured_image
+from minidet.vis import draw_instances, palette
+
+# pycocotools' decode trips a numpy 2 deprecation warning inside pycocotools itself.
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+# ---------------------------------------------------------------- vis
+
+
+def _scene(h: int = 200, w: int = 300):
+    img = structured_image(h, w, seed=7)
+    boxes = np.array([[20, 60, 120, 180], [150, 40, 290, 190], [5, 5, 25, 25]], np.float32)
+    scores = np.array([0.95, 0.7, 0.3], np.float32)
+    masks = np.zeros((3, h, w), bool)
+    masks[0, 70:170, 30:110] = True
+    masks[1, 50:180, 160:280] = True
+    masks[2, 8:22, 8:22] = True
+    return img, boxes, scores, ["person", "dog", "cat"], masks
+
+
+def test_draw_returns_new_image():
+    img, boxes, scores, labels, masks = _scene()
+    before = img.copy()
+    out = draw_instances(img, boxes, scores, labels, masks)
+    np.testing.assert_array_equal(img, before)
+    assert out is not img and out.dtype == np.uint8 and out.shape == img.shape
+
+
+def test_draw_masks_blended():
+    img, boxes, scores, labels, masks = _scene()
+    out = draw_instances(img, boxes, scores, labels, masks)
+    inner = np.zeros_like(masks[0])
+    inner[90:160, 40:100] = True  # inside mask 0, away from its contour, box and label
+    color = palette(3)[0].astype(np.float64)
+    expect = img[inner].astype(np.float64) * 0.5 + color * 0.5
+    assert np.abs(out[inner].astype(np.float64) - expect).max() <= 1.0
+
+
+def test_draw_threshold():
+    img, boxes, scores, labels, masks = _scene()
+    out = draw_instances(img, boxes, scores, labels, masks, thresh=0.5)
+    # instance 2 (score 0.3) is not drawn: its mask interior keeps the original pixels
+    np.testing.assert_array_equal(out[:30, :30], img[:30, :30])
+    none = draw_instances(img, boxes, scores, labels, masks, thresh=0.99)
+    np.testing.assert_array_equal(none, img)
+    all_drawn = draw_instances(img, boxes, scores, labels, masks, thresh=0.0)
+    assert not np.array_equal(all_drawn[10:20, 10:20], img[10:20, 10:20])
+
+
+def test_draw_without_masks_and_empty():
+    img, boxes, scores, labels, _ = _scene()
+    out = draw_instances(img, boxes, scores, labels, None)
+    assert not np.array_equal(out, img)
+    empty = draw_instances(img, np.zeros((0, 4)), np.zeros(0), [], np.zeros((0, *img.shape[:2]), bool))
+    np.testing.assert_array_equal(empty, img)
+
+
+def test_draw_deterministic():
+    img, boxes, scores, labels, masks = _scene()
+    a = draw_instances(img, boxes, scores, labels, masks)
+    b = draw_instances(img, boxes, scores, labels, masks)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(("h", "w"), [(1, 1), (8, 8), (16, 600), (900, 1400)])
+def test_draw_boxes_outside_and_tiny_images(h, w):
+    img = np.full((h, w, 3), 128, np.uint8)
+    boxes = np.array([[-50, -50, w + 50, h + 50], [w - 1, h - 1, w + 10, h + 10], [np.nan, 0, np.inf, 5]])
+    masks = np.ones((3, h, w), bool)
+    out = draw_instances(img, boxes, np.ones(3), ["a very long category name", "b", "c"], masks, thresh=0)
+    assert out.shape == img.shape and out.dtype == np.uint8
+
+
+def test_draw_rejects_bad_shapes():
+    img, boxes, scores, labels, masks = _scene()
+    with pytest.raises(ValueError, match="masks"):
+        draw_instances(img, boxes, scores, labels, masks[:, :10])
+    with pytest.raises(ValueError, match="labels"):
+        draw_instances(img, boxes, scores, labels[:2], masks)
+
+
+def test_palette_distinct():
+    p = palette(80).astype(int)
+    assert p.shape == (80, 3)
+    d = np.abs(p[:, None] - p[None]).sum(-1)
+    assert (d[~np.eye(80, dtype=bool)] > 0).all()  # all different
+    assert (np.abs(p[1:] - p[:-1]).sum(-1) > 60).all()  # neighbours clearly different
+    np.testing.assert_array_equal(palette(5), palette(80)[:5])
+
+
+def test_palette_is_hsv():
+    for i, bgr in enumerate(palette(12)):
+        hue, sat, val = colorsys.rgb_to_hsv(*(bgr[::-1] / 255.0))
+        assert val >= 0.75 and sat >= 0.6
+        if i:
+            prev = colorsys.rgb_to_hsv(*(palette(i)[i - 1][::-1] / 255.0))[0]
+            assert min(abs(hue - prev), 1 - abs(hue - prev)) > 0.3  # golden-ratio hue steps
+
+
+# ---------------------------------------------------------------- rle
+
+
+def test_encode_mask_round_trip():
+    m = np.zeros((37, 53), bool)
+    m[3:20, 5:40] = True
+    m[25:, :7] = True
+    rle = encode_mask(m)
+    assert rle["size"] == [37, 53] and isinstance(rle["counts"], str)
+    json.dumps(rle)
+    back = mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode()})
+    np.testing.assert_array_equal(back.astype(bool), m)
+    assert int(mask_utils.area({"size": rle["size"], "counts": rle["counts"]})) == int(m.sum())
+
+
+def test_encode_masks_matches_single():
+    rng = np.random.default_rng(0)
+    masks = rng.random((4, 19, 23)) > 0.6
+    masks[0] = False
+    masks[1] = True
+    many = encode_masks(masks)
+    assert len(many) == 4
+    for i in range(4):
+        assert many[i] == encode_mask(masks[i])
+        np.testing.assert_array_equal(mask_utils.decode(many[i]).astype(bool), masks[i])
+    assert encode_masks(np.zeros((0, 5, 6), bool)) == []
+
+
+def test_encode_non_contiguous_and_uint8():
+    base = np.zeros((40, 30), np.uint8)
+    base[5:25, 3:12] = 1
+    view = base.T[::2]  # non-contiguous view
+    np.testing.assert_array_equal(mask_utils.decode(encode_mask(view)), view)
+
+
+def test_encode_rejects_bad_rank():
+    with pytest.raises(ValueError):
+        encode_mask(np.zeros((2, 3, 4), bool))
+    with pytest.raises(ValueError):
+        encode_masks(np.zeros((3, 4), bool))
+
+
+@settings(max_examples=40, deadline=None)
+@given(hnp.arrays(bool, hnp.array_shapes(min_dims=3, max_dims=3, min_side=1, max_side=17)))
+def test_rle_round_trip_property(masks):
+    for m, rle in zip(masks, encode_masks(masks), strict=True):
+        assert isinstance(rle["counts"], str)
+        np.testing.assert_array_equal(mask_utils.decode(rle).astype(bool), m)
+
+
+def test_xyxy_to_xywh():
+    boxes = np.array([[1.5, 2.0, 11.5, 7.25], [0, 0, 0, 0]], np.float32)
+    out = xyxy_to_xywh(boxes)
+    assert out == [[1.5, 2.0, 10.0, 5.25], [0.0, 0.0, 0.0, 0.0]]
+    assert all(type(v) is float for row in out for v in row)
+    assert xyxy_to_xywh(np.zeros((0, 4))) == []
+    json.dumps(out)
+
+
+@given(st.lists(st.tuples(*[st.floats(-1e4, 1e4, width=32)] * 4), max_size=5))
+def test_xyxy_to_xywh_property(rows):
+    boxes = np.array(rows, np.float32).reshape(-1, 4)
+    for (x1, y1, x2, y2), (x, y, w, h) in zip(boxes.astype(np.float64), xyxy_to_xywh(boxes), strict=True):
+        assert (x, y) == (x1, y1) and x + w == pytest.approx(x2) and y + h == pytest.approx(y2)
