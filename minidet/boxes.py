@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 from torchvision.ops import batched_nms as _tv_batched_nms
@@ -65,8 +66,29 @@ def nonempty(boxes: torch.Tensor, min_size: float, offset: int = 0) -> torch.Ten
     return (ws >= min_size) & (hs >= min_size)
 
 
-def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float) -> torch.Tensor:
-    """NMS within each group id; kept indices sorted by decreasing score."""
+def batched_nms(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    groups: torch.Tensor,
+    thresh: float,
+    offset: int = 0,
+    inclusive: bool = False,
+) -> torch.Tensor:
+    """NMS within each group id; kept indices sorted by decreasing score.
+
+    torchvision suppresses a box when IoU > ``thresh``. Detectron (``offset=1``,
+    ``inclusive=True``) measures IoU with +1 sizes and suppresses when IoU >= ``thresh``.
+    Both map onto torchvision's kernel exactly: +1 sizes are the plain sizes of boxes whose
+    x2, y2 are moved by +1, and for a float32 IoU, ``iou >= t`` is ``iou > t'`` with t' the
+    float32 just below the smallest float32 >= t.
+    """
+    if offset:
+        boxes = boxes + torch.tensor([0.0, 0.0, offset, offset], dtype=boxes.dtype, device=boxes.device)
+    if inclusive:
+        t = torch.tensor(thresh, dtype=torch.float32)
+        if float(t) < thresh:  # rounded down: the smallest float32 >= thresh is the next one up
+            t = torch.nextafter(t, torch.tensor(float("inf")))
+        thresh = float(torch.nextafter(t, torch.tensor(float("-inf"))))
     return _tv_batched_nms(boxes, scores, groups, thresh)
 
 
@@ -78,15 +100,40 @@ def assign_levels(
     boxes: torch.Tensor,
     min_level: int,
     max_level: int,
-    offset: int = 0,
+    legacy: bool = False,
     canonical_size: int = 224,
     canonical_level: int = 4,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """FPN level of each RoI (FPN paper eq. 1), returned as 0-based index from ``min_level``."""
-    s = torch.sqrt(box_area(boxes, offset))
-    lvl = torch.floor(canonical_level + torch.log2(s / canonical_size) + torch.tensor(eps, dtype=s.dtype))
+    """FPN level of each RoI (FPN paper eq. 1), returned as 0-based index from ``min_level``.
+
+    torchvision: ``floor(4 + log2(sqrt(area) / 224) + eps)``; Detectron (``legacy``):
+    ``floor(4 + log2(sqrt(area_plus_one) / 224 + eps))``.
+    """
+    if legacy:
+        s = torch.sqrt(box_area(boxes, 1))
+        lvl = torch.floor(canonical_level + torch.log2(s / canonical_size + eps))
+    else:
+        s = torch.sqrt(box_area(boxes))
+        lvl = torch.floor(canonical_level + torch.log2(s / canonical_size) + torch.tensor(eps, dtype=s.dtype))
     return lvl.clamp(min=min_level, max=max_level).to(torch.int64) - min_level
+
+
+def detectron_cell_anchors(stride: int, size: float, aspect_ratios) -> torch.Tensor:
+    """(A, 4) anchors of Detectron's ``generate_anchors`` for one FPN level.
+
+    A ``stride`` x ``stride`` base box [0, 0, stride-1, stride-1] is reshaped to each
+    aspect ratio r = h / w at constant area (sides rounded half-to-even), then scaled by
+    ``size / stride``; boxes stay centred at ((stride-1)/2, (stride-1)/2) with +1 sizes.
+    """
+    ctr = 0.5 * (stride - 1)
+    out = []
+    for r in aspect_ratios:
+        ws = float(np.round(np.sqrt(stride * stride / r)))
+        hs = float(np.round(ws * r))
+        ws, hs = ws * size / stride, hs * size / stride
+        out.append([ctr - 0.5 * (ws - 1), ctr - 0.5 * (hs - 1), ctr + 0.5 * (ws - 1), ctr + 0.5 * (hs - 1)])
+    return torch.tensor(out, dtype=torch.float32)
 
 
 def paste_masks(

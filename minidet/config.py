@@ -12,6 +12,7 @@ import yaml
 from yacs.config import CfgNode as _YacsNode
 
 NORM_CHOICES = ("FrozenBN", "Affine", "GN")
+CONVENTIONS = ("torchvision", "detectron")
 CATEGORY_LAYOUTS = ("coco91", "coco81", "coco80")
 
 
@@ -131,6 +132,11 @@ _C.MODEL.PIXEL_STD = [58.395, 57.12, 57.375]
 # coco91 = torchvision (index == COCO id, 0 = background), coco81 = Detectron
 # (0 = background, 1..80 contiguous), coco80 = detectron2 (0..79, background last).
 _C.MODEL.CATEGORY_LAYOUT = "coco91"
+# Inference arithmetic of the implementation that trained the weights:
+# "torchvision" (no +1, torch resize, centred anchors, IoU > thr) or "detectron"
+# (Caffe2 Detectron: +1 box sizes, cv2 resize, Detectron anchors, IoU >= thr, decode in
+# original-image coordinates, score ties kept at the detection cap).
+_C.MODEL.CONVENTION = "torchvision"
 
 _C.MODEL.RESNETS = CfgNode()
 _C.MODEL.RESNETS.DEPTH = 50
@@ -213,6 +219,8 @@ def validate_cfg(cfg: CfgNode) -> None:
         raise ConfigError(
             f"MODEL.CATEGORY_LAYOUT must be one of {', '.join(CATEGORY_LAYOUTS)}; got {m.CATEGORY_LAYOUT!r}"
         )
+    if m.CONVENTION not in CONVENTIONS:
+        raise ConfigError(f"MODEL.CONVENTION must be one of {', '.join(CONVENTIONS)}; got {m.CONVENTION!r}")
     if cfg.INPUT.FORMAT not in ("RGB", "BGR"):
         raise ConfigError(f"INPUT.FORMAT must be RGB or BGR; got {cfg.INPUT.FORMAT!r}")
     for key in ("PIXEL_MEAN", "PIXEL_STD"):
