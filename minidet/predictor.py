@@ -48,6 +48,8 @@ class Predictor:
         self.cfg = cfg.clone()
         self.cfg.freeze()
         self.model, self.load_report = prepare_model(self.cfg)
+        # boxes are pixel-inclusive (width = x2 - x1 + 1) under Detectron's convention
+        self.box_offset: int = 1 if self.cfg.MODEL.CONVENTION == "detectron" else 0
         layout = self.cfg.MODEL.CATEGORY_LAYOUT
         self.class_names: list[str] = class_names(layout)
         self._cat_ids = torch.tensor(category_ids(layout), dtype=torch.int64)

@@ -33,7 +33,10 @@ def encode_masks(masks: np.ndarray) -> list[dict]:
     return [_json_rle(r) for r in mask_utils.encode(fortran)]
 
 
-def xyxy_to_xywh(boxes: np.ndarray) -> list[list[float]]:
-    """Convert (N, 4) ``x1, y1, x2, y2`` boxes to COCO ``[x, y, width, height]`` lists."""
+def xyxy_to_xywh(boxes: np.ndarray, offset: int = 0) -> list[list[float]]:
+    """Convert (N, 4) ``x1, y1, x2, y2`` boxes to COCO ``[x, y, width, height]`` lists.
+
+    ``offset=1`` for Detectron's pixel-inclusive boxes (width = x2 - x1 + 1).
+    """
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    return [[float(x1), float(y1), float(x2 - x1), float(y2 - y1)] for x1, y1, x2, y2 in b]
+    return [[float(x1), float(y1), float(x2 - x1 + offset), float(y2 - y1 + offset)] for x1, y1, x2, y2 in b]

@@ -113,7 +113,7 @@ def dumps_record(doc: dict) -> str:
     return f'{head}, "instances": {body}}}\n'
 
 
-def to_record(path: str, image: np.ndarray, out: dict, class_names: list[str]) -> dict:
+def to_record(path: str, image: np.ndarray, out: dict, class_names: list[str], box_offset: int = 0) -> dict:
     """The JSON document for one image's detections."""
     boxes = out["boxes"].numpy()
     scores = out["scores"].numpy()
@@ -121,7 +121,7 @@ def to_record(path: str, image: np.ndarray, out: dict, class_names: list[str]) -
     cat_ids = out["category_ids"].numpy()
     rles = encode_masks(out["masks"].numpy()) if "masks" in out else None
     instances = []
-    for i, box in enumerate(xyxy_to_xywh(boxes)):
+    for i, box in enumerate(xyxy_to_xywh(boxes, box_offset)):
         inst = {
             "bbox": box,
             "score": float(scores[i]),
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             image = read_image(path, cfg.INPUT.MAX_PIXELS)
             out = predictor(image)
-            doc = to_record(path, image, out, predictor.class_names)
+            doc = to_record(path, image, out, predictor.class_names, predictor.box_offset)
             labels = [predictor.class_names[int(k)] for k in out["labels"]]
             masks = out["masks"].numpy() if "masks" in out else None
             vis = draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, args.vis_thresh)
