@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import secrets
 import sys
 import traceback
 from pathlib import Path
@@ -38,6 +37,7 @@ from tqdm import tqdm
 
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError
+from minidet.fileio import atomic_write
 from minidet.imageio import ImageReadError, list_images, read_image
 from minidet.rle import encode_masks, xyxy_to_xywh
 from minidet.timing import format_table, summarize
@@ -85,24 +85,6 @@ def unique_stems(paths: list[str]) -> list[str]:
         used.add(stem)
         stems.append(stem)
     return stems
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
-
-    Readers never see a half-written file, and an interrupted run leaves no partial output.
-    """
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def dumps_record(doc: dict) -> str:
