@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -92,6 +94,69 @@ def read_torch_file(path: str) -> dict[str, torch.Tensor]:
     return obj
 
 
+def _numpy_global(name: str):
+    core = getattr(np, "_core", None) or np.core
+    return {
+        "_reconstruct": core.multiarray._reconstruct,
+        "scalar": core.multiarray.scalar,
+        "ndarray": np.ndarray,
+        "dtype": np.dtype,
+    }[name]
+
+
+# the only globals a pickle of numpy arrays needs; anything else is refused unexecuted
+_PICKLE_ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _PICKLE_ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name}")
+        if module == "_codecs":
+            import codecs
+
+            return codecs.encode
+        return _numpy_global(name)
+
+
+def read_pickle_file(path: str) -> dict:
+    """Read a Caffe2 Detectron ``.pkl`` (Python-2 protocol-2 pickle) without running code.
+
+    Only numpy array reconstruction is allowed (``encoding='latin1'`` maps py2 byte strings
+    1:1). Returns the blob dict: ``obj['blobs']`` for detection models, the flat dict for
+    ImageNet init files. detectron2 pickles (``{'model': ...}``) are recognized and refused.
+    """
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
+    try:
+        with open(path, "rb") as f:
+            obj = _NumpyOnlyUnpickler(f, encoding="latin1").load()
+    except pickle.UnpicklingError as e:
+        what = str(e)
+        if re.fullmatch(r"[\w.]+\.\w+", what):
+            raise CheckpointError(
+                f"{path}: refused: the pickle asks for {what}, outside the numpy allow-list (nothing was run)"
+            ) from None
+        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {what or 'corrupt data'}") from None
+    except Exception as e:  # noqa: BLE001 - truncated/garbage files raise many types
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {msg}") from None
+    if not isinstance(obj, dict) or not obj:
+        raise CheckpointError(f"{path}: expected a dict of blobs, got {type(obj).__name__}")
+    if "model" in obj and ("__author__" in obj or "matching_heuristics" in obj):
+        raise CheckpointError(f"{path}: this is a detectron2 checkpoint ({{'model': ...}}); not supported yet")
+    blobs = obj["blobs"] if isinstance(obj.get("blobs"), dict) else obj
+    return blobs
+
+
 # --------------------------------------------------------------------------- torchvision
 
 _TV_RULES: list[tuple[str, str]] = [
@@ -147,6 +212,116 @@ def is_torchvision(keys) -> bool:
 
 def is_minidet(keys) -> bool:
     return any(k.startswith("backbone.stem.") for k in keys)
+
+
+# --------------------------------------------------------------------------- Detectron (Caffe2)
+
+_NS = {"s": "scale", "b": "shift"}  # AffineChannel: an already folded frozen batch norm
+_GN = {"s": "weight", "b": "bias"}
+_WB = {"w": "weight", "b": "bias"}
+_CONV = {"a": 1, "b": 2, "c": 3}
+
+_DETECTRON_RULES: list[tuple[str, Callable]] = [
+    (r"conv1_w", lambda m: "backbone.stem.conv1.weight"),
+    (r"res_conv1_bn_([sb])", lambda m: f"backbone.stem.conv1.norm.{_NS[m[1]]}"),
+    (r"conv1_gn_([sb])", lambda m: f"backbone.stem.conv1.norm.{_GN[m[1]]}"),
+    (r"res(\d)_(\d+)_branch2([abc])_w", lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.weight"),
+    (
+        r"res(\d)_(\d+)_branch2([abc])_bn_([sb])",
+        lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.norm.{_NS[m[4]]}",
+    ),
+    (
+        r"res(\d)_(\d+)_branch2([abc])_gn_([sb])",
+        lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.norm.{_GN[m[4]]}",
+    ),
+    (r"res(\d)_0_branch1_w", lambda m: f"backbone.res{m[1]}.0.shortcut.weight"),
+    (r"res(\d)_0_branch1_bn_([sb])", lambda m: f"backbone.res{m[1]}.0.shortcut.norm.{_NS[m[2]]}"),
+    (r"res(\d)_0_branch1_gn_([sb])", lambda m: f"backbone.res{m[1]}.0.shortcut.norm.{_GN[m[2]]}"),
+    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_([wb])", lambda m: f"fpn.lateral{m[1]}.{_WB[m[2]]}"),
+    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_gn_([sb])", lambda m: f"fpn.lateral{m[1]}.norm.{_GN[m[2]]}"),
+    (r"fpn_res(\d)_\d+_sum_([wb])", lambda m: f"fpn.output{m[1]}.{_WB[m[2]]}"),
+    (r"fpn_res(\d)_\d+_sum_gn_([sb])", lambda m: f"fpn.output{m[1]}.norm.{_GN[m[2]]}"),
+    # the RPN head is defined on P2 and shared by all levels
+    (r"conv_rpn_fpn2_([wb])", lambda m: f"rpn.head.convs.0.{_WB[m[1]]}"),
+    (r"rpn_cls_logits_fpn2_([wb])", lambda m: f"rpn.head.objectness_logits.{_WB[m[1]]}"),
+    (r"rpn_bbox_pred_fpn2_([wb])", lambda m: f"rpn.head.anchor_deltas.{_WB[m[1]]}"),
+    (r"fc6_([wb])", lambda m: f"box_head.fc1.{_WB[m[1]]}"),
+    (r"fc7_([wb])", lambda m: f"box_head.fc2.{_WB[m[1]]}"),
+    (r"head_conv(\d)_([wb])", lambda m: f"box_head.conv{m[1]}.{_WB[m[2]]}"),
+    (r"head_conv(\d)_gn_([sb])", lambda m: f"box_head.conv{m[1]}.norm.{_GN[m[2]]}"),
+    (r"cls_score_([wb])", lambda m: f"box_predictor.cls_score.{_WB[m[1]]}"),
+    (r"bbox_pred_([wb])", lambda m: f"box_predictor.bbox_pred.{_WB[m[1]]}"),
+    # BN heads name the mask convs `_[mask]_fcn{j}`, GN heads `_mask_fcn{j}`
+    (r"_(?:\[mask\]|mask)_fcn(\d)_([wb])", lambda m: f"mask_head.mask_fcn{m[1]}.{_WB[m[2]]}"),
+    (r"_mask_fcn(\d)_gn_([sb])", lambda m: f"mask_head.mask_fcn{m[1]}.norm.{_GN[m[2]]}"),
+    (r"conv5_mask_([wb])", lambda m: f"mask_head.deconv.{_WB[m[1]]}"),
+    (r"mask_fcn_logits_([wb])", lambda m: f"mask_head.predictor.{_WB[m[1]]}"),
+]
+_DETECTRON_COMPILED = [(re.compile(p + "$"), f) for p, f in _DETECTRON_RULES]
+# preserved extras of real model-zoo files: the ImageNet classifier, and the zero biases that
+# Detectron's Caffe-to-pickle converter added to bias-less convs (the model never uses them)
+_DETECTRON_EXTRAS = re.compile(r"(fc1000_[wb]|pred_[wb]|conv1_b|res\d_\d+_branch(?:1|2[abc])_b)$")
+
+
+def rename_detectron(name: str) -> str | None:
+    """Detectron blob name -> minidet name; None for blobs dropped by design.
+
+    Dropped: ``*_momentum`` (SGD state) and the preserved extras above. Unknown names are
+    returned unchanged so the matcher reports them.
+    """
+    if name.endswith("_momentum") or _DETECTRON_EXTRAS.match(name):
+        return None
+    for pat, fn in _DETECTRON_COMPILED:
+        m = pat.match(name)
+        if m:
+            return fn(m)
+    return name
+
+
+def is_detectron(keys) -> bool:
+    return "conv1_w" in keys and any(k.startswith("res2_0_") for k in keys)
+
+
+def check_detectron_variant(model: nn.Module, blobs: dict, path: str) -> None:
+    """Fail with the config key to change when the blobs describe another architecture."""
+    stem_norm = getattr(model.backbone.stem.conv1, "norm", None)
+    if "conv1_gn_s" in blobs and not isinstance(stem_norm, nn.GroupNorm):
+        raise CheckpointError(
+            f"{path}: a GroupNorm model (conv1_gn_s) but MODEL.NORM is {type(stem_norm).__name__}; "
+            "use MODEL.NORM GN (configs/detectron/*_gn.yaml)"
+        )
+    if "res_conv1_bn_s" in blobs and isinstance(stem_norm, nn.GroupNorm):
+        raise CheckpointError(
+            f"{path}: a frozen-BN model (res_conv1_bn_s) but MODEL.NORM is GN; use MODEL.NORM Affine or FrozenBN"
+        )
+    blocks = 1 + max((int(m[1]) for k in blobs if (m := re.match(r"res4_(\d+)_", k))), default=-1)
+    if blocks and blocks != len(model.backbone.res4):
+        depth = {6: 50, 23: 101}.get(blocks, "?")
+        raise CheckpointError(
+            f"{path}: ResNet-{depth} (res4 has {blocks} blocks) but the model has {len(model.backbone.res4)}; "
+            f"set MODEL.RESNETS.DEPTH {depth}"
+        )
+    convs = "head_conv1_w" in blobs
+    if convs != (model.box_head.num_conv > 0):
+        kind = "4conv1fc (head_conv1_w)" if convs else "2fc (fc7_w)"
+        raise CheckpointError(
+            f"{path}: box head is {kind} but MODEL.ROI_BOX_HEAD.NUM_CONV is {model.box_head.num_conv}"
+        )
+    if "cls_score_w" in blobs:
+        n = int(np.shape(blobs["cls_score_w"])[0])
+        if n != model.box_predictor.cls_score.out_features:
+            raise CheckpointError(
+                f"{path}: {n} classes (cls_score_w) but MODEL.ROI_HEADS.NUM_CLASSES is "
+                f"{model.box_predictor.cls_score.out_features}"
+            )
+    w = blobs.get("res2_0_branch2b_w")
+    if w is not None and np.ndim(w) == 4:
+        groups = np.shape(w)[0] // np.shape(w)[1]
+        if groups != model.backbone.res2[0].conv2.groups:
+            raise CheckpointError(
+                f"{path}: grouped 3x3 convs with {groups} groups (ResNeXt) but MODEL.RESNETS.NUM_GROUPS is "
+                f"{model.backbone.res2[0].conv2.groups}"
+            )
 
 
 # --------------------------------------------------------------------------- matcher
@@ -236,19 +411,32 @@ def load_checkpoint(
     allow_missing: bool = False,
     reader: Callable[[str], dict] | None = None,
 ) -> LoadReport:
-    """Load ``path`` into ``model``; raise CheckpointError unless every weight is filled."""
-    src = (reader or read_torch_file)(path)
+    """Load ``path`` into ``model``; raise CheckpointError unless every weight is filled.
+
+    ``.pkl`` files are Detectron (Caffe2) pickles, anything else a ``torch.save`` file.
+    """
+    if reader is None:
+        reader = read_pickle_file if str(path).endswith(".pkl") else read_torch_file
+    src = reader(path)
     keys = list(src)
-    if is_torchvision(keys):
+    dropped = []
+    if is_detectron(keys):
+        dropped = [k for k, v in src.items() if not isinstance(v, np.ndarray)]
+        src = {k: torch.from_numpy(np.array(v)) for k, v in src.items() if isinstance(v, np.ndarray)}
+        check_detectron_variant(model, src, path)
+        fmt, rename = "detectron", rename_detectron
+    elif any(not isinstance(v, torch.Tensor) for v in src.values()):
+        raise CheckpointError(f"{path}: not a Detectron blob dict (no conv1_w / res2_0_* blobs)")
+    elif is_torchvision(keys):
         fmt, rename = "torchvision", rename_torchvision
     elif is_minidet(keys):
         fmt, rename = "minidet", lambda k: k
     else:
         raise CheckpointError(
             f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); "
-            "expected a torchvision maskrcnn_resnet50_fpn[_v2] or minidet state dict"
+            "expected a torchvision maskrcnn_resnet50_fpn[_v2], Detectron .pkl or minidet state dict"
         )
-    report = LoadReport(path=path, format=fmt)
+    report = LoadReport(path=path, format=fmt, ignored=dropped)
     renamed: dict[str, torch.Tensor] = {}
     for k, v in src.items():
         new = rename(k)

@@ -24,6 +24,10 @@ class MaskRCNN(nn.Module):
     channel order and returns one dict per image with ``boxes`` (D, 4) float32 xyxy in
     input pixels, ``scores`` (D,), ``labels`` (D,) int64 and, with a mask head,
     ``masks`` (D, H, W) bool. Stage times go to ``self.timer``.
+
+    ``legacy=True`` runs Detectron's arithmetic around the same layers: cv2 resizing of the
+    mean-subtracted image (output size rounded), and box decoding, clipping and NMS with
+    +1 sizes in original-image coordinates (see ``RPN`` and ``box_postprocess``).
     """
 
     def __init__(
@@ -52,6 +56,7 @@ class MaskRCNN(nn.Module):
         min_box_size: float,
         bg_last: bool = False,
         mask_threshold: float = 0.5,
+        legacy: bool = False,
     ) -> None:
         super().__init__()
         self.backbone, self.fpn, self.rpn = backbone, fpn, rpn
@@ -69,86 +74,125 @@ class MaskRCNN(nn.Module):
         self.min_box_size = min_box_size
         self.bg_last = bg_last
         self.mask_threshold = mask_threshold
+        self.legacy = legacy
         self.timer = StageTimer(enabled=False)
 
     @property
     def device(self) -> torch.device:
         return self.pixel_mean.device
 
-    def preprocess(self, images: list) -> tuple[torch.Tensor, list[tuple[int, int]], list[tuple[int, int]]]:
+    def _resize_torch(self, img) -> tuple[torch.Tensor, float]:
+        """torchvision: normalize on the device, then bilinear resize (output size floored)."""
+        t = torch.as_tensor(np.ascontiguousarray(img)) if isinstance(img, np.ndarray) else img
+        t = t.to(self.device).permute(2, 0, 1)
+        if self.flip_channels:
+            t = t.flip(0)
+        h, w = t.shape[-2:]
+        x = t.float()
+        if self.pixel_range != 255.0:
+            x = x / (255.0 / self.pixel_range)
+        x = (x - self.pixel_mean) / self.pixel_std
+        scale = min(self.min_size / min(h, w), self.max_size / max(h, w))
+        x = F.interpolate(
+            x[None], scale_factor=scale, mode="bilinear", recompute_scale_factor=True, align_corners=False
+        )
+        return x[0], scale
+
+    def _resize_cv2(self, img) -> tuple[torch.Tensor, float]:
+        """Detectron: subtract the mean from the float image, then cv2 INTER_LINEAR (size rounded)."""
+        import cv2
+
+        a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
+        if self.flip_channels:
+            a = a[:, :, ::-1]
+        x = a.astype(np.float32)
+        if self.pixel_range != 255.0:
+            x = x / np.float32(255.0 / self.pixel_range)
+        x = x - self.pixel_mean.view(1, 1, -1).cpu().numpy()
+        std = self.pixel_std.view(-1).cpu().numpy()
+        if np.any(std != 1):
+            x = x / std.reshape(1, 1, -1)
+        h, w = a.shape[:2]
+        scale = float(self.min_size) / float(min(h, w))
+        if np.round(scale * max(h, w)) > self.max_size:
+            scale = float(self.max_size) / float(max(h, w))
+        x = cv2.resize(x, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+        return torch.from_numpy(x).permute(2, 0, 1).to(self.device), scale
+
+    def preprocess(
+        self, images: list
+    ) -> tuple[torch.Tensor, list[tuple[int, int]], list[tuple[int, int]], list[float]]:
         """Normalize, resize (short side ``min_size``, long side <= ``max_size``) and pad.
 
-        Returns the padded batch (N, 3, H, W), the resized sizes and the original sizes.
+        Returns the padded batch (N, 3, H, W), the resized sizes, the original sizes and
+        the resize factors.
         """
-        resized, sizes, orig = [], [], []
+        resized, sizes, orig, scales = [], [], [], []
         for img in images:
-            t = torch.as_tensor(np.ascontiguousarray(img)) if isinstance(img, np.ndarray) else img
-            t = t.to(self.device).permute(2, 0, 1)
-            if self.flip_channels:
-                t = t.flip(0)
-            h, w = t.shape[-2:]
-            orig.append((h, w))
-            x = t.float()
-            if self.pixel_range != 255.0:
-                x = x / (255.0 / self.pixel_range)
-            x = (x - self.pixel_mean) / self.pixel_std
-            scale = min(self.min_size / min(h, w), self.max_size / max(h, w))
-            x = F.interpolate(
-                x[None], scale_factor=scale, mode="bilinear", recompute_scale_factor=True, align_corners=False
-            )[0]
+            orig.append((int(img.shape[0]), int(img.shape[1])))
+            x, scale = self._resize_cv2(img) if self.legacy else self._resize_torch(img)
             resized.append(x)
             sizes.append((x.shape[-2], x.shape[-1]))
+            scales.append(scale)
         d = self.size_divisibility
         ph = int(-(-max(s[0] for s in sizes) // d) * d)
         pw = int(-(-max(s[1] for s in sizes) // d) * d)
         batch = resized[0].new_zeros((len(resized), 3, ph, pw))
         for i, x in enumerate(resized):
             batch[i, :, : x.shape[1], : x.shape[2]].copy_(x)
-        return batch, sizes, orig
+        return batch, sizes, orig, scales
 
     @torch.inference_mode()
     def forward(self, images: list) -> list[dict[str, torch.Tensor]]:
         t = self.timer
         with t.stage("preprocess"):
-            batch, sizes, orig = self.preprocess(images)
+            batch, sizes, orig, scales = self.preprocess(images)
         with t.stage("backbone"):
             feats = self.backbone(batch)
         with t.stage("fpn"):
             pyramid = list(self.fpn(feats).values())
         with t.stage("rpn"):
-            proposals = self.rpn(pyramid, tuple(batch.shape[-2:]), sizes)
+            proposals = self.rpn(pyramid, tuple(batch.shape[-2:]), sizes, scales)
         with t.stage("box_head"):
             x = self.box_head(self.box_pooler(pyramid[:4], proposals))
             logits, deltas = self.box_predictor(x)
+            if self.legacy:  # Detectron decodes and clips in original-image coordinates
+                frames, sizes_for_boxes = [p / s for p, s in zip(proposals, scales)], orig
+            else:
+                frames, sizes_for_boxes = proposals, sizes
             dets = box_postprocess(
                 logits,
                 deltas,
-                proposals,
-                sizes,
+                frames,
+                sizes_for_boxes,
                 self.bbox_reg_weights,
                 self.score_thresh,
                 self.nms_thresh,
                 self.detections_per_image,
-                self.min_box_size,
+                None if self.legacy else self.min_box_size,
                 self.bg_last,
+                self.legacy,
             )
         mask_probs = None
         if self.mask_head is not None:
             with t.stage("mask_head"):
-                boxes = [d[0] for d in dets]
-                if sum(len(b) for b in boxes):
-                    logits = self.mask_head(self.mask_pooler(pyramid[:4], boxes))
-                    probs = select_class_masks(logits, torch.cat([d[2] for d in dets]))
+                if self.legacy:
+                    rois = [d[0] * s for d, s in zip(dets, scales)]
+                else:
+                    rois = [d[0] for d in dets]
+                if sum(len(b) for b in rois):
+                    mask_logits = self.mask_head(self.mask_pooler(pyramid[:4], rois))
+                    probs = select_class_masks(mask_logits, torch.cat([d[2] for d in dets]))
                 else:
                     probs = batch.new_zeros((0, 28, 28))
-                mask_probs = probs.split([len(b) for b in boxes])
+                mask_probs = probs.split([len(b) for b in rois])
         results = []
         with t.stage("paste"):
             for i, ((boxes, scores, labels), (h, w), (oh, ow)) in enumerate(zip(dets, sizes, orig)):
-                rh = torch.tensor(oh, dtype=torch.float32) / torch.tensor(h, dtype=torch.float32)
-                rw = torch.tensor(ow, dtype=torch.float32) / torch.tensor(w, dtype=torch.float32)
-                scale = torch.stack((rw, rh, rw, rh)).to(boxes.device)
-                boxes = boxes * scale
+                if not self.legacy:  # torchvision rescales per axis from the resized frame
+                    rh = torch.tensor(oh, dtype=torch.float32) / torch.tensor(h, dtype=torch.float32)
+                    rw = torch.tensor(ow, dtype=torch.float32) / torch.tensor(w, dtype=torch.float32)
+                    boxes = boxes * torch.stack((rw, rh, rw, rh)).to(boxes.device)
                 r = {"boxes": boxes, "scores": scores, "labels": labels}
                 if mask_probs is not None:
                     r["masks"] = paste_masks(mask_probs[i], boxes, oh, ow, self.mask_threshold)
@@ -168,6 +212,8 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     def no_norm(c: int) -> None:
         return None
 
+    legacy = m.CONVENTION == "detectron"
+
     backbone = ResNet(m.RESNETS.DEPTH, norm, m.RESNETS.STRIDE_IN_1X1, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP)
     ch = m.FPN.OUT_CHANNELS
     fpn = FPN(backbone.out_channels, ch, norm if m.FPN.USE_NORM else no_norm)
@@ -180,10 +226,11 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         m.RPN.POST_NMS_TOPK_TEST,
         m.RPN.NMS_THRESH,
         m.RPN.MIN_SIZE,
+        legacy=legacy,
     )
     scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     bh = m.ROI_BOX_HEAD
-    box_pooler = MultiScaleRoIAlign(bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO)
+    box_pooler = MultiScaleRoIAlign(bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, legacy=legacy)
     box_head = BoxHead(
         ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM, norm if bh.USE_NORM else no_norm
     )
@@ -196,7 +243,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     mask_pooler = mask_head = None
     if m.MASK_ON:
         mh = m.ROI_MASK_HEAD
-        mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO)
+        mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, legacy=legacy)
         mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, num_classes, norm if mh.USE_NORM else no_norm)
     model = MaskRCNN(
         backbone,
@@ -222,5 +269,6 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         min_box_size=m.ROI_HEADS.MIN_BOX_SIZE,
         bg_last=bg_last,
         mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
+        legacy=legacy,
     )
     return model.eval()

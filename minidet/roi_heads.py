@@ -31,7 +31,7 @@ class MultiScaleRoIAlign(nn.Module):
         sampling_ratio: int,
         aligned: bool = False,
         min_level: int = 2,
-        box_offset: int = 0,
+        legacy: bool = False,
     ) -> None:
         super().__init__()
         self.output_size = (output_size, output_size)
@@ -39,7 +39,7 @@ class MultiScaleRoIAlign(nn.Module):
         self.sampling_ratio = sampling_ratio
         self.aligned = aligned
         self.min_level = min_level
-        self.box_offset = box_offset
+        self.legacy = legacy
 
     def forward(self, features: list[torch.Tensor], boxes: list[torch.Tensor]) -> torch.Tensor:
         cat = torch.cat(boxes)
@@ -49,7 +49,7 @@ class MultiScaleRoIAlign(nn.Module):
         out = features[0].new_zeros((len(rois), c, *self.output_size))
         if len(rois) == 0:
             return out
-        levels = assign_levels(cat, self.min_level, self.min_level + len(features) - 1, self.box_offset)
+        levels = assign_levels(cat, self.min_level, self.min_level + len(features) - 1, self.legacy)
         for lvl, (feat, scale) in enumerate(zip(features, self.scales)):
             sel = torch.where(levels == lvl)[0]
             if sel.numel() == 0:
@@ -144,22 +144,30 @@ def box_postprocess(
     score_thresh: float,
     nms_thresh: float,
     topk: int,
-    min_box_size: float,
+    min_box_size: float | None,
     bg_last: bool = False,
+    legacy: bool = False,
 ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Softmax, class-specific decode, clip, threshold, per-class NMS, top-k.
+
+    Boxes are decoded against ``proposals`` and clipped to ``image_sizes`` (the same
+    coordinate frame). ``min_box_size`` None skips the small-box filter. ``legacy`` is
+    Detectron's arithmetic: +1 box sizes, NMS suppressing at IoU >= ``nms_thresh``, and at
+    the cap every detection scoring at least the ``topk``-th best score is kept (ties can
+    exceed ``topk``).
 
     Returns, per image, ``(boxes (D, 4), scores (D,), labels (D,))`` with labels the
     checkpoint's class index, sorted by decreasing score.
     """
     num_classes = logits.shape[1]
-    boxes_all = decode_boxes(deltas, torch.cat(proposals), bbox_weights).view(len(deltas), -1, 4)
+    off = int(legacy)
+    boxes_all = decode_boxes(deltas, torch.cat(proposals), bbox_weights, off).view(len(deltas), -1, 4)
     scores_all = F.softmax(logits, -1)
     results = []
     start = 0
     for props, (h, w) in zip(proposals, image_sizes):
         end = start + len(props)
-        boxes = clip_boxes(boxes_all[start:end], h, w)
+        boxes = clip_boxes(boxes_all[start:end], h, w, off)
         scores = scores_all[start:end]
         start = end
         labels = torch.arange(num_classes, device=scores.device).view(1, -1).expand_as(scores)
@@ -170,9 +178,14 @@ def box_postprocess(
         boxes, scores, labels = boxes.reshape(-1, 4), scores.reshape(-1), labels.reshape(-1)
         keep = torch.where(scores > score_thresh)[0]
         boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-        keep = torch.where(nonempty(boxes, min_box_size))[0]
-        boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-        keep = batched_nms(boxes, scores, labels, nms_thresh)[:topk]
+        if min_box_size is not None:
+            keep = torch.where(nonempty(boxes, min_box_size, off))[0]
+            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+        keep = batched_nms(boxes, scores, labels, nms_thresh, off, inclusive=legacy)
+        if legacy and len(keep) > topk:
+            keep = keep[scores[keep] >= scores[keep][topk - 1]]
+        else:
+            keep = keep[:topk]
         results.append((boxes[keep], scores[keep], labels[keep]))
     return results
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .boxes import batched_nms, clip_boxes, decode_boxes, nonempty
+from .boxes import batched_nms, clip_boxes, decode_boxes, detectron_cell_anchors, nonempty
 from .norm import Conv2d
 
 
@@ -53,6 +53,11 @@ class RPN(nn.Module):
     Per level, the ``pre_nms_topk`` highest logits are kept, decoded against their
     anchors (weights 1,1,1,1), clipped, filtered by ``min_size``, and NMS-ed per level at
     ``nms_thresh``; the ``post_nms_topk`` best over all levels are returned.
+
+    ``legacy=True`` is Detectron's arithmetic: its quantized anchors at fixed strides
+    2^level, +1 box sizes, clipping to the padded input, a minimum size of one
+    original-image pixel with the box centre inside the input, NMS suppressing at
+    IoU >= ``nms_thresh``, and ``post_nms_topk`` per level before the overall cut.
     """
 
     def __init__(
@@ -65,10 +70,19 @@ class RPN(nn.Module):
         post_nms_topk: int = 1000,
         nms_thresh: float = 0.7,
         min_size: float = 1e-3,
+        legacy: bool = False,
+        min_level: int = 2,
     ) -> None:
         super().__init__()
         self.head = RPNHead(in_channels, len(aspect_ratios), conv_depth)
-        self.cell_anchors = [cell_anchors(s, aspect_ratios) for s in anchor_sizes]
+        self.legacy = legacy
+        self.strides = [2 ** (min_level + i) for i in range(len(anchor_sizes))]
+        if legacy:
+            self.cell_anchors = [
+                detectron_cell_anchors(st, s, aspect_ratios) for st, s in zip(self.strides, anchor_sizes)
+            ]
+        else:
+            self.cell_anchors = [cell_anchors(s, aspect_ratios) for s in anchor_sizes]
         self.pre_nms_topk = pre_nms_topk
         self.post_nms_topk = post_nms_topk
         self.nms_thresh = nms_thresh
@@ -93,29 +107,44 @@ class RPN(nn.Module):
         return a
 
     def forward(
-        self, features: list[torch.Tensor], padded_size: tuple[int, int], image_sizes: list[tuple[int, int]]
+        self,
+        features: list[torch.Tensor],
+        padded_size: tuple[int, int],
+        image_sizes: list[tuple[int, int]],
+        image_scales: list[float] | None = None,
     ) -> list[torch.Tensor]:
-        """Returns a list of (R_i, 4) proposals, one per image, sorted by score."""
+        """Proposals in input (resized) coordinates: a list of (R_i, 4), sorted by score.
+
+        ``image_sizes`` are the resized, unpadded sizes; ``image_scales`` the resize factors
+        (used by the legacy minimum-size rule).
+        """
         logits, deltas = self.head(features)
         n = features[0].shape[0]
         sel_scores, sel_boxes, sel_levels = [], [], []
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
             a, h, w = lg.shape[1:]
-            # stride = padded size // grid size, as torchvision computes it
-            stride = (padded_size[0] // h, padded_size[1] // w)
+            if self.legacy:
+                stride = (self.strides[lvl], self.strides[lvl])
+            else:  # padded size // grid size, as torchvision computes it
+                stride = (padded_size[0] // h, padded_size[1] // w)
             anchors = self.grid_anchors(lvl, (h, w), stride, lg.device)
             lg = lg.permute(0, 2, 3, 1).reshape(n, -1)
             dl = dl.view(n, a, 4, h, w).permute(0, 3, 4, 1, 2).reshape(n, -1, 4)
             k = min(self.pre_nms_topk, lg.shape[1])
             top, idx = lg.topk(k, dim=1)
             d = dl.gather(1, idx[..., None].expand(n, k, 4))
-            boxes = decode_boxes(d.reshape(-1, 4), anchors[idx.reshape(-1)], (1.0, 1.0, 1.0, 1.0))
+            boxes = decode_boxes(d.reshape(-1, 4), anchors[idx.reshape(-1)], (1.0, 1.0, 1.0, 1.0), int(self.legacy))
             sel_scores.append(top)
             sel_boxes.append(boxes.view(n, k, 4))
             sel_levels.append(torch.full((k,), lvl, dtype=torch.int64, device=lg.device))
         scores = torch.sigmoid(torch.cat(sel_scores, dim=1))
         boxes = torch.cat(sel_boxes, dim=1)
         levels = torch.cat(sel_levels)
+        if self.legacy:
+            return [
+                self._select_legacy(boxes[i], scores[i], levels, padded_size, image_scales[i])
+                for i in range(len(image_sizes))
+            ]
         proposals = []
         for i, (hh, ww) in enumerate(image_sizes):
             b = clip_boxes(boxes[i], hh, ww)
@@ -124,3 +153,23 @@ class RPN(nn.Module):
             keep = batched_nms(b, s, lv, self.nms_thresh)[: self.post_nms_topk]
             proposals.append(b[keep])
         return proposals
+
+    def _select_legacy(self, boxes, scores, levels, padded_size, scale: float) -> torch.Tensor:
+        ph, pw = padded_size
+        b = clip_boxes(boxes, ph, pw, offset=1)
+        ws, hs = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+        min_size = max(self.min_size, 1.0)
+        keep = (
+            (ws / scale + 1 >= min_size)
+            & (hs / scale + 1 >= min_size)
+            & (b[:, 0] + (ws + 1) / 2.0 < pw)
+            & (b[:, 1] + (hs + 1) / 2.0 < ph)
+        )
+        b, s, lv = b[keep], scores[keep], levels[keep]
+        keep = batched_nms(b, s, lv, self.nms_thresh, offset=1, inclusive=True)
+        lv = lv[keep]
+        # rank of each kept box within its level (keep is score-sorted): per-level cap
+        onehot = torch.nn.functional.one_hot(lv, len(self.strides))
+        rank = (onehot.cumsum(0) * onehot).sum(1) - 1
+        keep = keep[rank < self.post_nms_topk][: self.post_nms_topk]
+        return b[keep]

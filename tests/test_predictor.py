@@ -97,7 +97,7 @@ def test_rgb_and_bgr_networks_see_the_same_pixels(weights):
     """INPUT.FORMAT decides the channel order the network gets; input is always BGR."""
     p = _predictor(weights)
     img = structured_image(120, 160, 5)
-    batch, _, _ = p.model.preprocess([img])
+    batch, _, _, _ = p.model.preprocess([img])
     ref = torch.from_numpy(img[:, :, ::-1].copy()).permute(2, 0, 1).float() / 255
     mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
     std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
