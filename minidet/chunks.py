@@ -1,0 +1,138 @@
+"""A resumable store of per-image results: JSON chunks written atomically as a run goes.
+
+A run over a dataset writes, every few images, ``<folder>/run<R>-rank<K>-<N>.json``: the ids
+of the images it finished, the images it skipped (with the reason), their detections, and
+whatever else the caller keeps per chunk (timings). A run that stops loses at most the chunk in
+progress; the next run (``R + 1``) reads which images are done and does only the others. The
+folder's ``manifest.json`` records what the chunks were made from, so that a resumed run cannot
+mix results of a different model, config or dataset.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from .fileio import write_json
+
+MANIFEST = "manifest.json"
+_CHUNK_RE = re.compile(r"^run(\d+)-rank(\d+)-(\d+)\.json$")
+
+
+class ChunkError(RuntimeError):
+    """The chunk folder does not fit the run (another run's results, an unreadable chunk)."""
+
+
+def chunk_name(run: int, rank: int, index: int) -> str:
+    return f"run{run:03d}-rank{rank:04d}-{index:05d}.json"
+
+
+class ChunkStore:
+    """The chunk files of one output folder (see the module docstring)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def names(self) -> list[str]:
+        """Chunk file names in run, rank, index order."""
+        if not os.path.isdir(self.folder):
+            return []
+        found = [(tuple(map(int, m.groups())), n) for n in os.listdir(self.folder) if (m := _CHUNK_RE.match(n))]
+        return [n for _, n in sorted(found)]
+
+    def open(self, manifest: dict, resume: bool) -> int:
+        """Prepare the folder for a run made from ``manifest``; returns the new run's number.
+
+        Without ``resume`` the folder must hold no chunks. With it, the chunks there must have
+        been made from an equal manifest. Raises :class:`ChunkError` with a one-line reason.
+        """
+        names = self.names()
+        path = os.path.join(self.folder, MANIFEST)
+        if names and not resume:
+            raise ChunkError(
+                f"{self.folder} holds {len(names)} result chunks of an earlier run; rerun with --resume "
+                "to finish that run, or remove the folder to start again"
+            )
+        if names:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    old = json.load(f)
+            except (OSError, ValueError) as e:
+                raise ChunkError(f"{path}: cannot read the earlier run's manifest ({e})") from None
+            diff = _first_difference(old, manifest)
+            if diff:
+                raise ChunkError(f"cannot resume: the earlier run in {self.folder} differs: {diff}")
+        os.makedirs(self.folder, exist_ok=True)
+        write_json(path, manifest, indent=1)
+        return 1 + max((int(_CHUNK_RE.match(n).group(1)) for n in names), default=0)
+
+    def write(self, run: int, rank: int, index: int, chunk: dict) -> str:
+        """Write one chunk atomically; returns its file name."""
+        name = chunk_name(run, rank, index)
+        write_json(os.path.join(self.folder, name), {"run": run, "rank": rank, **chunk})
+        return name
+
+    def read(self, name: str) -> dict:
+        path = os.path.join(self.folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            raise ChunkError(f"{path}: cannot read result chunk ({e}); remove it and rerun with --resume") from None
+
+    def read_all(self) -> Iterator[dict]:
+        for name in self.names():
+            yield self.read(name)
+
+    def done_ids(self) -> set[int]:
+        """Ids of the images some chunk finished (skipped images are not done: a rerun retries them)."""
+        return {i for c in self.read_all() for i in c["image_ids"]}
+
+
+def _first_difference(old: dict, new: dict) -> str:
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, str) and isinstance(b, str) and "\n" in a + b:
+            for la, lb in itertools.zip_longest(a.splitlines(), b.splitlines(), fillvalue=""):
+                if la != lb:
+                    return f"{key}: {la.strip()!r} then, {lb.strip()!r} now"
+        return f"{key}: {a!r} then, {b!r} now"
+    return ""
+
+
+@dataclass
+class Merged:
+    """All chunks together: each image is evaluated (with its detections) or skipped."""
+
+    image_ids: list[int] = field(default_factory=list)
+    results: list[dict] = field(default_factory=list)
+    skipped: dict[int, dict] = field(default_factory=dict)
+    dropped: int = 0
+    timings: list[dict] = field(default_factory=list)
+    images_per_run: dict[int, int] = field(default_factory=dict)
+
+
+def merge_chunks(chunks: Iterable[dict]) -> Merged:
+    """Merge chunks in run order. An image skipped by one run and done by a later one is done."""
+    m = Merged()
+    done: set[int] = set()
+    for c in chunks:
+        new = [i for i in c["image_ids"] if i not in done]
+        keep = set(new)
+        done.update(new)
+        m.image_ids.extend(new)
+        m.results.extend(r for r in c["detections"] if r["image_id"] in keep)
+        for s in c["skipped"]:
+            m.skipped[s["image_id"]] = s
+        m.dropped += c.get("dropped", 0)
+        m.timings.extend(c.get("timings", []))
+        m.images_per_run[c["run"]] = m.images_per_run.get(c["run"], 0) + len(new) + len(c["skipped"])
+    for i in done:
+        m.skipped.pop(i, None)
+    return m

@@ -1,0 +1,321 @@
+"""COCO evaluation: detections to COCO results (RLE as each image finishes), checks, COCOeval.
+
+Box and mask AP are pycocotools' own numbers; this module only feeds it. Metrics are returned
+as ``{"bbox": {"stats": [12 floats], "AP": ..., "AP50": ..., ..., "ARl": ...}, "segm": {...}}``
+in COCOeval's units (fractions; -1 where the ground truth has nothing to measure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+from pycocotools import mask as mask_utils
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from .categories import BACKGROUND, UNUSED, category_ids, class_names
+from .rle import encode_masks, xyxy_to_xywh
+
+IOU_TYPES = ("bbox", "segm")
+# COCOeval.stats, in order
+METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
+_RESULT_FIELD = {"bbox": "bbox", "segm": "segmentation"}
+_GT_KEYS = ("id", "image_id", "category_id", "bbox", "area", "iscrowd")
+
+
+class EvaluationError(ValueError):
+    """An annotation or results file cannot be evaluated; the message is one line naming it."""
+
+
+def _quiet(fn, *args, **kwargs):
+    """Call a pycocotools function without its progress prints; return (result, printed text)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        out = fn(*args, **kwargs)
+    return out, buf.getvalue()
+
+
+def _load_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise EvaluationError(f"{what} not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise EvaluationError(f"{path}: cannot read {what} ({e})") from None
+    except json.JSONDecodeError as e:
+        raise EvaluationError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+
+
+def load_coco_annotations(path: str) -> COCO:
+    """Read a COCO instances annotation file into a pycocotools ``COCO``, checking its shape.
+
+    ``info`` and ``licenses`` are optional; crowd RLE annotations and images without
+    annotations are fine. Raises :class:`EvaluationError` naming ``path`` otherwise.
+    """
+    data = _load_json(path, "annotation file")
+    if not isinstance(data, dict):
+        raise EvaluationError(f"{path}: not a COCO annotation file (expected a JSON object at top level)")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(data.get(key), list):
+            raise EvaluationError(f"{path}: not a COCO annotation file (no {key!r} list)")
+    for i, im in enumerate(data["images"]):
+        if not (isinstance(im, dict) and all(k in im for k in ("id", "file_name", "height", "width"))):
+            raise EvaluationError(f"{path}: images[{i}] needs 'id', 'file_name', 'height' and 'width'")
+    for i, cat in enumerate(data["categories"]):
+        if not (isinstance(cat, dict) and "id" in cat and "name" in cat):
+            raise EvaluationError(f"{path}: categories[{i}] needs 'id' and 'name'")
+    for i, ann in enumerate(data["annotations"]):
+        missing = [k for k in _GT_KEYS if not isinstance(ann, dict) or k not in ann]
+        if missing:
+            raise EvaluationError(f"{path}: annotations[{i}] lacks {', '.join(map(repr, missing))}")
+    coco = COCO()
+    coco.dataset = data
+    _quiet(coco.createIndex)
+    return coco
+
+
+def model_categories(layout: str) -> dict[int, str]:
+    """COCO category id -> name for the real classes of a checkpoint's category layout."""
+    return {
+        cid: name for cid, name in zip(category_ids(layout), class_names(layout)) if name not in (BACKGROUND, UNUSED)
+    }
+
+
+def check_categories(coco_gt: COCO, layout: str, source: str) -> None:
+    """Every category of the dataset must be a category of the checkpoint, by id and name.
+
+    Raises :class:`EvaluationError` naming ``source`` (the annotation file) otherwise.
+    """
+    known = model_categories(layout)
+    for cat in sorted(coco_gt.dataset["categories"], key=lambda c: c["id"]):
+        cid, name = cat["id"], cat["name"]
+        if cid not in known:
+            raise EvaluationError(
+                f"{source}: category {cid} ({name!r}) is not a category of the checkpoint "
+                f"(MODEL.CATEGORY_LAYOUT {layout}: COCO ids {min(known)}..{max(known)}); "
+                "the dataset does not match the model"
+            )
+        if name != known[cid]:
+            raise EvaluationError(
+                f"{source}: category {cid} is {name!r} in the dataset but {known[cid]!r} for the checkpoint "
+                f"(MODEL.CATEGORY_LAYOUT {layout}); the dataset does not match the model"
+            )
+
+
+def instances_to_coco(
+    image_id: int, output: Mapping, box_offset: int = 0, keep: Iterable[int] | None = None
+) -> tuple[list[dict], int]:
+    """One image's predictor output as COCO result dicts; masks become RLE here.
+
+    ``output`` holds ``boxes`` (N, 4) xyxy, ``scores`` (N,), ``category_ids`` (N,) and
+    optionally ``masks`` (N, H, W) bool. Detections whose category id is not in ``keep``
+    (e.g. coco91's unused slots, or classes a dataset lacks) are dropped. Returns the
+    results (``image_id``, ``category_id``, ``bbox`` [x, y, w, h], ``score``,
+    ``segmentation``) in the output's order, and the number dropped.
+    """
+    cat = np.asarray(output["category_ids"]).reshape(-1)
+    sel = np.isin(cat, np.fromiter(keep, dtype=np.int64)) if keep is not None else np.ones(len(cat), bool)
+    idx = np.flatnonzero(sel)
+    boxes = xyxy_to_xywh(np.asarray(output["boxes"])[idx], box_offset)
+    scores = np.asarray(output["scores"])[idx]
+    rles = encode_masks(np.asarray(output["masks"])[idx]) if "masks" in output else None
+    results = []
+    for k, i in enumerate(idx):
+        r = {"image_id": int(image_id), "category_id": int(cat[i]), "bbox": boxes[k], "score": float(scores[k])}
+        if rles is not None:
+            r["segmentation"] = rles[k]
+        results.append(r)
+    return results, int(len(cat) - len(idx))
+
+
+def sort_results(results: Iterable[dict]) -> list[dict]:
+    """Results in a fixed order: by image id, then by decreasing score (ties keep their order)."""
+    return sorted(results, key=lambda r: (r["image_id"], -r["score"]))
+
+
+def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
+    """The evaluations a results list allows: ``bbox`` and/or ``segm``, by its first entry."""
+    if not results:
+        return ()
+    return tuple(t for t in IOU_TYPES if _RESULT_FIELD[t] in results[0])
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
+    """Check a results list against the COCO results schema and the annotation file.
+
+    Every entry needs an ``image_id`` of the annotation file, an integer ``category_id``, a
+    finite ``score``, and the same of ``bbox`` ([x, y, w, h], w and h >= 0) and
+    ``segmentation`` (RLE ``{"size": [H, W], "counts": ...}`` of the image's size) as the
+    first entry. Uncompressed RLE counts are compressed in place. Returns the IoU types the
+    file allows; raises :class:`EvaluationError` naming ``source`` and the entry.
+    """
+    if not isinstance(results, list):
+        raise EvaluationError(f"{source}: COCO results must be a JSON list of detections, got {type(results).__name__}")
+    if not results:
+        raise EvaluationError(f"{source}: no detections (empty list); nothing to evaluate")
+    if not isinstance(results[0], dict):
+        raise EvaluationError(f"{source}: entry 0: expected an object, got {type(results[0]).__name__}")
+    types = result_iou_types(results)
+    if not types:
+        raise EvaluationError(f"{source}: entry 0 has neither 'bbox' nor 'segmentation'; nothing to evaluate")
+    fields = [_RESULT_FIELD[t] for t in types]
+    for i, r in enumerate(results):
+        where = f"{source}: entry {i}"
+        if not isinstance(r, dict):
+            raise EvaluationError(f"{where}: expected an object, got {type(r).__name__}")
+        for key in ("image_id", "category_id", "score", *fields):
+            if key not in r:
+                raise EvaluationError(f"{where}: no {key!r} (every entry needs 'image_id', 'category_id', 'score'"
+                                      f"{''.join(', ' + repr(f) for f in fields)})")  # fmt: skip
+        image_id = r["image_id"]
+        if not (isinstance(image_id, int) and not isinstance(image_id, bool)) or image_id not in coco_gt.imgs:
+            raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")
+        if not (isinstance(r["category_id"], int) and not isinstance(r["category_id"], bool)):
+            raise EvaluationError(f"{where}: category_id must be an integer, got {r['category_id']!r}")
+        if not _is_real(r["score"]):
+            raise EvaluationError(f"{where}: score must be a finite number, got {r['score']!r}")
+        if "bbox" in fields:
+            b = r["bbox"]
+            if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
+                raise EvaluationError(f"{where}: bbox must be [x, y, width, height] with width, height >= 0; got {b!r}")
+        if "segmentation" in fields:
+            _check_rle(r, coco_gt.imgs[image_id], where)
+    return types
+
+
+def _check_rle(r: dict, image: dict, where: str) -> None:
+    seg = r["segmentation"]
+    if not (isinstance(seg, dict) and "size" in seg and "counts" in seg):
+        raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}}")
+    size = seg["size"]
+    if not (isinstance(size, list) and len(size) == 2 and size == [image["height"], image["width"]]):
+        raise EvaluationError(
+            f"{where}: segmentation size {size!r} is not the image's [height, width] "
+            f"[{image['height']}, {image['width']}]"
+        )
+    counts = seg["counts"]
+    if isinstance(counts, list):
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts) or sum(counts) != (
+            size[0] * size[1]
+        ):
+            raise EvaluationError(f"{where}: uncompressed RLE counts must be non-negative integers summing to H*W")
+        compressed = mask_utils.frPyObjects(seg, size[0], size[1])
+        r["segmentation"] = {"size": size, "counts": compressed["counts"].decode("ascii")}
+    elif not isinstance(counts, str):
+        raise EvaluationError(f"{where}: segmentation counts must be an RLE string or a list of run lengths")
+
+
+def load_results(path: str, coco_gt: COCO) -> tuple[list[dict], tuple[str, ...]]:
+    """Read and validate a COCO results file; returns the detections and their IoU types."""
+    results = _load_json(path, "results file")
+    return results, validate_results(results, coco_gt, path)
+
+
+def _results_api(coco_gt: COCO, dets: list[dict]) -> COCO:
+    if dets:
+        return _quiet(coco_gt.loadRes, dets)[0]
+    empty = COCO()  # loadRes refuses an empty list; no detections is a valid (zero) result
+    empty.dataset = {
+        "images": list(coco_gt.dataset["images"]),
+        "categories": copy.deepcopy(coco_gt.dataset["categories"]),
+        "annotations": [],
+    }
+    _quiet(empty.createIndex)
+    return empty
+
+
+def coco_metrics(
+    coco_gt: COCO, results: Sequence[dict], iou_types: Sequence[str], image_ids: Iterable[int] | None = None
+) -> tuple[dict[str, dict], dict[str, str]]:
+    """Run COCOeval per IoU type on ``results`` over ``image_ids`` (default: every image).
+
+    Returns ``(metrics, tables)``: ``metrics[iou_type]`` is ``{"stats": [12 floats], "AP": ...}``
+    (see :data:`METRIC_NAMES`), ``tables[iou_type]`` the summary pycocotools prints.
+    ``results`` is not modified.
+    """
+    ids = sorted(coco_gt.getImgIds() if image_ids is None else set(image_ids))
+    metrics, tables = {}, {}
+    for iou_type in iou_types:
+        if iou_type not in IOU_TYPES:
+            raise ValueError(f"unknown IoU type {iou_type!r}; expected one of {IOU_TYPES}")
+        if iou_type == "segm":
+            lacking = [a["id"] for a in coco_gt.dataset["annotations"] if "segmentation" not in a]
+            if lacking:
+                raise EvaluationError(f"annotation {lacking[0]} has no segmentation; cannot evaluate masks")
+        # One field per evaluation: with a bbox present, pycocotools would take a mask's area from
+        # its box, which changes what counts as small / medium / large.
+        field = _RESULT_FIELD[iou_type]
+        dets = [
+            {"image_id": r["image_id"], "category_id": r["category_id"], field: r[field], "score": r["score"]}
+            for r in results
+        ]
+        ev = COCOeval(coco_gt, _results_api(coco_gt, dets), iou_type)
+        ev.params.imgIds = ids
+        _quiet(ev.evaluate)
+        _quiet(ev.accumulate)
+        _, tables[iou_type] = _quiet(ev.summarize)
+        stats = [float(v) for v in ev.stats]
+        metrics[iou_type] = {"stats": stats, **dict(zip(METRIC_NAMES, stats))}
+    return metrics, tables
+
+
+class COCOEvaluator:
+    """Collects one dataset's detections as COCO results and evaluates them with pycocotools.
+
+    ``reset()`` empties it, ``process(image_ids, outputs)`` converts a batch of predictor
+    outputs (masks to RLE right away, so memory holds no mask arrays), ``extend`` adds results
+    converted earlier (e.g. read back from disk), ``evaluate()`` returns the metrics over the
+    processed images and keeps the pycocotools printouts in ``tables``. Detections of categories
+    the annotation file does not have are dropped and counted in ``dropped``.
+    """
+
+    def __init__(self, coco_gt: COCO, box_offset: int = 0) -> None:
+        self.coco_gt = coco_gt
+        self.box_offset = box_offset
+        self.category_ids = frozenset(coco_gt.getCatIds())
+        self.reset()
+
+    def reset(self) -> None:
+        self.results: list[dict] = []
+        self.image_ids: list[int] = []
+        self.dropped = 0
+        self.tables: dict[str, str] = {}
+
+    def process(self, image_ids: Sequence[int], outputs: Sequence[Mapping]) -> list[dict]:
+        """Convert and keep one batch; returns the new results."""
+        new: list[dict] = []
+        for image_id, out in zip(image_ids, outputs):
+            res, dropped = instances_to_coco(image_id, out, self.box_offset, self.category_ids)
+            new.extend(res)
+            self.dropped += dropped
+        self.extend(image_ids, new)
+        return new
+
+    def extend(self, image_ids: Iterable[int], results: Iterable[dict], dropped: int = 0) -> None:
+        """Add already converted results of ``image_ids``."""
+        self.image_ids.extend(int(i) for i in image_ids)
+        self.results.extend(results)
+        self.dropped += dropped
+
+    def sorted_results(self) -> list[dict]:
+        """The results in :func:`sort_results` order (what is written and evaluated)."""
+        return sort_results(self.results)
+
+    def evaluate(self, iou_types: Sequence[str] | None = None) -> dict[str, dict]:
+        """COCO metrics over the processed images; ``iou_types`` default: what the results carry."""
+        results = self.sorted_results()
+        if iou_types is None:
+            iou_types = result_iou_types(results) or ("bbox",)
+        metrics, self.tables = coco_metrics(self.coco_gt, results, iou_types, self.image_ids)
+        return metrics
