@@ -1,0 +1,392 @@
+"""tools/eval_coco.py end to end (subprocesses) on coco_tiny with a random-init torchvision checkpoint.
+
+No trained weights exist here, so AP is near 0 on the real annotations; what is checked is the
+machinery: every image accounted for, metrics equal to pycocotools run independently on the
+written results, timing of every stage, resume, torchrun, bad files. One test turns the model's
+own detections into ground truth, so that the AP to reproduce is not 0.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from minidet.timing import STAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "eval_coco.py"
+CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
+SHARED = ROOT.parent / "shared" / "data"
+TINY = SHARED / "coco_tiny"
+ANN = TINY / "annotations" / "instances_val2017.json"
+IMAGES = TINY / "val2017"
+FAKE = SHARED / "cocoapi_fake"
+N = 6  # images per model run
+FAST = [
+    "INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "320",
+    "MODEL.RPN.PRE_NMS_TOPK_TEST", "300", "MODEL.RPN.POST_NMS_TOPK_TEST", "100",
+    "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "20",
+]  # fmt: skip
+# The same intra-op thread count in every run (a 2-process torchrun gets half the cores each):
+# float sums may round differently with another thread count.
+THREADS = str(max(1, (os.cpu_count() or 2) // 2))
+
+pytestmark = [
+    pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)"),
+    pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),
+]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": THREADS}  # the tool finds minidet itself
+
+
+def _run(*args: str, cwd: Path, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *launcher, str(TOOL), *args],
+        check=False,
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _model_args(out: Path, weights: Path, *extra: str, ann: Path = ANN, images: Path = IMAGES) -> list[str]:
+    return [
+        "--config-file", str(CONFIG), "--ann", str(ann), "--images", str(images), "--output", str(out),
+        "--workers", "1", *extra, "MODEL.WEIGHTS", str(weights), *FAST,
+    ]  # fmt: skip
+
+
+def _load(path: Path):
+    return json.loads(path.read_text())
+
+
+def _pycocotools_stats(ann: Path, results_file: Path, image_ids: list[int]) -> dict[str, list[float]]:
+    """COCOeval run directly on a results file. For masks the boxes are left out, so that the
+    mask area (not the box area) decides small / medium / large, as minidet documents."""
+    gt = COCO(str(ann))
+    results = _load(results_file)
+    out = {}
+    for iou_type, drop in (("bbox", "segmentation"), ("segm", "bbox")):
+        dets = [{k: v for k, v in r.items() if k != drop} for r in results]
+        ev = COCOeval(gt, gt.loadRes(dets), iou_type)
+        ev.params.imgIds = sorted(image_ids)
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+        out[iou_type] = [float(v) for v in ev.stats]
+    return out
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
+    with torch.no_grad():
+        m.roi_heads.box_predictor.cls_score.weight.mul_(30)  # confident classes: detections to check
+    path = tmp_path_factory.mktemp("ckpt") / "tv.pth"
+    torch.save(m.state_dict(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, weights) -> tuple[Path, subprocess.CompletedProcess]:
+    """One uninterrupted single-process run over the first N images, in chunks of 2."""
+    out = tmp_path_factory.mktemp("ref") / "out"
+    res = _run(*_model_args(out, weights, "--max-images", str(N), "--chunk-size", "2"), cwd=out.parent)
+    return out, res
+
+
+def _first_ids(n: int = N) -> list[int]:
+    return sorted(im["id"] for im in _load(ANN)["images"])[:n]
+
+
+def test_run_writes_results_metrics_timing(reference):
+    out, res = reference
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr and "error:" not in res.stderr
+    images = _load(out / "images.json")
+    assert images == {"evaluated": _first_ids(), "skipped": []}
+
+    gt = _load(ANN)
+    sizes = {im["id"]: [im["height"], im["width"]] for im in gt["images"]}
+    cats = {c["id"] for c in gt["categories"]}
+    results = _load(out / "coco_instances_results.json")
+    assert len(results) > N  # the sharpened random model detects things
+    for r in results:
+        assert set(r) == {"image_id", "category_id", "bbox", "score", "segmentation"}
+        assert r["image_id"] in images["evaluated"] and r["category_id"] in cats
+        h, w = sizes[r["image_id"]]
+        x, y, bw, bh = r["bbox"]
+        assert 0 <= x <= x + bw <= w + 1e-3 and 0 <= y <= y + bh <= h + 1e-3
+        assert r["segmentation"]["size"] == [h, w] and isinstance(r["segmentation"]["counts"], str)
+    assert results == sorted(results, key=lambda r: (r["image_id"], -r["score"]))
+
+    metrics = _load(out / "metrics.json")
+    assert set(metrics) == {"bbox", "segm"}
+    assert _pycocotools_stats(ANN, out / "coco_instances_results.json", images["evaluated"]) == {
+        t: metrics[t]["stats"] for t in ("bbox", "segm")
+    }
+    assert metrics["segm"]["AP50"] == metrics["segm"]["stats"][1] and len(metrics["bbox"]) == 13
+
+    timing = _load(out / "timing.json")
+    assert set(timing["stages"]) == {*STAGES, "total"}
+    assert set(timing["pipeline"]) == {"data", "model", "encode", "total"}
+    for row in [*timing["stages"].values(), *timing["pipeline"].values()]:
+        assert set(row) == {"mean", "median", "std", "min", "max", "n"} and row["n"] == N - 2  # 2 warm-up batches
+        assert 0 <= row["min"] <= row["median"] <= row["max"] and row["min"] <= row["mean"] <= row["max"]
+    assert timing["stages"]["total"]["mean"] == pytest.approx(timing["pipeline"]["model"]["mean"])
+    assert (timing["images"], timing["images_evaluated"], timing["images_skipped"]) == (N, N, 0)
+    assert timing["images_timed"] == N - 2 and timing["world_size"] == 1 and timing["runs"] == 1
+    assert timing["last_run"]["images"] == N and timing["last_run"]["wall_s"] > timing["last_run"]["loop_s"] > 0
+    assert set(timing["totals_s"]) == {"data", "model", "encode", "eval"}
+
+    lines = res.stdout.splitlines()
+    assert f"eval_coco: images {N} | evaluated {N} | skipped 0 | detections {len(results)} |" in res.stdout
+    assert any(line.startswith("eval_coco: bbox AP ") for line in lines)
+    assert any(line.startswith("eval_coco: segm AP ") for line in lines)
+    assert any(line.startswith("eval_coco: time wall ") for line in lines)
+    assert "Average Precision  (AP) @[ IoU=0.50:0.95" in res.stdout
+    for stage in (*STAGES, "data", "encode"):
+        assert any(line.startswith(f"{stage:<11}: ") and line.rstrip().endswith("%") for line in lines), stage
+
+
+def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path):
+    """Ground truth = the reference run's detections: the same model must score box AP 1,
+    and metrics.json must equal pycocotools on the written results."""
+    out, _ = reference
+    from pycocotools import mask as mask_utils
+
+    src = _load(ANN)
+    ids = set(_first_ids())
+    anns = [
+        {**r, "id": k + 1, "iscrowd": 0, "area": float(mask_utils.area(r["segmentation"]))}
+        for k, r in enumerate(_load(out / "coco_instances_results.json"))
+    ]
+    gt = {
+        "images": [im for im in src["images"] if im["id"] in ids],
+        "annotations": anns,
+        "categories": src["categories"],
+    }
+    ann = tmp_path / "own.json"
+    ann.write_text(json.dumps(gt))
+    res = _run(*_model_args(tmp_path / "own", weights, ann=ann), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    metrics = _load(tmp_path / "own" / "metrics.json")
+    assert metrics["bbox"]["AP"] == 1.0 and metrics["bbox"]["AP50"] == 1.0
+    assert metrics["segm"]["AP50"] > 0.5  # an empty mask (random weights) matches nothing, not even itself
+    ref = _pycocotools_stats(ann, tmp_path / "own" / "coco_instances_results.json", sorted(ids))
+    assert ref == {t: metrics[t]["stats"] for t in ("bbox", "segm")}
+
+
+def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path):
+    ref_out, _ = reference
+    out = tmp_path / "out"
+    args = _model_args(out, weights, "--max-images", str(N), "--chunk-size", "1")
+    proc = subprocess.Popen(
+        [sys.executable, str(TOOL), *args], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 300
+    while not list((out / "chunks").glob("run001-*.json")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C after the first image
+    _, stderr = proc.communicate(timeout=300)
+    stderr = stderr.decode()
+    assert proc.returncode == 130, stderr
+    assert f"error: interrupted; finished images are kept in {out / 'chunks'}" in stderr
+    done = sum(len(_load(p)["image_ids"]) for p in (out / "chunks").glob("run001-*.json"))
+    assert 1 <= done < N
+    assert not (out / "coco_instances_results.json").exists()
+
+    res = _run(*args, cwd=tmp_path)  # the same command without --resume refuses to mix runs
+    assert res.returncode == 2 and "rerun with --resume" in res.stderr
+
+    res = _run(*args, "--resume", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert f"eval_coco: resuming: {done} of {N} images done, {N - done} to go" in res.stdout
+    for name in ("coco_instances_results.json", "metrics.json", "images.json"):
+        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
+    timing = _load(out / "timing.json")
+    assert timing["runs"] == 2 and timing["last_run"]["images"] == N - done
+
+    res = _run(*args, "--resume", "INPUT.MIN_SIZE_TEST", "200", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "cannot resume: the earlier run in" in res.stderr and "MIN_SIZE_TEST: 160" in res.stderr
+
+
+def test_torchrun_two_processes_equal_one(reference, weights, tmp_path):
+    ref_out, _ = reference
+    out = tmp_path / "out"
+    launcher = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+    res = _run(*_model_args(out, weights, "--max-images", str(N), "--chunk-size", "2"), cwd=tmp_path, launcher=launcher)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for name in ("coco_instances_results.json", "metrics.json", "images.json"):
+        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
+    ranks = {p.name.split("-")[1] for p in (out / "chunks").glob("run001-*.json")}
+    assert ranks == {"rank0000", "rank0001"}
+    timing = _load(out / "timing.json")
+    assert timing["world_size"] == 2 and timing["images"] == N
+    assert timing["stages"]["backbone"]["n"] == N - 2 * 2  # two warm-up batches per process
+    assert res.stdout.count("eval_coco: images ") == 1  # rank 0 alone reports
+
+
+def test_bad_files_are_reported_counted_skipped(weights, tmp_path):
+    pil = pytest.importorskip("PIL.Image")
+    src = _load(ANN)
+    images = tmp_path / "images"
+    images.mkdir()
+    first = sorted(src["images"], key=lambda m: m["id"])[:2]
+    entries, anns = [], []
+
+    def add(base: dict, new_id: int, name: str, with_anns: bool = True) -> None:
+        entries.append({**base, "id": new_id, "file_name": name})
+        if with_anns:
+            anns.extend({**a, "id": 10**8 + len(anns), "image_id": new_id} for a in src["annotations"]
+                        if a["image_id"] == base["id"])  # fmt: skip
+
+    for im in first:
+        shutil.copy(IMAGES / im["file_name"], images)
+        add(im, im["id"], im["file_name"])
+    a, b = (cv2.imread(str(IMAGES / im["file_name"])) for im in first)
+    cv2.imwrite(str(images / "gray.png"), cv2.cvtColor(a, cv2.COLOR_BGR2GRAY))
+    cv2.imwrite(str(images / "deep.png"), b.astype(np.uint16) * 257)
+    cv2.imwrite(str(images / "rgba.png"), np.dstack([a, np.full(a.shape[:2], 255, np.uint8)]))
+    pil.fromarray(b[:, :, ::-1]).convert("CMYK").save(images / "cmyk.jpg", "JPEG")
+    data = (IMAGES / first[0]["file_name"]).read_bytes()
+    (images / "trunc.jpg").write_bytes(data[: len(data) // 2])
+    (images / "zero.jpg").write_bytes(b"")
+    for k, (base, name) in enumerate([(0, "gray.png"), (1, "deep.png"), (0, "rgba.png"), (1, "cmyk.jpg")]):
+        add(first[base], 1 + k, name)
+    for k, name in enumerate(["trunc.jpg", "zero.jpg", "missing.jpg"]):
+        add(first[0], 11 + k, name, with_anns=False)
+    ann = tmp_path / "ann.json"
+    ann.write_text(json.dumps({"images": entries, "annotations": anns, "categories": src["categories"]}))
+
+    res = _run(*_model_args(tmp_path / "out", weights, "--workers", "2", ann=ann, images=images), cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    errors = sorted(line for line in res.stderr.splitlines() if line.startswith("error:"))
+    assert errors == [
+        f"error: {images / 'missing.jpg'}: file not found (skipped)",
+        f"error: {images / 'trunc.jpg'}: cannot decode JPEG data (truncated or corrupt) (skipped)",
+        f"error: {images / 'zero.jpg'}: empty file (0 bytes) (skipped)",
+    ]
+    out = _load(tmp_path / "out" / "images.json")
+    assert out["evaluated"] == sorted([1, 2, 3, 4, *(im["id"] for im in first)])
+    assert [(s["image_id"], Path(s["file"]).name) for s in out["skipped"]] == [
+        (11, "trunc.jpg"), (12, "zero.jpg"), (13, "missing.jpg")
+    ]  # fmt: skip
+    assert "| skipped 3 |" in res.stdout and _load(tmp_path / "out" / "timing.json")["images_skipped"] == 3
+    metrics = _load(tmp_path / "out" / "metrics.json")
+    ref = _pycocotools_stats(ann, tmp_path / "out" / "coco_instances_results.json", out["evaluated"])
+    assert ref == {t: metrics[t]["stats"] for t in ("bbox", "segm")}
+
+
+@pytest.mark.skipif(not FAKE.is_dir(), reason=f"needs ../shared/data/cocoapi_fake ({FAKE} is absent)")
+def test_results_mode_on_cocoapi_fake(tmp_path):
+    ann = FAKE / "instances_val2014_100.json"
+    bbox, segm = (
+        FAKE / "instances_val2014_fakebbox100_results.json",
+        FAKE / "instances_val2014_fakesegm100_results.json",
+    )
+    res = _run("--ann", str(ann), "--results", str(bbox), str(segm), "--output", str(tmp_path / "o"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    metrics = _load(tmp_path / "o" / "metrics.json")
+    gt = COCO(str(ann))
+    for iou_type, path in (("bbox", bbox), ("segm", segm)):
+        ev = COCOeval(gt, gt.loadRes(str(path)), iou_type)
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+        assert metrics[iou_type]["stats"] == [float(v) for v in ev.stats]
+    assert "eval_coco: bbox AP 0.5046 AP50 0.6970" in res.stdout  # the official printout: 0.505, 0.697
+
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps([{"image_id": 42, "category_id": 18, "bbox": [1, 2, 3, 4]}]))
+    res = _run("--ann", str(ann), "--results", str(wrong), "--output", str(tmp_path / "o2"), cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.startswith(f"error: {wrong}: entry 0: no 'score'") and len(res.stderr.splitlines()) == 1
+    res = _run("--ann", str(ann), "--results", str(bbox), str(bbox), "--output", str(tmp_path / "o2"), cwd=tmp_path)
+    assert res.returncode == 2 and f"{bbox}: bbox results already given by {bbox}" in res.stderr
+
+
+def test_dataset_and_checkpoint_categories_must_match(weights, tmp_path):
+    src = _load(ANN)
+    src["categories"].append({"id": 91, "name": "hair brush"})
+    ann = tmp_path / "ann.json"
+    ann.write_text(json.dumps(src))
+    res = _run(*_model_args(tmp_path / "out", weights, ann=ann), cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"error: {ann}: category 91 ('hair brush') is not a category of the checkpoint "
+        "(MODEL.CATEGORY_LAYOUT coco91: COCO ids 1..90); the dataset does not match the model"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("eval_coco_tool", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_arguments(capsys):
+    tool = _load_tool()
+    args = tool.parse_args(["--config-file", "c.yaml", "--ann", "a.json", "--images", "d", "--output", "o",
+                            "MODEL.DEVICE", "cuda", "--resume", "INPUT.MIN_SIZE_TEST", "-1"])  # fmt: skip
+    assert args.resume and args.opts == ["MODEL.DEVICE", "cuda", "INPUT.MIN_SIZE_TEST", "-1"]
+    assert (args.warmup, args.workers, args.chunk_size, args.max_images) == (2, 2, 50, None)
+    for argv, message in [
+        (["--ann", "a", "--results", "r.json", "--config-file", "c", "--output", "o"], "--config-file do not apply"),
+        (["--ann", "a", "--output", "o"], "give --config-file and --images"),
+        (["--ann", "a", "--results", "r", "--output", "o", "--chunk-size", "0"], "--chunk-size >= 1"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            tool.parse_args(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_timing_summary_leaves_out_warmup_batches():
+    tool = _load_tool()
+    recs = [
+        {"seq": s, "n": 2, "data": 0.2, "model": 4.0 * (s + 1), "encode": 0.1, "stages": {"backbone": 4.0 * (s + 1)}}
+        for s in range(3)
+    ]
+    stages, pipeline, timed = tool.timing_summary(recs, warmup=2)
+    assert timed == recs[2:] and stages["backbone"]["mean"] == 6.0 and pipeline["data"]["mean"] == 0.1
+    stages, _, timed = tool.timing_summary(recs, warmup=5)  # fewer batches than the warm-up: keep them all
+    assert timed == recs and stages["backbone"]["n"] == 3 and stages["total"]["median"] == 4.0
+
+
+@pytest.mark.slow
+def test_all_of_coco_tiny_in_batches_of_two(weights, tmp_path):
+    """Every image of coco_tiny, two per forward, two loader workers: all accounted for, metrics
+    equal to pycocotools on the written results."""
+    out = tmp_path / "out"
+    res = _run(*_model_args(out, weights, "--workers", "2", "TEST.IMS_PER_BATCH", "2"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    images = _load(out / "images.json")
+    assert images == {"evaluated": _first_ids(80), "skipped": []}
+    metrics = _load(out / "metrics.json")
+    ref = _pycocotools_stats(ANN, out / "coco_instances_results.json", images["evaluated"])
+    assert ref == {t: metrics[t]["stats"] for t in ("bbox", "segm")}
+    timing = _load(out / "timing.json")
+    assert timing["ims_per_batch"] == 2 and timing["stages"]["backbone"]["n"] == 40 - 2

@@ -1,0 +1,386 @@
+"""COCO box and mask AP of a minidet model on a COCO-format dataset, with per-stage timing.
+
+Usage::
+
+    python tools/eval_coco.py --config-file CFG --ann ANN.json --images DIR --output OUT \\
+        [--max-images N] [--workers 2] [--warmup 2] [--chunk-size 50] [--resume] [--debug] [KEY VALUE ...]
+    python tools/eval_coco.py --ann ANN.json --results RESULTS.json [MORE.json ...] --output OUT
+    torchrun --nproc_per_node N tools/eval_coco.py --config-file CFG ...   # shards the images
+
+The first form runs the model over the annotation file's images (the first ``N`` by id with
+``--max-images``), reading them in ``--workers`` DataLoader processes, ``TEST.IMS_PER_BATCH``
+images per forward, and writes to ``OUT``:
+
+- ``coco_instances_results.json``: COCO results (``image_id``, ``category_id``, ``bbox``
+  [x, y, w, h], ``score``, ``segmentation`` RLE), sorted by image id, then by decreasing score;
+- ``metrics.json``: ``{"bbox": {"stats": [12 COCOeval stats], "AP": ..., ...}, "segm": {...}}``;
+- ``images.json``: the ids of the evaluated images and the skipped ones with the reason;
+- ``timing.json``: seconds per image for each model stage, data loading (time waiting for the
+  DataLoader) and RLE encoding (mean, median, std, min, max over the batches after the first
+  ``--warmup`` of each process), their totals, the evaluation time and the wall time.
+
+Results are saved as the run goes in ``OUT/chunks/`` (every ``--chunk-size`` images per
+process). A run that stops (Ctrl-C, a crash, a killed worker) keeps them; the same command
+with ``--resume`` does only the missing images and writes the same results and metrics files
+(``timing.json`` then describes the images timed in all runs, and the wall time of the last).
+
+An image that is missing, truncated, unreadable or not the annotated size is reported on one
+``error: <file>: ... (skipped)`` line, left out of the evaluation and counted; the exit status is
+then 1. A bad config, checkpoint, annotation or results file stops the run with one ``error:``
+line and exit status 2 (``--debug``: with the traceback); an interrupted run exits with 130
+(Ctrl-C) or 2.
+
+The second form evaluates detections made elsewhere: each file may carry ``bbox``,
+``segmentation`` or both; ``metrics.json`` gets what they allow. Under torchrun each process
+takes every N-th image and writes its own chunks; rank 0 then merges them, evaluates and writes
+the files. ``OUT`` must be a folder all processes see (on several nodes: a shared file system).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+try:
+    import minidet
+except ImportError:  # running from a source checkout that is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import minidet
+
+import cv2
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from minidet import dist
+from minidet.checkpoint import CheckpointError
+from minidet.chunks import ChunkError, ChunkStore, merge_chunks
+from minidet.config import ConfigError
+from minidet.data import ImageFiles, coco_image_files, collate
+from minidet.evaluation import (
+    METRIC_NAMES,
+    COCOEvaluator,
+    EvaluationError,
+    check_categories,
+    coco_metrics,
+    load_coco_annotations,
+    load_results,
+)
+from minidet.fileio import write_json
+from minidet.timing import format_table, summarize
+
+RESULTS_FILE = "coco_instances_results.json"
+SETUP_ERRORS = (ConfigError, CheckpointError, EvaluationError, ChunkError, OSError)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="eval_coco.py", description="COCO box and mask AP with per-stage timing.")
+    p.add_argument("--config-file", metavar="CFG", help="yaml config file of the model")
+    p.add_argument("--ann", required=True, metavar="ANN.json", help="COCO instances annotation file")
+    p.add_argument("--images", metavar="DIR", help="folder of the annotation file's images")
+    p.add_argument("--output", required=True, metavar="OUT", help="output folder (created if needed)")
+    p.add_argument("--results", nargs="+", metavar="RESULTS.json", help="evaluate these COCO results files instead")
+    p.add_argument("--max-images", type=int, metavar="N", help="only the first N images (by id)")
+    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process (0: none)")
+    p.add_argument("--warmup", type=int, default=2, help="batches per process left out of the timing statistics")
+    p.add_argument("--chunk-size", type=int, default=50, help="images per saved result chunk")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in OUT")
+    p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
+    p.add_argument("opts", nargs="*", metavar="KEY VALUE", help="config overrides")
+    args = p.parse_intermixed_args(argv)  # options may follow the overrides: "... MODEL.DEVICE cuda --resume"
+    if args.results:
+        extra = [f for f, v in [("--config-file", args.config_file), ("--images", args.images),
+                                ("--max-images", args.max_images), ("--resume", args.resume),
+                                ("KEY VALUE overrides", args.opts)] if v]  # fmt: skip
+        if extra:
+            p.error(f"--results evaluates existing detections; {', '.join(extra)} do not apply")
+    elif not (args.config_file and args.images):
+        p.error("give --config-file and --images (to run a model) or --results (to evaluate detections)")
+    if args.max_images is not None and args.max_images < 1:
+        p.error("--max-images must be >= 1")
+    if args.workers < 0 or args.warmup < 0 or args.chunk_size < 1:
+        p.error("need --workers >= 0, --warmup >= 0, --chunk-size >= 1")
+    return args
+
+
+def _fail(message: str, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def _metric_line(iou_type: str, m: dict) -> str:
+    return f"eval_coco: {iou_type} " + " ".join(f"{k} {m[k]:.4f}" for k in METRIC_NAMES)
+
+
+def evaluate_results_files(args: argparse.Namespace) -> int:
+    """The ``--results`` form: validate the files, run COCOeval, write ``metrics.json``."""
+    coco_gt = load_coco_annotations(args.ann)
+    by_type: dict[str, tuple[str, list]] = {}
+    for path in args.results:
+        results, types = load_results(path, coco_gt)
+        for t in types:
+            if t in by_type:
+                raise EvaluationError(f"{path}: {t} results already given by {by_type[t][0]}")
+            by_type[t] = (path, results)
+    metrics, tables = {}, {}
+    for t, (_, results) in by_type.items():
+        m, tab = coco_metrics(coco_gt, results, [t])
+        metrics.update(m)
+        tables.update(tab)
+    os.makedirs(args.output, exist_ok=True)
+    write_json(os.path.join(args.output, "metrics.json"), metrics, indent=1)
+    for t in metrics:
+        print(f"{t} (pycocotools, {by_type[t][0]}):\n{tables[t]}")
+    for t, m in metrics.items():
+        print(_metric_line(t, m))
+    print(f"eval_coco: wrote {os.path.join(args.output, 'metrics.json')}")
+    return 0
+
+
+def _raise_exit(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds like Ctrl-C, so the chunk in progress is saved
+
+
+class Run:
+    """One process's share of a model evaluation: set-up, the image loop, the chunks."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        cfg = minidet.get_cfg()
+        cfg.merge_from_file(args.config_file)
+        cfg.merge_from_list(args.opts)
+        self.coco_gt = load_coco_annotations(args.ann)
+        check_categories(self.coco_gt, cfg.MODEL.CATEGORY_LAYOUT, args.ann)
+        files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
+        self.files = dict(files)
+        manifest = {
+            "annotations": os.path.abspath(args.ann),
+            "images": os.path.abspath(args.images),
+            "image_ids": len(files),
+            "config": cfg.dump(),
+        }
+        self.info, device = dist.init(cfg.MODEL.DEVICE)
+        cfg.MODEL.DEVICE = device
+        self.cfg = cfg
+        self.store = ChunkStore(os.path.join(args.output, "chunks"))
+        state: dict = {}
+        if self.info.is_main:  # one process decides, so that every rank shards the same list
+            try:
+                state = {"run": self.store.open(manifest, args.resume), "done": sorted(self.store.done_ids())}
+            except (ChunkError, OSError) as e:
+                state = {"error": str(e)}
+        state = dist.broadcast(state)
+        if "error" in state:
+            raise ChunkError(state["error"])
+        self.run_id = state["run"]
+        done = set(state["done"])
+        todo = [(i, path) for i, path in files if i not in done]
+        if done and self.info.is_main:
+            print(f"eval_coco: resuming: {len(done)} of {len(files)} images done, {len(todo)} to go")
+        self.shard = todo[self.info.rank :: self.info.world_size]
+        self.predictor = minidet.Predictor(cfg)
+        self.evaluator = COCOEvaluator(self.coco_gt, self.predictor.box_offset)
+        self.written: list[str] = []
+
+    def loop(self) -> None:
+        """Run the model over this process's images, saving a chunk every ``--chunk-size`` images."""
+        args, info = self.args, self.info
+        sizes = {i: (self.coco_gt.imgs[i]["height"], self.coco_gt.imgs[i]["width"]) for i, _ in self.shard}
+        loader = DataLoader(
+            ImageFiles(self.shard, self.cfg.INPUT.MAX_PIXELS, sizes),
+            batch_size=self.cfg.TEST.IMS_PER_BATCH,
+            num_workers=args.workers,
+            collate_fn=collate,
+        )
+        bar = tqdm(
+            total=len(self.shard),
+            unit="img",
+            file=sys.stderr,
+            disable=not info.is_main or None,
+            desc=f"rank 0 of {info.world_size}" if info.distributed else None,
+        )
+        pending: dict = {"skipped": [], "timings": []}
+        batches = iter(loader)
+        seq = 0
+        try:
+            while True:
+                t0 = time.perf_counter()
+                batch = next(batches, None)
+                t_data = time.perf_counter() - t0
+                if batch is None:
+                    break
+                good = [(i, im) for i, im in batch if not isinstance(im, str)]
+                for i, err in batch:
+                    if isinstance(err, str):
+                        pending["skipped"].append({"image_id": i, "file": self.files[i], "error": err})
+                        tqdm.write(f"error: {err} (skipped)", file=sys.stderr)
+                if good:
+                    t1 = time.perf_counter()
+                    outs = self.predictor.predict_batch([im for _, im in good])
+                    t2 = time.perf_counter()
+                    self.evaluator.process([i for i, _ in good], outs)  # masks become RLE here
+                    stages = outs[0]["timings"]
+                    pending["timings"].append({
+                        "run": self.run_id, "rank": info.rank, "seq": seq, "n": len(good), "data": t_data,
+                        "model": sum(stages.values()) if stages else t2 - t1,
+                        "encode": time.perf_counter() - t2, "stages": stages,
+                    })  # fmt: skip
+                    seq += 1
+                bar.update(len(batch))
+                if len(self.evaluator.image_ids) + len(pending["skipped"]) >= args.chunk_size:
+                    pending = self._save(pending)
+        finally:  # whatever stops the loop, what is finished is kept
+            self._save(pending)
+            bar.close()
+
+    def _save(self, pending: dict) -> dict:
+        """Write the evaluator's images and ``pending`` skips and timings as a chunk; start anew."""
+        ev = self.evaluator
+        if ev.image_ids or pending["skipped"]:
+            chunk = {"image_ids": ev.image_ids, "skipped": pending["skipped"], "dropped": ev.dropped,
+                     "detections": ev.results, "timings": pending["timings"]}  # fmt: skip
+            self.written.append(self.store.write(self.run_id, self.info.rank, len(self.written), chunk))
+        ev.reset()  # the chunk file holds the results now: memory stays flat
+        return {"skipped": [], "timings": []}
+
+
+def timing_summary(records: list[dict], warmup: int) -> tuple[dict, dict, list[dict]]:
+    """Per-image statistics of model stages and of the pipeline (data, model, encode).
+
+    ``records`` hold one batch each (``n`` images, seconds for the batch); the first ``warmup``
+    batches of each process run are left out unless nothing would remain.
+    """
+    timed = [r for r in records if r["seq"] >= warmup] or list(records)
+    stages = [{k: v / r["n"] for k, v in r["stages"].items()} for r in timed if r["stages"]]
+    pipeline = [{k: r[k] / r["n"] for k in ("data", "model", "encode")} for r in timed]
+    return (summarize(stages) if stages else {}), summarize(pipeline), timed
+
+
+def finish(run: Run, t_start: float, t_loop: float) -> int:
+    """Rank 0: merge every process's chunks, write the results, evaluate, report. Returns the status."""
+    args, cfg = run.args, run.cfg
+    merged = merge_chunks(run.store.read_all())
+    missing = set(run.files) - set(merged.image_ids) - set(merged.skipped)
+    if missing:
+        raise ChunkError(f"{len(missing)} images (e.g. id {min(missing)}) are in no result chunk; rerun with --resume")
+    evaluator = COCOEvaluator(run.coco_gt, run.predictor.box_offset)
+    evaluator.extend(merged.image_ids, merged.results, merged.dropped)
+    results = evaluator.sorted_results()
+    out = args.output
+    write_json(os.path.join(out, RESULTS_FILE), results)
+    t0 = time.perf_counter()
+    metrics = evaluator.evaluate(("bbox", "segm") if cfg.MODEL.MASK_ON else ("bbox",))
+    t_eval = time.perf_counter() - t0
+    skipped = [merged.skipped[i] for i in sorted(merged.skipped)]
+    write_json(os.path.join(out, "metrics.json"), metrics, indent=1)
+    write_json(os.path.join(out, "images.json"), {"evaluated": sorted(merged.image_ids), "skipped": skipped}, indent=1)
+
+    stage_stats, pipe_stats, timed = timing_summary(merged.timings, args.warmup)
+    totals = {k: sum(r[k] for r in merged.timings) for k in ("data", "model", "encode")}
+    this_run = merged.images_per_run.get(run.run_id, 0)
+    wall = time.perf_counter() - t_start
+    timing = {
+        "device": cfg.MODEL.DEVICE,
+        "world_size": run.info.world_size,
+        "ims_per_batch": cfg.TEST.IMS_PER_BATCH,
+        "warmup_batches_per_process": args.warmup,
+        "images": len(run.files),
+        "images_evaluated": len(merged.image_ids),
+        "images_skipped": len(skipped),
+        "images_timed": sum(r["n"] for r in timed),
+        "units": "seconds per image; n counts batches",
+        "stages": stage_stats,
+        "pipeline": pipe_stats,
+        "totals_s": {**totals, "eval": t_eval},
+        "last_run": {"images": this_run, "loop_s": t_loop, "wall_s": wall,
+                     "images_per_s": this_run / t_loop if t_loop > 0 else 0.0},
+        "runs": len(merged.images_per_run),
+    }  # fmt: skip
+    write_json(os.path.join(out, "timing.json"), timing, indent=1)
+
+    for t in metrics:
+        print(f"{t} (pycocotools):\n{evaluator.tables[t]}")
+    skipped_warmup = len(timed) < len(merged.timings)
+    skip_note = f"first {args.warmup} batch(es) per process skipped" if skipped_warmup else "none skipped"
+    if stage_stats:
+        print(format_table(stage_stats, title=f"model stages per image ({skip_note}):"))
+    print(format_table(pipe_stats, title="per image: waiting for data, model, RLE encoding:"))
+    print(
+        f"eval_coco: images {len(run.files)} | evaluated {len(merged.image_ids)} | skipped {len(skipped)} | "
+        f"detections {len(results)} | dropped {merged.dropped} (categories not in the annotation file)"
+    )
+    for t, m in metrics.items():
+        print(_metric_line(t, m))
+    print(
+        f"eval_coco: time wall {wall:.1f} s | this run {this_run} images in {t_loop:.1f} s "
+        f"({timing['last_run']['images_per_s']:.2f} img/s) | data {totals['data']:.1f} s | "
+        f"model {totals['model']:.1f} s | encode {totals['encode']:.1f} s | eval {t_eval:.1f} s"
+    )
+    names = (RESULTS_FILE, "metrics.json", "images.json", "timing.json")
+    print(f"eval_coco: wrote {' '.join(os.path.join(out, n) for n in names)}")
+    return 1 if skipped else 0
+
+
+def evaluate_model(args: argparse.Namespace) -> int:
+    """The model form: set up, loop over this process's images, then rank 0 finishes."""
+    t_start = time.perf_counter()  # wall time: model loading included, Python imports not
+    try:
+        run = Run(args)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+    signal.signal(signal.SIGTERM, _raise_exit)
+    t0 = time.perf_counter()
+    try:
+        run.loop()
+    except (KeyboardInterrupt, SystemExit, Exception) as e:  # noqa: BLE001 - report, keep the chunks, stop
+        what = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else f"{type(e).__name__}: {e}"
+        rc = _fail(
+            f"{what}; finished images are kept in {run.store.folder}: rerun the same command with --resume to "
+            "do the rest", args.debug
+        )  # fmt: skip
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        return e.code if isinstance(e, SystemExit) else rc
+    written = dist.all_gather(run.written)
+    t_loop = time.perf_counter() - t0
+    if not run.info.is_main:
+        return 0
+    unseen = [n for names in written for n in names if not os.path.exists(os.path.join(run.store.folder, n))]
+    if unseen:
+        return _fail(f"{unseen[0]} of another process is not in {run.store.folder}: OUT must be shared", args.debug)
+    try:
+        return finish(run, t_start, t_loop)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the tool; return the exit status (0 ok, 1 images skipped, 2 error, 130 Ctrl-C)."""
+    args = parse_args(argv)
+    if not args.debug:
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    try:
+        if args.results:
+            return evaluate_results_files(args)
+        return evaluate_model(args)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+    except KeyboardInterrupt:
+        _fail("interrupted", args.debug)
+        return 130
+    except Exception as e:  # noqa: BLE001 - any other failure: still one line without --debug
+        hint = "" if args.debug else " (rerun with --debug for the traceback)"
+        return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
+    finally:
+        dist.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
