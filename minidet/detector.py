@@ -75,6 +75,7 @@ class MaskRCNN(nn.Module):
         self.bg_last = bg_last
         self.mask_threshold = mask_threshold
         self.legacy = legacy
+        self.channels_last = False  # set by prepare_model with the weights in that layout
         self.timer = StageTimer(enabled=False)
 
     @property
@@ -142,11 +143,16 @@ class MaskRCNN(nn.Module):
             batch[i, :, : x.shape[1], : x.shape[2]].copy_(x)
         return batch, sizes, orig, scales
 
+    def _to_layout(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
     @torch.inference_mode()
     def forward(self, images: list) -> list[dict[str, torch.Tensor]]:
         t = self.timer
         with t.stage("preprocess"):
             batch, sizes, orig, scales = self.preprocess(images)
+        if self.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
         with t.stage("backbone"):
             feats = self.backbone(batch)
         with t.stage("fpn"):
@@ -154,7 +160,9 @@ class MaskRCNN(nn.Module):
         with t.stage("rpn"):
             proposals = self.rpn(pyramid, tuple(batch.shape[-2:]), sizes, scales)
         with t.stage("box_head"):
-            x = self.box_head(self.box_pooler(pyramid[:4], proposals))
+            # RoIAlign reads NCHW; convert the pooled levels once for both heads
+            pooled_levels = [p.contiguous() for p in pyramid[:4]]
+            x = self.box_head(self._to_layout(self.box_pooler(pooled_levels, proposals)))
             logits, deltas = self.box_predictor(x)
             if self.legacy:  # Detectron decodes and clips in original-image coordinates
                 frames, sizes_for_boxes = [p / s for p, s in zip(proposals, scales)], orig
@@ -181,7 +189,7 @@ class MaskRCNN(nn.Module):
                 else:
                     rois = [d[0] for d in dets]
                 if sum(len(b) for b in rois):
-                    mask_logits = self.mask_head(self.mask_pooler(pyramid[:4], rois))
+                    mask_logits = self.mask_head(self._to_layout(self.mask_pooler(pooled_levels, rois)))
                     probs = select_class_masks(mask_logits, torch.cat([d[2] for d in dets]))
                 else:
                     probs = batch.new_zeros((0, 28, 28))

@@ -31,6 +31,9 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CheckpointError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")
     model.to(device)
+    if cfg.MODEL.CHANNELS_LAST:
+        model.to(memory_format=torch.channels_last)
+        model.channels_last = True
     model.timer = StageTimer(enabled=cfg.TEST.TIMING, device=device)
     return model.eval(), report
 

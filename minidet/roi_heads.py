@@ -161,23 +161,27 @@ def box_postprocess(
     """
     num_classes = logits.shape[1]
     off = int(legacy)
-    boxes_all = decode_boxes(deltas, torch.cat(proposals), bbox_weights, off).view(len(deltas), -1, 4)
     scores_all = F.softmax(logits, -1)
+    fg = slice(0, num_classes - 1) if bg_last else slice(1, num_classes)
+    first_fg = fg.start
+    reg_classes = deltas.shape[1] // 4
     results = []
     start = 0
     for props, (h, w) in zip(proposals, image_sizes):
         end = start + len(props)
-        boxes = clip_boxes(boxes_all[start:end], h, w, off)
-        scores = scores_all[start:end]
+        scores = scores_all[start:end, fg]
+        # threshold first, then decode only the surviving (proposal, class) pairs: the same
+        # values as decoding all R x K boxes, in the same (proposal-major) order
+        rows, cols = torch.where(scores > score_thresh)
+        labels = cols + first_fg
+        if reg_classes == 1:  # class-agnostic regression
+            d = deltas[start:end][rows]
+        else:
+            reg_col = labels if reg_classes == num_classes else cols  # detectron2: no bg rows
+            d = deltas[start:end].view(-1, reg_classes, 4)[rows, reg_col]
+        boxes = clip_boxes(decode_boxes(d, props[rows], bbox_weights, off), h, w, off)
+        scores = scores[rows, cols]
         start = end
-        labels = torch.arange(num_classes, device=scores.device).view(1, -1).expand_as(scores)
-        fg = slice(0, num_classes - 1) if bg_last else slice(1, num_classes)
-        if boxes.shape[1] != num_classes:  # class-agnostic or bg-less regression
-            boxes = boxes.expand(-1, num_classes, -1) if boxes.shape[1] == 1 else boxes
-        boxes, scores, labels = boxes[:, fg], scores[:, fg], labels[:, fg]
-        boxes, scores, labels = boxes.reshape(-1, 4), scores.reshape(-1), labels.reshape(-1)
-        keep = torch.where(scores > score_thresh)[0]
-        boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
         if min_box_size is not None:
             keep = torch.where(nonempty(boxes, min_box_size, off))[0]
             boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
