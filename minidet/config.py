@@ -202,6 +202,9 @@ _C.TEST = CfgNode()
 _C.TEST.IMS_PER_BATCH = 1
 # Record per-stage times (CUDA-synchronized on GPU).
 _C.TEST.TIMING = True
+# Mixed precision for the network layers: "" (off, float32), "bf16" or "fp16" (CUDA; bf16 also
+# on CPU). Box, anchor and mask arithmetic stays float32. Changes detections: off by default.
+_C.TEST.AMP = ""
 
 
 def get_cfg() -> CfgNode:
@@ -235,5 +238,7 @@ def validate_cfg(cfg: CfgNode) -> None:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
     if m.FROZEN_BN_EPS < 0:
         raise ConfigError(f"MODEL.FROZEN_BN_EPS must be >= 0; got {m.FROZEN_BN_EPS}")
+    if cfg.TEST.AMP not in ("", "bf16", "fp16"):
+        raise ConfigError(f"TEST.AMP must be '', 'bf16' or 'fp16'; got {cfg.TEST.AMP!r}")
     if cfg.INPUT.MIN_SIZE_TEST <= 0 or cfg.INPUT.MAX_SIZE_TEST <= 0:
         raise ConfigError("INPUT.MIN_SIZE_TEST and INPUT.MAX_SIZE_TEST must be positive")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from torch import nn
@@ -57,6 +59,7 @@ class MaskRCNN(nn.Module):
         bg_last: bool = False,
         mask_threshold: float = 0.5,
         legacy: bool = False,
+        amp_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.backbone, self.fpn, self.rpn = backbone, fpn, rpn
@@ -76,6 +79,7 @@ class MaskRCNN(nn.Module):
         self.mask_threshold = mask_threshold
         self.legacy = legacy
         self.channels_last = False  # set by prepare_model with the weights in that layout
+        self.amp_dtype: torch.dtype | None = amp_dtype
         self.timer = StageTimer(enabled=False)
 
     @property
@@ -143,6 +147,12 @@ class MaskRCNN(nn.Module):
             batch[i, :, : x.shape[1], : x.shape[2]].copy_(x)
         return batch, sizes, orig, scales
 
+    def _amp(self):
+        """Autocast for the network layers when ``amp_dtype`` is set; box math stays float32."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
     def _to_layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
@@ -153,17 +163,21 @@ class MaskRCNN(nn.Module):
             batch, sizes, orig, scales = self.preprocess(images)
         if self.channels_last:
             batch = batch.contiguous(memory_format=torch.channels_last)
-        with t.stage("backbone"):
+        with t.stage("backbone"), self._amp():
             feats = self.backbone(batch)
-        with t.stage("fpn"):
+        with t.stage("fpn"), self._amp():
             pyramid = list(self.fpn(feats).values())
         with t.stage("rpn"):
-            proposals = self.rpn(pyramid, tuple(batch.shape[-2:]), sizes, scales)
+            with self._amp():
+                logits, deltas = self.rpn.head(pyramid)
+            proposals = self.rpn.select(logits, deltas, tuple(batch.shape[-2:]), sizes, scales)
         with t.stage("box_head"):
             # RoIAlign reads NCHW; convert the pooled levels once for both heads
             pooled_levels = [p.contiguous() for p in pyramid[:4]]
-            x = self.box_head(self._to_layout(self.box_pooler(pooled_levels, proposals)))
-            logits, deltas = self.box_predictor(x)
+            with self._amp():
+                x = self.box_head(self._to_layout(self.box_pooler(pooled_levels, proposals)))
+                logits, deltas = self.box_predictor(x)
+            logits, deltas = logits.float(), deltas.float()
             if self.legacy:  # Detectron decodes and clips in original-image coordinates
                 frames, sizes_for_boxes = [p / s for p, s in zip(proposals, scales)], orig
             else:
@@ -189,7 +203,9 @@ class MaskRCNN(nn.Module):
                 else:
                     rois = [d[0] for d in dets]
                 if sum(len(b) for b in rois):
-                    mask_logits = self.mask_head(self._to_layout(self.mask_pooler(pooled_levels, rois)))
+                    with self._amp():
+                        mask_logits = self.mask_head(self._to_layout(self.mask_pooler(pooled_levels, rois)))
+                    mask_logits = mask_logits.float()
                     probs = select_class_masks(mask_logits, torch.cat([d[2] for d in dets]))
                 else:
                     probs = batch.new_zeros((0, 28, 28))
@@ -278,5 +294,6 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         bg_last=bg_last,
         mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
         legacy=legacy,
+        amp_dtype={"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP],
     )
     return model.eval()

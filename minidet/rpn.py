@@ -119,7 +119,20 @@ class RPN(nn.Module):
         (used by the legacy minimum-size rule).
         """
         logits, deltas = self.head(features)
-        n = features[0].shape[0]
+        return self.select(logits, deltas, padded_size, image_sizes, image_scales)
+
+    def select(
+        self,
+        logits: list[torch.Tensor],
+        deltas: list[torch.Tensor],
+        padded_size: tuple[int, int],
+        image_sizes: list[tuple[int, int]],
+        image_scales: list[float] | None = None,
+    ) -> list[torch.Tensor]:
+        """Proposal selection from the head's per-level outputs (computed in float32)."""
+        logits = [x.float() for x in logits]
+        deltas = [x.float() for x in deltas]
+        n = logits[0].shape[0]
         sel_scores, sel_boxes, sel_levels = [], [], []
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
             a, h, w = lg.shape[1:]

@@ -109,3 +109,19 @@ def test_rgb_and_bgr_networks_see_the_same_pixels(weights):
         align_corners=False,
     )[0]
     assert torch.equal(batch[0, :, : ref.shape[1], : ref.shape[2]], ref)
+
+
+def test_amp_bf16_runs_and_is_measured_against_fp32(weights):
+    """Autocast is opt-in (TEST.AMP); box arithmetic stays float32, outputs keep their dtypes."""
+    img = structured_image(150, 210, 3)
+    ref = _predictor(weights)(img)
+    out = _predictor(weights, "TEST.AMP", "bf16")(img)
+    assert out["boxes"].dtype == torch.float32 and out["scores"].dtype == torch.float32
+    assert out["masks"].dtype == torch.bool and len(out["boxes"]) > 0
+    # bf16 changes numbers; the detections should still overlap substantially
+    from torchvision.ops import box_iou
+
+    iou = box_iou(out["boxes"], ref["boxes"]).max(dim=1).values
+    assert (iou > 0.5).float().mean() > 0.5
+    with pytest.raises(minidet.ConfigError, match="TEST.AMP"):
+        _predictor(weights, "TEST.AMP", "int8")

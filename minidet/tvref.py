@@ -1,0 +1,188 @@
+"""torchvision's Mask R-CNN as the reference: random realistic weights, its input, stage times.
+
+Used by the parity tests and ``tools/benchmark.py``; nothing here runs with a real checkpoint.
+``build_tv`` gives torchvision's own model with weights that behave like trained ones (see
+``minidet.synthetic``), ``TorchvisionStages`` times torchvision's unmodified forward per minidet
+stage, and ``compare_detections`` measures how far two detection sets are apart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torchvision.models import resnet
+from torchvision.models.detection import MaskRCNN, maskrcnn_resnet50_fpn_v2
+from torchvision.models.detection._utils import overwrite_eps
+from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+from torchvision.ops.misc import FrozenBatchNorm2d
+
+from .synthetic import calibrate_norm_stats, randomize_affine, structured_image
+
+
+def to_tv_input(img_bgr: np.ndarray) -> torch.Tensor:
+    """What a torchvision user feeds: RGB float in [0, 1], (3, H, W), from HxWx3 uint8 BGR."""
+    return torch.from_numpy(np.ascontiguousarray(img_bgr[:, :, ::-1])).permute(2, 0, 1).float() / 255
+
+
+def tv_skeleton(version: int, min_size: int, max_size: int, depth: int = 50) -> nn.Module:
+    """torchvision's Mask R-CNN architecture with untouched initial weights, in eval mode.
+
+    v1 is built the way torchvision builds it for its COCO_V1 weights: ResNet with
+    ``FrozenBatchNorm2d``, then ``overwrite_eps(model, 0.0)``. ``depth`` 101 uses torchvision's
+    own ``resnet101`` body in the same ``MaskRCNN`` class (torchvision publishes no R-101 Mask
+    R-CNN builder or weights). v2 is ``maskrcnn_resnet50_fpn_v2`` (ResNet-50 only).
+    """
+    if version == 1:
+        if depth not in (50, 101):
+            raise ValueError(f"torchvision reference: depth {depth} not supported (50 or 101)")
+        body = getattr(resnet, f"resnet{depth}")(weights=None, norm_layer=FrozenBatchNorm2d)
+        model = MaskRCNN(_resnet_fpn_extractor(body, 3), num_classes=91, min_size=min_size, max_size=max_size)
+        overwrite_eps(model, 0.0)
+    elif version == 2 and depth == 50:
+        model = maskrcnn_resnet50_fpn_v2(weights=None, weights_backbone=None, min_size=min_size, max_size=max_size)
+    else:
+        raise ValueError(f"torchvision reference: no v{version} model of depth {depth}")
+    return model.eval()
+
+
+def build_tv(version: int, min_size: int, max_size: int, seed: int = 0, depth: int = 50) -> nn.Module:
+    """torchvision's own Mask R-CNN (``tv_skeleton``) with randomized norms and sharpened heads.
+
+    Every batch norm gets non-trivial weight/bias and running statistics calibrated on its own
+    input (then perturbed); the last norm of each residual branch gets a small gamma, as in a
+    trained ResNet; class logits are scaled so that more than 100 detections per image pass the
+    0.05 threshold with spread-out scores (the 100-detection cap is reached at short sides 160
+    to 800); mask logits so that masks are mixed.
+    """
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = tv_skeleton(version, min_size, max_size, depth)
+    randomize_affine(model, gen)
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if name.endswith(".bn3") or name.endswith(".downsample.1"):
+                mod.weight.mul_(0.3)
+        p = model.roi_heads.box_predictor
+        p.cls_score.weight.mul_(3.0)
+        p.cls_score.bias.copy_(torch.randn(91, generator=gen))
+        model.roi_heads.mask_predictor.mask_fcn_logits.weight.mul_(8.0)
+    calib = [to_tv_input(structured_image(256, 256, seed=100 + seed))]
+    calibrate_norm_stats(model, lambda: model(calib), gen)
+    return model.eval()
+
+
+# minidet's stage names, in the order torchvision's forward reaches them
+_TV_STAGES = ("preprocess", "backbone", "fpn", "rpn", "box_head", "mask_head", "paste")
+
+
+class TorchvisionStages:
+    """Calls torchvision's Mask R-CNN and splits the call into minidet's stages.
+
+    The call is torchvision's own, unmodified ``GeneralizedRCNN.forward`` (under
+    ``torch.inference_mode``). Hooks take a time stamp (after ``torch.cuda.synchronize`` on
+    CUDA) where each stage ends: ``transform`` returns (preprocess: resize, normalize, batch),
+    ``backbone.body`` returns (backbone), ``backbone.fpn`` returns (fpn), ``rpn`` returns (rpn),
+    ``roi_heads.mask_roi_pool`` starts (box_head: multi-scale RoIAlign, box head, predictor,
+    ``postprocess_detections``), ``roi_heads`` returns (mask_head: RoIAlign, mask head,
+    predictor, class selection). The rest of the call is ``transform.postprocess`` (paste: box
+    rescaling and mask pasting). The stage times add up to the wall time of the call.
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device | str = "cpu") -> None:
+        self.model = model
+        self.sync = torch.device(device).type == "cuda"
+        self.marks: dict[str, float] = {}
+        rh = model.roi_heads
+        ends = [(model.transform, "preprocess"), (model.backbone.body, "backbone"), (model.backbone.fpn, "fpn")]
+        ends += [(model.rpn, "rpn"), (rh, "mask_head" if rh.has_mask() else "box_head")]
+        self._handles = [m.register_forward_hook(self._marker(name)) for m, name in ends]
+        if rh.has_mask():
+            self._handles.append(rh.mask_roi_pool.register_forward_pre_hook(self._marker("box_head")))
+
+    def _marker(self, name: str):
+        def mark(*_) -> None:
+            if self.sync:
+                torch.cuda.synchronize()
+            self.marks[name] = time.perf_counter()
+
+        return mark
+
+    def __call__(self, images: list[torch.Tensor]) -> tuple[list[dict[str, torch.Tensor]], dict[str, float]]:
+        """Returns torchvision's detections and ``{stage: seconds}`` for this call."""
+        self.marks = {}
+        if self.sync:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            outs = self.model(images)
+        if self.sync:
+            torch.cuda.synchronize()
+        self.marks["paste"] = time.perf_counter()
+        times, prev = {}, start
+        for name in _TV_STAGES:
+            if name in self.marks:
+                times[name] = self.marks[name] - prev
+                prev = self.marks[name]
+        return outs, times
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+@dataclass
+class DetectionMatch:
+    """How far one image's detections (``ours``) are from the reference's."""
+
+    n_ours: int
+    n_ref: int
+    unmatched_label: int | None = None  # first reference label left without a detection of ours
+    worst_box: float = 0.0  # px, max over matched pairs of the largest coordinate difference
+    worst_score: float = 0.0
+    worst_iou: float = 1.0  # smallest mask IoU over matched pairs
+
+    def problem(self, box_tol: float = 1e-2, score_tol: float = 1e-4, iou_min: float = 0.99) -> str:
+        """'' when the detections are the same within the tolerances, else the first difference."""
+        if self.n_ours != self.n_ref:
+            return f"{self.n_ours} detections vs reference {self.n_ref}"
+        if self.unmatched_label is not None:
+            return f"no unmatched detection with label {self.unmatched_label}"
+        if self.worst_box > box_tol:
+            return f"box differs by {self.worst_box} px"
+        if self.worst_score > score_tol:
+            return f"score differs by {self.worst_score}"
+        if self.worst_iou < iou_min:
+            return f"mask IoU {self.worst_iou}"
+        return ""
+
+
+def compare_detections(ours: dict, ref: dict) -> DetectionMatch:
+    """Match each reference detection to one of ours: same label, closest box, each used once.
+
+    Both dicts hold ``boxes`` (D, 4), ``scores`` (D,), ``labels`` (D,) and optionally ``masks``
+    (D, H, W) bool. Counts must agree before anything is matched.
+    """
+    n = len(ref["boxes"])
+    m = DetectionMatch(len(ours["boxes"]), n)
+    if m.n_ours != n:
+        return m
+    used: set[int] = set()
+    for i in range(n):
+        cand = [j for j in (ours["labels"] == ref["labels"][i]).nonzero().flatten().tolist() if j not in used]
+        if not cand:
+            m.unmatched_label = int(ref["labels"][i])
+            return m
+        d = [float((ours["boxes"][j] - ref["boxes"][i]).abs().max()) for j in cand]
+        j = cand[int(np.argmin(d))]
+        used.add(j)
+        m.worst_box = max(m.worst_box, min(d))
+        m.worst_score = max(m.worst_score, float((ours["scores"][j] - ref["scores"][i]).abs()))
+        if "masks" in ours and "masks" in ref:
+            a, b = ours["masks"][j], ref["masks"][i]
+            union = int((a | b).sum())
+            m.worst_iou = min(m.worst_iou, int((a & b).sum()) / union if union else 1.0)
+    return m
