@@ -135,9 +135,13 @@ def instances_to_coco(
     return results, int(len(cat) - len(idx))
 
 
+def _result_order(r: dict) -> tuple:
+    return r["image_id"], -r["score"]
+
+
 def sort_results(results: Iterable[dict]) -> list[dict]:
     """Results in a fixed order: by image id, then by decreasing score (ties keep their order)."""
-    return sorted(results, key=lambda r: (r["image_id"], -r["score"]))
+    return sorted(results, key=_result_order)
 
 
 def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
@@ -309,8 +313,9 @@ class COCOEvaluator:
         self.dropped += dropped
 
     def sorted_results(self) -> list[dict]:
-        """The results in :func:`sort_results` order (what is written and evaluated)."""
-        return sort_results(self.results)
+        """The results, sorted in place in :func:`sort_results` order (what is written and evaluated)."""
+        self.results.sort(key=_result_order)  # stable; linear when already sorted
+        return self.results
 
     def evaluate(self, iou_types: Sequence[str] | None = None) -> dict[str, dict]:
         """COCO metrics over the processed images; ``iou_types`` default: what the results carry."""

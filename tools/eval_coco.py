@@ -28,7 +28,7 @@ An image that is missing, truncated, unreadable or not the annotated size is rep
 ``error: <file>: ... (skipped)`` line, left out of the evaluation and counted; the exit status is
 then 1. A bad config, checkpoint, annotation or results file stops the run with one ``error:``
 line and exit status 2 (``--debug``: with the traceback); an interrupted run exits with 130
-(Ctrl-C) or 2.
+(Ctrl-C), 143 (SIGTERM) or 2 (an error).
 
 The second form evaluates detections made elsewhere: each file may carry ``bbox``,
 ``segmentation`` or both; ``metrics.json`` gets what they allow. Under torchrun each process
@@ -62,6 +62,7 @@ from minidet.chunks import ChunkError, ChunkStore, merge_chunks
 from minidet.config import ConfigError
 from minidet.data import ImageFiles, coco_image_files, collate
 from minidet.evaluation import (
+    IOU_TYPES,
     METRIC_NAMES,
     COCOEvaluator,
     EvaluationError,
@@ -130,10 +131,11 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
                 raise EvaluationError(f"{path}: {t} results already given by {by_type[t][0]}")
             by_type[t] = (path, results)
     metrics, tables = {}, {}
-    for t, (_, results) in by_type.items():
-        m, tab = coco_metrics(coco_gt, results, [t])
-        metrics.update(m)
-        tables.update(tab)
+    for t in IOU_TYPES:
+        if t in by_type:
+            m, tab = coco_metrics(coco_gt, by_type[t][1], [t])
+            metrics.update(m)
+            tables.update(tab)
     os.makedirs(args.output, exist_ok=True)
     write_json(os.path.join(args.output, "metrics.json"), metrics, indent=1)
     for t in metrics:
@@ -340,7 +342,8 @@ def evaluate_model(args: argparse.Namespace) -> int:
     try:
         run.loop()
     except (KeyboardInterrupt, SystemExit, Exception) as e:  # noqa: BLE001 - report, keep the chunks, stop
-        what = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else f"{type(e).__name__}: {e}"
+        stopped = isinstance(e, (KeyboardInterrupt, SystemExit))
+        what = "interrupted" if stopped else f"{type(e).__name__}: {str(e).strip().rstrip('.')}"
         rc = _fail(
             f"{what}; finished images are kept in {run.store.folder}: rerun the same command with --resume to "
             "do the rest", args.debug
@@ -362,7 +365,7 @@ def evaluate_model(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the tool; return the exit status (0 ok, 1 images skipped, 2 error, 130 Ctrl-C)."""
+    """Run the tool; return the exit status (0 ok, 1 images skipped, 2 error, 130 Ctrl-C, 143 SIGTERM)."""
     args = parse_args(argv)
     if not args.debug:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
