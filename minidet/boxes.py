@@ -100,7 +100,7 @@ def assign_levels(
     boxes: torch.Tensor,
     min_level: int,
     max_level: int,
-    legacy: bool = False,
+    legacy: bool | str = False,
     canonical_size: int = 224,
     canonical_level: int = 4,
     eps: float = 1e-6,
@@ -108,15 +108,63 @@ def assign_levels(
     """FPN level of each RoI (FPN paper eq. 1), returned as 0-based index from ``min_level``.
 
     torchvision: ``floor(4 + log2(sqrt(area) / 224) + eps)``; Detectron (``legacy``):
-    ``floor(4 + log2(sqrt(area_plus_one) / 224 + eps))``.
+    ``floor(4 + log2(sqrt(area_plus_one) / 224 + eps))``; detectron2 (``legacy="detectron2"``):
+    ``floor(4 + log2(sqrt(area) / 224 + 1e-8))``.
     """
-    if legacy:
+    if legacy == "detectron2":
+        s = torch.sqrt(box_area(boxes))
+        lvl = torch.floor(canonical_level + torch.log2(s / canonical_size + 1e-8))
+    elif legacy:
         s = torch.sqrt(box_area(boxes, 1))
         lvl = torch.floor(canonical_level + torch.log2(s / canonical_size + eps))
     else:
         s = torch.sqrt(box_area(boxes))
         lvl = torch.floor(canonical_level + torch.log2(s / canonical_size) + torch.tensor(eps, dtype=s.dtype))
     return lvl.clamp(min=min_level, max=max_level).to(torch.int64) - min_level
+
+
+def detectron2_cell_anchors(size: float, aspect_ratios) -> torch.Tensor:
+    """(A, 4) anchors of detectron2's ``DefaultAnchorGenerator``: exact areas, centred at 0.
+
+    For r = h / w: w = sqrt(size^2 / r), h = r * w; computed in double, stored as float32.
+    """
+    out = []
+    for r in aspect_ratios:
+        w = math.sqrt(size * size / r)
+        h = r * w
+        out.append([-w / 2.0, -h / 2.0, w / 2.0, h / 2.0])
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def paste_masks_aligned(
+    masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
+) -> torch.Tensor:
+    """detectron2's paste: sample each (M, M) mask at the image's pixel centres inside its box.
+
+    Pixel (x + 0.5, y + 0.5) maps to [-1, 1] across the float box and is read from the mask
+    with ``grid_sample`` (bilinear, zeros outside, align_corners=False); ``>= threshold``.
+    Only a window around each box is computed.
+    """
+    n = masks.shape[0]
+    out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
+    for i in range(n):
+        box = boxes[i : i + 1]
+        x0i, y0i = torch.clamp(box.min(dim=0).values.floor()[:2] - 1, min=0).to(torch.int32).tolist()
+        x1i = int(torch.clamp(box[:, 2].max().ceil() + 1, max=width).to(torch.int32))
+        y1i = int(torch.clamp(box[:, 3].max().ceil() + 1, max=height).to(torch.int32))
+        if x1i <= x0i or y1i <= y0i:
+            continue
+        x0, y0, x1, y1 = torch.split(box, 1, dim=1)
+        img_y = torch.arange(y0i, y1i, device=masks.device, dtype=torch.float32) + 0.5
+        img_x = torch.arange(x0i, x1i, device=masks.device, dtype=torch.float32) + 0.5
+        img_y = (img_y - y0) / (y1 - y0) * 2 - 1
+        img_x = (img_x - x0) / (x1 - x0) * 2 - 1
+        gx = img_x[:, None, :].expand(1, img_y.size(1), img_x.size(1))
+        gy = img_y[:, :, None].expand(1, img_y.size(1), img_x.size(1))
+        grid = torch.stack([gx, gy], dim=3)
+        sampled = F.grid_sample(masks[i : i + 1, None].float(), grid, align_corners=False)
+        out[i, y0i:y1i, x0i:x1i] = sampled[0, 0] >= threshold
+    return out
 
 
 def detectron_cell_anchors(stride: int, size: float, aspect_ratios) -> torch.Tensor:

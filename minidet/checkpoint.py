@@ -132,7 +132,7 @@ def read_pickle_file(path: str) -> dict:
 
     Only numpy array reconstruction is allowed (``encoding='latin1'`` maps py2 byte strings
     1:1). Returns the blob dict: ``obj['blobs']`` for detection models, the flat dict for
-    ImageNet init files. detectron2 pickles (``{'model': ...}``) are recognized and refused.
+    ImageNet init files, ``obj['model']`` for detectron2 pickles.
     """
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
@@ -151,8 +151,8 @@ def read_pickle_file(path: str) -> dict:
         raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {msg}") from None
     if not isinstance(obj, dict) or not obj:
         raise CheckpointError(f"{path}: expected a dict of blobs, got {type(obj).__name__}")
-    if "model" in obj and ("__author__" in obj or "matching_heuristics" in obj):
-        raise CheckpointError(f"{path}: this is a detectron2 checkpoint ({{'model': ...}}); not supported yet")
+    if isinstance(obj.get("model"), dict):  # detectron2: {'model': ..., '__author__': ...}
+        return obj["model"]
     blobs = obj["blobs"] if isinstance(obj.get("blobs"), dict) else obj
     return blobs
 
@@ -324,6 +324,36 @@ def check_detectron_variant(model: nn.Module, blobs: dict, path: str) -> None:
             )
 
 
+# --------------------------------------------------------------------------- detectron2
+
+_D2_RULES: list[tuple[str, str]] = [
+    (r"^backbone\.bottom_up\.", "backbone."),
+    (r"^backbone\.fpn_(lateral|output)(\d)\.", r"fpn.\1\2."),
+    (r"^proposal_generator\.rpn_head\.conv\.", "rpn.head.convs.0."),
+    (r"^proposal_generator\.rpn_head\.", "rpn.head."),
+    (r"^roi_heads\.(box_head|box_predictor|mask_head)\.", r"\1."),
+]
+_D2_COMPILED = [(re.compile(p), r) for p, r in _D2_RULES]
+
+
+def rename_detectron2(name: str) -> str | None:
+    """detectron2 ``GeneralizedRCNN`` state-dict key -> minidet name.
+
+    None for what is not a weight (``pixel_mean``/``pixel_std`` buffers of old files,
+    ``num_batches_tracked``); unknown keys come back unchanged for the matcher to report.
+    """
+    if name in ("pixel_mean", "pixel_std") or name.endswith("num_batches_tracked"):
+        return None
+    for pat, rep in _D2_COMPILED:
+        if pat.match(name):
+            return pat.sub(rep, name, count=1)
+    return name
+
+
+def is_detectron2(keys) -> bool:
+    return any(k.startswith(("backbone.bottom_up.", "proposal_generator.")) for k in keys)
+
+
 # --------------------------------------------------------------------------- matcher
 
 _STAT_NAMES = ("weight", "bias", "running_mean", "running_var", "scale", "shift")
@@ -419,14 +449,19 @@ def load_checkpoint(
         reader = read_pickle_file if str(path).endswith(".pkl") else read_torch_file
     src = reader(path)
     keys = list(src)
-    dropped = []
+    dropped = [k for k, v in src.items() if not isinstance(v, (np.ndarray, torch.Tensor))]
+    src = {
+        k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v
+        for k, v in src.items()
+        if isinstance(v, (np.ndarray, torch.Tensor))
+    }
     if is_detectron(keys):
-        dropped = [k for k, v in src.items() if not isinstance(v, np.ndarray)]
-        src = {k: torch.from_numpy(np.array(v)) for k, v in src.items() if isinstance(v, np.ndarray)}
         check_detectron_variant(model, src, path)
         fmt, rename = "detectron", rename_detectron
-    elif any(not isinstance(v, torch.Tensor) for v in src.values()):
-        raise CheckpointError(f"{path}: not a Detectron blob dict (no conv1_w / res2_0_* blobs)")
+    elif is_detectron2(keys):
+        fmt, rename = "detectron2", rename_detectron2
+    elif dropped:
+        raise CheckpointError(f"{path}: not a checkpoint of known layout (entry {dropped[0]!r} is no array)")
     elif is_torchvision(keys):
         fmt, rename = "torchvision", rename_torchvision
     elif is_minidet(keys):
@@ -434,7 +469,8 @@ def load_checkpoint(
     else:
         raise CheckpointError(
             f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); "
-            "expected a torchvision maskrcnn_resnet50_fpn[_v2], Detectron .pkl or minidet state dict"
+            "expected a torchvision maskrcnn_resnet50_fpn[_v2], Detectron or detectron2 checkpoint, "
+            "or a minidet state dict"
         )
     report = LoadReport(path=path, format=fmt, ignored=dropped)
     renamed: dict[str, torch.Tensor] = {}

@@ -12,7 +12,7 @@ import yaml
 from yacs.config import CfgNode as _YacsNode
 
 NORM_CHOICES = ("FrozenBN", "Affine", "GN")
-CONVENTIONS = ("torchvision", "detectron")
+CONVENTIONS = ("torchvision", "detectron", "detectron2")
 CATEGORY_LAYOUTS = ("coco91", "coco81", "coco80")
 
 
@@ -138,7 +138,9 @@ _C.MODEL.CATEGORY_LAYOUT = "coco91"
 # Inference arithmetic of the implementation that trained the weights:
 # "torchvision" (no +1, torch resize, centred anchors, IoU > thr) or "detectron"
 # (Caffe2 Detectron: +1 box sizes, cv2 resize, Detectron anchors, IoU >= thr, decode in
-# original-image coordinates, score ties kept at the detection cap).
+# original-image coordinates, score ties kept at the detection cap) or "detectron2" (PIL
+# resize, exact-area anchors, aligned RoIAlign, grid_sample mask paste, boxes clipped and
+# emptied ones dropped after rescaling).
 _C.MODEL.CONVENTION = "torchvision"
 
 _C.MODEL.RESNETS = CfgNode()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .boxes import paste_masks
+from .boxes import clip_boxes, paste_masks, paste_masks_aligned
 from .config import CfgNode, validate_cfg
 from .fpn import FPN
 from .norm import get_norm
@@ -60,6 +60,7 @@ class MaskRCNN(nn.Module):
         mask_threshold: float = 0.5,
         legacy: bool = False,
         amp_dtype: torch.dtype | None = None,
+        convention: str = "",
     ) -> None:
         super().__init__()
         self.backbone, self.fpn, self.rpn = backbone, fpn, rpn
@@ -78,6 +79,7 @@ class MaskRCNN(nn.Module):
         self.bg_last = bg_last
         self.mask_threshold = mask_threshold
         self.legacy = legacy
+        self.d2 = convention == "detectron2"
         self.channels_last = False  # set by prepare_model with the weights in that layout
         self.amp_dtype: torch.dtype | None = amp_dtype
         self.timer = StageTimer(enabled=False)
@@ -124,6 +126,27 @@ class MaskRCNN(nn.Module):
         x = cv2.resize(x, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
         return torch.from_numpy(x).permute(2, 0, 1).to(self.device), scale
 
+    def _resize_pil(self, img) -> tuple[torch.Tensor, float]:
+        """detectron2: PIL bilinear resize of the uint8 image (size rounded half up), then normalize."""
+        from PIL import Image
+
+        a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
+        if self.flip_channels:
+            a = a[:, :, ::-1]
+        h, w = a.shape[:2]
+        size = self.min_size * 1.0
+        scale = size / min(h, w)
+        newh, neww = (size, scale * w) if h < w else (scale * h, size)
+        if max(newh, neww) > self.max_size:
+            scale = self.max_size * 1.0 / max(newh, neww)
+            newh, neww = newh * scale, neww * scale
+        neww, newh = int(neww + 0.5), int(newh + 0.5)
+        a = np.asarray(Image.fromarray(np.ascontiguousarray(a)).resize((neww, newh), Image.BILINEAR))
+        x = torch.as_tensor(a.astype("float32").transpose(2, 0, 1)).to(self.device)
+        if self.pixel_range != 255.0:
+            x = x / (255.0 / self.pixel_range)
+        return (x - self.pixel_mean) / self.pixel_std, newh / h
+
     def preprocess(
         self, images: list
     ) -> tuple[torch.Tensor, list[tuple[int, int]], list[tuple[int, int]], list[float]]:
@@ -135,7 +158,12 @@ class MaskRCNN(nn.Module):
         resized, sizes, orig, scales = [], [], [], []
         for img in images:
             orig.append((int(img.shape[0]), int(img.shape[1])))
-            x, scale = self._resize_cv2(img) if self.legacy else self._resize_torch(img)
+            if self.legacy:
+                x, scale = self._resize_cv2(img)
+            elif self.d2:
+                x, scale = self._resize_pil(img)
+            else:
+                x, scale = self._resize_torch(img)
             resized.append(x)
             sizes.append((x.shape[-2], x.shape[-1]))
             scales.append(scale)
@@ -191,7 +219,7 @@ class MaskRCNN(nn.Module):
                 self.score_thresh,
                 self.nms_thresh,
                 self.detections_per_image,
-                None if self.legacy else self.min_box_size,
+                None if (self.legacy or self.d2) else self.min_box_size,
                 self.bg_last,
                 self.legacy,
             )
@@ -213,13 +241,23 @@ class MaskRCNN(nn.Module):
         results = []
         with t.stage("paste"):
             for i, ((boxes, scores, labels), (h, w), (oh, ow)) in enumerate(zip(dets, sizes, orig)):
-                if not self.legacy:  # torchvision rescales per axis from the resized frame
+                probs = mask_probs[i] if mask_probs is not None else None
+                if self.d2:  # detectron2: scale by output/input size, clip, drop empty boxes
+                    boxes = boxes.clone()
+                    boxes[:, 0::2] *= ow / w
+                    boxes[:, 1::2] *= oh / h
+                    boxes = clip_boxes(boxes, oh, ow)
+                    keep = ((boxes[:, 2] - boxes[:, 0]) > 0) & ((boxes[:, 3] - boxes[:, 1]) > 0)
+                    boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+                    probs = probs[keep] if probs is not None else None
+                elif not self.legacy:  # torchvision rescales per axis from the resized frame
                     rh = torch.tensor(oh, dtype=torch.float32) / torch.tensor(h, dtype=torch.float32)
                     rw = torch.tensor(ow, dtype=torch.float32) / torch.tensor(w, dtype=torch.float32)
                     boxes = boxes * torch.stack((rw, rh, rw, rh)).to(boxes.device)
                 r = {"boxes": boxes, "scores": scores, "labels": labels}
-                if mask_probs is not None:
-                    r["masks"] = paste_masks(mask_probs[i], boxes, oh, ow, self.mask_threshold)
+                if probs is not None:
+                    paste = paste_masks_aligned if self.d2 else paste_masks
+                    r["masks"] = paste(probs, boxes, oh, ow, self.mask_threshold)
                 results.append(r)
         return results
 
@@ -237,6 +275,8 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         return None
 
     legacy = m.CONVENTION == "detectron"
+    d2 = m.CONVENTION == "detectron2"
+    pool_rule = "detectron2" if d2 else legacy
 
     backbone = ResNet(m.RESNETS.DEPTH, norm, m.RESNETS.STRIDE_IN_1X1, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP)
     ch = m.FPN.OUT_CHANNELS
@@ -251,10 +291,13 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         m.RPN.NMS_THRESH,
         m.RPN.MIN_SIZE,
         legacy=legacy,
+        style=m.CONVENTION,
     )
     scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     bh = m.ROI_BOX_HEAD
-    box_pooler = MultiScaleRoIAlign(bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, legacy=legacy)
+    box_pooler = MultiScaleRoIAlign(
+        bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, aligned=d2, legacy=pool_rule
+    )
     box_head = BoxHead(
         ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM, norm if bh.USE_NORM else no_norm
     )
@@ -267,7 +310,9 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     mask_pooler = mask_head = None
     if m.MASK_ON:
         mh = m.ROI_MASK_HEAD
-        mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, legacy=legacy)
+        mask_pooler = MultiScaleRoIAlign(
+            mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, aligned=d2, legacy=pool_rule
+        )
         mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, num_classes, norm if mh.USE_NORM else no_norm)
     model = MaskRCNN(
         backbone,
@@ -295,5 +340,6 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
         legacy=legacy,
         amp_dtype={"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP],
+        convention=m.CONVENTION,
     )
     return model.eval()

@@ -31,7 +31,7 @@ class MultiScaleRoIAlign(nn.Module):
         sampling_ratio: int,
         aligned: bool = False,
         min_level: int = 2,
-        legacy: bool = False,
+        legacy: bool | str = False,
     ) -> None:
         super().__init__()
         self.output_size = (output_size, output_size)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .boxes import batched_nms, clip_boxes, decode_boxes, detectron_cell_anchors, nonempty
+from .boxes import batched_nms, clip_boxes, decode_boxes, detectron2_cell_anchors, detectron_cell_anchors, nonempty
 from .norm import Conv2d
 
 
@@ -58,6 +58,8 @@ class RPN(nn.Module):
     2^level, +1 box sizes, clipping to the padded input, a minimum size of one
     original-image pixel with the box centre inside the input, NMS suppressing at
     IoU >= ``nms_thresh``, and ``post_nms_topk`` per level before the overall cut.
+    ``style="detectron2"``: exact-area anchors centred at 0 at fixed strides, and boxes
+    kept only when wider and taller than ``min_size`` (strictly).
     """
 
     def __init__(
@@ -72,12 +74,16 @@ class RPN(nn.Module):
         min_size: float = 1e-3,
         legacy: bool = False,
         min_level: int = 2,
+        style: str = "",
     ) -> None:
         super().__init__()
         self.head = RPNHead(in_channels, len(aspect_ratios), conv_depth)
         self.legacy = legacy
+        self.d2 = style == "detectron2"
         self.strides = [2 ** (min_level + i) for i in range(len(anchor_sizes))]
-        if legacy:
+        if self.d2:
+            self.cell_anchors = [detectron2_cell_anchors(s, aspect_ratios) for s in anchor_sizes]
+        elif legacy:
             self.cell_anchors = [
                 detectron_cell_anchors(st, s, aspect_ratios) for st, s in zip(self.strides, anchor_sizes)
             ]
@@ -136,7 +142,7 @@ class RPN(nn.Module):
         sel_scores, sel_boxes, sel_levels = [], [], []
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
             a, h, w = lg.shape[1:]
-            if self.legacy:
+            if self.legacy or self.d2:
                 stride = (self.strides[lvl], self.strides[lvl])
             else:  # padded size // grid size, as torchvision computes it
                 stride = (padded_size[0] // h, padded_size[1] // w)
@@ -150,7 +156,9 @@ class RPN(nn.Module):
             sel_scores.append(top)
             sel_boxes.append(boxes.view(n, k, 4))
             sel_levels.append(torch.full((k,), lvl, dtype=torch.int64, device=lg.device))
-        scores = torch.sigmoid(torch.cat(sel_scores, dim=1))
+        scores = torch.cat(sel_scores, dim=1)
+        if not self.d2:  # detectron2 ranks by logits; sigmoid can tie saturated scores
+            scores = torch.sigmoid(scores)
         boxes = torch.cat(sel_boxes, dim=1)
         levels = torch.cat(sel_levels)
         if self.legacy:
@@ -161,7 +169,10 @@ class RPN(nn.Module):
         proposals = []
         for i, (hh, ww) in enumerate(image_sizes):
             b = clip_boxes(boxes[i], hh, ww)
-            keep = nonempty(b, self.min_size)
+            if self.d2:
+                keep = ((b[:, 2] - b[:, 0]) > self.min_size) & ((b[:, 3] - b[:, 1]) > self.min_size)
+            else:
+                keep = nonempty(b, self.min_size)
             b, s, lv = b[keep], scores[i][keep], levels[keep]
             keep = batched_nms(b, s, lv, self.nms_thresh)[: self.post_nms_topk]
             proposals.append(b[keep])
