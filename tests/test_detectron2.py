@@ -192,3 +192,19 @@ def test_paste_is_grid_sample_over_the_whole_image():
     gx = ((xs - x0) / (x1 - x0) * 2 - 1)[:, None, :].expand(4, 70, 100)
     ref = F.grid_sample(masks[:, None], torch.stack([gx, gy], 3), align_corners=False)[:, 0] >= 0.5
     assert torch.equal(ours, ref)
+
+
+def test_rpn_keeps_only_nonempty_boxes():
+    """detectron2 drops clipped boxes without area (``> MIN_SIZE``, MIN_SIZE 0); per-level NMS."""
+    from minidet.rpn import RPN
+
+    rpn = RPN(8, [32], [1.0], min_size=0.0, style="detectron2", post_nms_topk=10)
+    logits = torch.full((1, 1, 2, 2), -50.0)
+    logits[0, 0, 0, 0], logits[0, 0, 0, 1] = 30.0, 31.0  # sigmoid ties both at 1.0 in float32
+    deltas = torch.zeros(1, 4, 2, 2)
+    props = rpn.select([logits], [deltas], (8, 8), [(8, 8)])[0]
+    # anchors (stride 4, offset 0): [-16, -16, 16, 16] + shifts; clipped to the 8 x 8 image, all four
+    # overlap fully -> NMS keeps one
+    assert props.tolist() == [[0.0, 0.0, 8.0, 8.0]] and len(props) == 1
+    empty = rpn.select([logits], [deltas], (8, 8), [(0, 8)])[0]  # zero-height image: all boxes empty
+    assert len(empty) == 0
