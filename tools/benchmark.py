@@ -1,24 +1,46 @@
-"""Weight-free speed benchmark of the minidet Mask R-CNN: per-stage times, images/s, memory.
+"""Weight-free speed benchmark: minidet's norm variants side by side, and against torchvision.
 
 Usage::
 
-    python tools/benchmark.py [--config-file CFG] [--size 800] [--image 480x640] [--iters 5]
-        [--warmup 1] [--batch 1] [--norm FrozenBN|Affine|GN] [--fold] [--device cpu] [KEY VALUE ...]
+    python tools/benchmark.py [--config-file CFG] [--norms FrozenBN,Affine,Affine+fold,GN]
+        [--depths 50,101] [--batch 1,16] [--device cpu|cuda] [--amp bf16|fp16] [--size 800]
+        [--image 480x640] [--iters N] [--warmup K] [--threads T] [--vs-torchvision] [--no-memory]
+        [--json OUT.json] [--plot OUT.png] [KEY VALUE ...]
 
-No checkpoint is needed: the model gets realistic random weights (every frozen batch norm is
-calibrated on its own input, class logits are sharpened so that about 100 detections per image
-pass the score threshold, as with a trained model). The inputs are structured synthetic images
-of ``--image`` pixels (COCO's most common size by default); the network sees them resized to a
-short side of ``--size``. Trailing ``KEY VALUE`` pairs override the config last.
+No checkpoint is needed. With a torchvision config (the default, v1), every depth gets one set
+of weights from torchvision's own Mask R-CNN with realistic random weights (``minidet.tvref.
+build_tv``: batch-norm statistics calibrated on their own input, class logits that give about
+100 detections per image); minidet loads that file with each ``--norms`` variant
+(``Affine+fold`` = ``MODEL.NORM Affine`` + ``MODEL.FOLD_NORM True``), and ``--vs-torchvision``
+runs torchvision on the very same weights. ``GN`` (and configs torchvision cannot build) use a
+randomized minidet model instead, not compared with torchvision. The inputs are structured
+synthetic ``--image`` pictures, resized by both detectors to a short side of ``--size``.
+
+Timing is interleaved: each iteration runs every model once, in turn, so that load on a shared
+machine hits all of them alike; ``--warmup`` iterations are not recorded. Per model and stage
+the tool prints mean, sd and median, images/s (batch / median wall time), each variant
+relative to FrozenBN and, with ``--vs-torchvision``, torchvision's time over minidet's per
+stage and end to end, plus whether the detections are the same. ``--amp`` runs minidet with its
+``TEST.AMP`` (network layers in bf16/fp16, box arithmetic in float32) and torchvision's whole
+call under ``torch.autocast``, and reports how the detections moved from float32. Peak memory is measured per
+model, as the peak during a forward above what was in use before it: on CPU in a separate
+process that runs the models one after another (resident set, with freed buffers returned to
+the system at once), on CUDA as memory allocated. Trailing ``KEY VALUE`` pairs
+override the minidet config last.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import datetime
+import gc
+import json
 import os
 import platform
-import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,139 +52,689 @@ except ImportError:  # running from a source checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import minidet
 
+import cv2
+import numpy as np
 import torch
+import torchvision
+from torchvision.ops import box_iou
 
+from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError
+from minidet.fileio import atomic_write, write_json
 from minidet.synthetic import calibrate_norm_stats, randomize_affine, structured_image
-from minidet.timing import StageTimer, format_table, summarize
+from minidet.timing import STAGES, StageTimer, format_table, summarize
+from minidet.tvref import TorchvisionStages, build_tv, compare_detections, to_tv_input, tv_skeleton
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
+VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
+    "FrozenBN": ("FrozenBN", False),
+    "FrozenBN+fold": ("FrozenBN", True),
+    "Affine": ("Affine", False),
+    "Affine+fold": ("Affine", True),
+    "GN": ("GN", False),
+}
+TV = "torchvision"
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmark.py", description="Weight-free Mask R-CNN speed benchmark.")
     p.add_argument("--config-file", default=str(DEFAULT_CONFIG), metavar="CFG", help="yaml config file")
+    p.add_argument("--norms", default="FrozenBN,Affine,Affine+fold,GN", help=f"comma list of {', '.join(VARIANTS)}")
+    p.add_argument("--depths", default="50", help="comma list of ResNet depths (50, 101)")
+    p.add_argument("--batch", default="1", help="comma list of batch sizes (images per forward)")
+    p.add_argument("--device", default="cpu", help="MODEL.DEVICE, e.g. cpu, cuda")
+    p.add_argument(
+        "--amp", choices=["bf16", "fp16"], help="mixed precision: minidet's TEST.AMP, torchvision under torch.autocast"
+    )
     p.add_argument("--size", type=int, default=800, help="short side of the network input (INPUT.MIN_SIZE_TEST)")
     p.add_argument("--image", default="480x640", metavar="HxW", help="size of the synthetic input images")
     p.add_argument("--iters", type=int, default=5, help="timed iterations")
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
-    p.add_argument("--batch", type=int, default=1, help="images per forward")
-    p.add_argument("--norm", default="FrozenBN", choices=["FrozenBN", "Affine", "GN"], help="MODEL.NORM")
-    p.add_argument("--fold", action="store_true", help="fold the norms into the convs (MODEL.FOLD_NORM)")
-    p.add_argument("--device", default="cpu", help="MODEL.DEVICE, e.g. cpu, cuda")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--vs-torchvision", action="store_true", help="also run torchvision on the same weights")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-model peak memory measurement")
+    p.add_argument("--json", metavar="OUT.json", help="write all numbers to this file")
+    p.add_argument("--plot", metavar="OUT.png", help="draw a stacked bar chart of the stage times")
+    p.add_argument("--memory-probe", help=argparse.SUPPRESS)  # internal: one model's memory, in a child
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
     args = p.parse_args(argv)
     try:
         args.image_hw = tuple(int(v) for v in args.image.lower().split("x"))
+        args.depth_list, args.batch_list = _int_list(args.depths), _int_list(args.batch)
         assert len(args.image_hw) == 2 and min(args.image_hw) > 0
     except (ValueError, AssertionError):
-        p.error(f"--image must look like 480x640; got {args.image!r}")
-    if args.iters < 1 or args.warmup < 0 or args.batch < 1 or args.size < 1:
-        p.error("need --iters >= 1, --warmup >= 0, --batch >= 1, --size >= 1")
+        p.error(f"--image must look like 480x640, --depths and --batch like 1,16; got {args.image!r}")
+    args.variants = [v.strip() for v in args.norms.split(",") if v.strip()]
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown or not args.variants:
+        p.error(f"--norms: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(VARIANTS)}")
+    if not args.batch_list or min(args.batch_list) < 1 or not args.depth_list:
+        p.error("--batch and --depths need at least one value; batch sizes >= 1")
+    if "TEST.AMP" in args.opts[::2]:
+        p.error("set mixed precision with --amp (it applies to torchvision too), not TEST.AMP")
+    if args.iters < 1 or args.warmup < 0 or args.size < 1:
+        p.error("need --iters >= 1, --warmup >= 0, --size >= 1")
+    args.max_size = round(args.size * 1333 / 800)
     return args
 
 
-def make_cfg(args: argparse.Namespace):
+def make_cfg(args: argparse.Namespace, norm: str = "FrozenBN", fold: bool = False, depth: int = 50):
     cfg = minidet.get_cfg()
     cfg.merge_from_file(args.config_file)
     cfg.merge_from_list([
-        "MODEL.WEIGHTS", "", "MODEL.NORM", args.norm, "MODEL.FOLD_NORM", args.fold, "MODEL.DEVICE", args.device,
-        "INPUT.MIN_SIZE_TEST", args.size, "INPUT.MAX_SIZE_TEST", round(args.size * 1333 / 800),
+        "MODEL.WEIGHTS", "", "MODEL.NORM", norm, "MODEL.FOLD_NORM", fold, "MODEL.DEVICE", args.device,
+        "MODEL.RESNETS.DEPTH", depth, "INPUT.MIN_SIZE_TEST", args.size, "INPUT.MAX_SIZE_TEST", args.max_size,
     ])  # fmt: skip
     cfg.merge_from_list(args.opts)
     return cfg
 
 
-@torch.no_grad()
-def random_model(cfg, calib_image, logit_std: float = 2.0) -> torch.nn.Module:
-    """The model of ``cfg`` with realistic random weights (see the module docstring).
+def tv_version(cfg, depth: int) -> int | None:
+    """torchvision's model version (1, 2) with the architecture of ``cfg`` at ``depth``, or None."""
+    m = cfg.MODEL
+    if m.CONVENTION != "torchvision" or m.CATEGORY_LAYOUT != "coco91" or m.ROI_HEADS.NUM_CLASSES != 91:
+        return None
+    if m.RESNETS.NUM_GROUPS != 1 or m.RESNETS.STRIDE_IN_1X1:
+        return None
+    version = 2 if m.FPN.USE_NORM else 1
+    return version if version == 1 or depth == 50 else None
 
-    Frozen batch norms take the statistics of their own input on ``calib_image``; in the same
-    forward the class logits are measured and ``cls_score`` rescaled so that, per proposal, they
-    spread with standard deviation ``logit_std`` over the classes (a trained model's confidence).
+
+def apply_test_settings(model: torch.nn.Module, cfg) -> None:
+    """Give torchvision's model minidet's proposal and detection settings (``KEY VALUE`` overrides too)."""
+    m = model.rpn
+    m._pre_nms_top_n["testing"], m._post_nms_top_n["testing"] = (
+        cfg.MODEL.RPN.PRE_NMS_TOPK_TEST,
+        cfg.MODEL.RPN.POST_NMS_TOPK_TEST,
+    )
+    m.nms_thresh, m.min_size = cfg.MODEL.RPN.NMS_THRESH, cfg.MODEL.RPN.MIN_SIZE
+    h, rh = model.roi_heads, cfg.MODEL.ROI_HEADS
+    h.score_thresh, h.nms_thresh, h.detections_per_img = (
+        rh.SCORE_THRESH_TEST,
+        rh.NMS_THRESH_TEST,
+        rh.DETECTIONS_PER_IMAGE,
+    )
+
+
+@torch.no_grad()
+def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: float = 2.0) -> None:
+    """Save a minidet state dict of ``cfg``'s architecture with realistic random weights.
+
+    Frozen batch norms (GN is left as randomized) take the statistics of their own input on
+    ``calib_image``; in the same forward the class logits are measured and ``cls_score`` is
+    rescaled so that, per proposal, they spread with standard deviation ``logit_std`` over the
+    classes (a trained model's confidence: about 100 detections per image).
     """
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     base = cfg.clone()
-    if cfg.MODEL.NORM != "GN":  # calibrate as FrozenBN on the CPU, then load into the requested norm
-        base.merge_from_list(["MODEL.NORM", "FrozenBN", "MODEL.FOLD_NORM", False, "MODEL.DEVICE", "cpu"])
+    base.merge_from_list(["MODEL.FOLD_NORM", False, "MODEL.DEVICE", "cpu"])
+    if cfg.MODEL.NORM != "GN":  # calibrate as FrozenBN; minidet loads it into any frozen norm
+        base.merge_from_list(["MODEL.NORM", "FrozenBN"])
     model = minidet.build_model(base)
     randomize_affine(model, gen)
     feats = []
     hook = model.box_predictor.register_forward_pre_hook(lambda mod, args: feats.append(args[0]))
-    if cfg.MODEL.NORM == "GN":
-        model([calib_image])
-    else:
-        calibrate_norm_stats(model, lambda: model([calib_image]), gen)
+    calibrate_norm_stats(model, lambda: model([calib_image]), gen)
     hook.remove()
     cls = model.box_predictor.cls_score
     cls.weight.mul_(logit_std / (feats[0] @ cls.weight.T).std(dim=1).mean())
-    if cfg.MODEL.NORM == "GN":
-        return model.to(cfg.MODEL.DEVICE)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "random.pth")
-        torch.save(model.state_dict(), path)
-        model, _ = minidet.prepare_model(cfg, weights=path)
-    return model
+    torch.save(model.state_dict(), path)
+
+
+class Runner:
+    """One model of the benchmark (a minidet variant or torchvision) at one depth and batch size."""
+
+    def __init__(self, variant: str, depth: int, batch: int, weights: str, tv_version: int | None, source: str):
+        self.variant, self.depth, self.batch = variant, depth, batch
+        self.impl = TV if variant == TV else "minidet"
+        self.weights, self.tv_version, self.source = weights, tv_version, source
+        self.records: list[dict[str, float]] = []
+        self.walls: list[float] = []
+        self.dets: list[int] = []
+        self.memory: dict | None = None
+        self.checks: list = []  # DetectionMatch per image, against torchvision
+        self.drift: dict | None = None
+
+    def label(self, depths: list[int], batches: list[int]) -> str:
+        parts = [self.variant]
+        if len(depths) > 1:
+            parts.append(f"R{self.depth}")
+        if len(batches) > 1:
+            parts.append(f"b{self.batch}")
+        return " ".join(parts)
+
+    def spec(self) -> dict:
+        return {
+            "variant": self.variant,
+            "depth": self.depth,
+            "batch": self.batch,
+            "weights": self.weights,
+            "tv_version": self.tv_version,
+            "source": self.source,
+        }
+
+    def load(self, args: argparse.Namespace) -> None:
+        """Build the model on ``args.device``; ``self(images)`` then runs it on BGR uint8 images."""
+        self.device = device = torch.device(args.device)
+        if self.impl == TV:
+            model = tv_skeleton(self.tv_version, args.size, args.max_size, self.depth)
+            model.load_state_dict(torch.load(self.weights, weights_only=True))
+            apply_test_settings(model, make_cfg(args, depth=self.depth))
+            self._prepare = lambda images: [to_tv_input(im).to(device) for im in images]  # its own input format
+            self._forward = TorchvisionStages(model.to(device), device)
+        else:
+            norm, fold = VARIANTS[self.variant]
+            model, report = minidet.prepare_model(make_cfg(args, norm, fold, self.depth), weights=self.weights)
+            if report is not None and (report.missing or report.unexpected):
+                raise CheckpointError(f"{self.variant}: weights do not fit: {report}")
+            model.timer = StageTimer(enabled=True, device=device)
+
+            def forward(images: list[np.ndarray]) -> tuple[list[dict], dict[str, float]]:
+                model.timer.reset()
+                return model(images), dict(model.timer.times)
+
+            self._prepare, self._forward = list, forward
+        self._model = model
+        self.set_amp(args.amp)
+
+    def set_amp(self, amp: str | None) -> None:
+        """Mixed precision: minidet's own ``TEST.AMP`` (network layers only, box math float32);
+        torchvision's whole call under ``torch.autocast``, the way its users run it."""
+        self.amp = AMP_DTYPES.get(amp or "")
+        if self.impl != TV:
+            self._model.amp_dtype = self.amp
+
+    def __call__(self, images: list[np.ndarray]):
+        """One forward -> (detections, {stage: seconds}, wall seconds); input conversion is not timed."""
+        inputs = self._prepare(images)
+        cuda = self.device.type == "cuda"
+        autocast = contextlib.nullcontext()
+        if self.impl == TV and self.amp is not None:
+            autocast = torch.autocast(self.device.type, dtype=self.amp)
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        with autocast:
+            outs, times = self._forward(inputs)
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        return outs, times, time.perf_counter() - t0
+
+
+def binarize_tv(outs: list[dict]) -> list[dict]:
+    """torchvision's pasted mask probabilities (D, 1, H, W) -> (D, H, W) bool, as minidet thresholds."""
+    for o in outs:
+        o["masks"] = o["masks"][:, 0] > 0.5
+    return outs
+
+
+def detection_drift(refs: list[dict], news: list[dict], iou_min: float = 0.5) -> dict:
+    """How much ``news`` detections moved from ``refs`` (e.g. AMP vs fp32), image by image.
+
+    Each reference detection, in score order, takes the unused new detection of its label with
+    the highest box IoU (at least ``iou_min``). Returns counts, matches and box/score changes.
+    """
+    n_ref = n_new = matched = 0
+    box_diffs, score_diffs = [], []
+    for ref, new in zip(refs, news):
+        n_ref, n_new = n_ref + len(ref["boxes"]), n_new + len(new["boxes"])
+        if not len(ref["boxes"]) or not len(new["boxes"]):
+            continue
+        iou = box_iou(ref["boxes"].float(), new["boxes"].float())
+        iou[ref["labels"][:, None] != new["labels"][None, :]] = -1
+        for i in ref["scores"].argsort(descending=True).tolist():
+            j = int(iou[i].argmax())
+            if iou[i, j] >= iou_min:
+                iou[:, j] = -1
+                matched += 1
+                box_diffs.append(float((new["boxes"][j].float() - ref["boxes"][i].float()).abs().max()))
+                score_diffs.append(float((new["scores"][j].float() - ref["scores"][i].float()).abs()))
+    return {
+        "detections_fp32": n_ref,
+        "detections_amp": n_new,
+        "matched": matched,
+        "box_diff_px_median": statistics.median(box_diffs) if box_diffs else None,
+        "box_diff_px_max": max(box_diffs) if box_diffs else None,
+        "score_diff_max": max(score_diffs) if score_diffs else None,
+    }
+
+
+def _status(key: str) -> int:
+    """A ``/proc/self/status`` field in KiB (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def _trim() -> None:
+    """Give the C heap's free memory back to the system, so the resident set is live memory."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def memory_probe(args: argparse.Namespace) -> int:
+    """Child process: per model, load it, run two forwards, measure the second; print JSON.
+
+    The parent starts it with ``MALLOC_MMAP_THRESHOLD_`` fixed, so freed buffers go back to the
+    system and the resident set follows live memory. Before the second forward the peak is
+    reset (``/proc/self/clear_refs``): ``forward_mib`` is the peak resident set during that
+    forward minus the resident set before it (activations, outputs, kernel workspaces).
+    """
+    images: dict[int, list[np.ndarray]] = {}
+    results = []
+    for spec in json.loads(args.memory_probe):
+        runner = Runner(**spec)
+        runner.load(args)
+        if runner.batch not in images:
+            images[runner.batch] = [structured_image(*args.image_hw, seed=i) for i in range(runner.batch)]
+        runner(images[runner.batch])
+        gc.collect()
+        _trim()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status("VmRSS")
+        runner(images[runner.batch])
+        results.append({"forward_mib": (_status("VmHWM") - before) / 1024})
+        del runner
+        gc.collect()
+    print(json.dumps(results))
+    return 0
+
+
+def measure_memory_cpu(args: argparse.Namespace, runners: list[Runner]) -> None:
+    """Set ``runner.memory`` of every runner, measured in one fresh process (see ``memory_probe``)."""
+    specs = json.dumps([r.spec() for r in runners])
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--config-file", args.config_file, "--size", str(args.size),
+           "--image", args.image, "--device", "cpu", "--memory-probe", specs]  # fmt: skip
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    cmd += ["--amp", args.amp] if args.amp else []
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    proc = subprocess.run([*cmd, *args.opts], env=env, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        print(f"warning: memory measurement failed: {proc.stderr.strip()[-400:]}", file=sys.stderr)
+        return
+    for r, mem in zip(runners, json.loads(proc.stdout.strip().splitlines()[-1])):
+        r.memory = mem
+
+
+def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -> list[Runner]:
+    """Make the weights of every depth and the runners, torchvision first in each group."""
+    runners = []
+    for depth in args.depth_list:
+        version = tv_version(make_cfg(args, depth=depth), depth)
+        frozen = [v for v in args.variants if v != "GN"]
+        paths: dict[str, tuple[str, str]] = {}
+        if frozen or (args.vs_torchvision and version):
+            if version:
+                path = os.path.join(tmp, f"tv{version}_r{depth}.pth")
+                torch.save(build_tv(version, args.size, args.max_size, depth=depth).state_dict(), path)
+                paths["frozen"] = (path, f"torchvision v{version} R-{depth}, randomized (minidet.tvref.build_tv)")
+            else:
+                path = os.path.join(tmp, f"minidet_r{depth}.pth")
+                random_minidet_weights(make_cfg(args, depth=depth), calib_image, path)
+                paths["frozen"] = (path, f"minidet R-{depth}, randomized (FrozenBN calibrated)")
+        if "GN" in args.variants:
+            path = os.path.join(tmp, f"gn_r{depth}.pth")
+            random_minidet_weights(make_cfg(args, "GN", depth=depth), calib_image, path)
+            paths["GN"] = (path, f"minidet GN R-{depth}, randomized")
+        for batch in args.batch_list:
+            if args.vs_torchvision and version:
+                runners.append(Runner(TV, depth, batch, paths["frozen"][0], version, paths["frozen"][1]))
+            for v in args.variants:
+                path, source = paths["GN" if v == "GN" else "frozen"]
+                runners.append(Runner(v, depth, batch, path, version, source))
+    return runners
+
+
+def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
+    """Interleaved timing loop; torchvision runs first in a group so each variant is checked at once."""
+    device = torch.device(args.device)
+    n_pool = min(args.iters + args.warmup, 4)
+    h, w = args.image_hw
+    pools = {
+        b: [[structured_image(h, w, seed=k * b + i) for i in range(b)] for k in range(n_pool)] for b in args.batch_list
+    }
+    if args.amp:  # detection change of AMP vs fp32, on the first batch (also warms up)
+        for r in runners:
+            r.set_amp(None)
+            ref = r(pools[r.batch][0])[0]
+            r.set_amp(args.amp)
+            new = r(pools[r.batch][0])[0]
+            if r.impl == TV:
+                ref, new = binarize_tv(ref), binarize_tv(new)
+            r.drift = detection_drift(ref, new)
+    for it in range(args.warmup + args.iters):
+        ref = None
+        for r in runners:
+            if ref is not None and ref[0] != (r.depth, r.batch):
+                ref = None
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+                before = torch.cuda.memory_allocated(device)
+            outs, times, wall = r(pools[r.batch][it % n_pool])
+            if device.type == "cuda":
+                peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20
+                r.memory = {"cuda_forward_mib": max(peak, (r.memory or {}).get("cuda_forward_mib", 0.0))}
+            if it >= args.warmup:
+                r.records.append(times)
+                r.walls.append(wall)
+                r.dets.extend(len(o["boxes"]) for o in outs)
+            if r.impl == TV:
+                ref = ((r.depth, r.batch), binarize_tv(outs))
+            elif ref is not None and r.variant != "GN":
+                r.checks.extend(compare_detections(o, t) for o, t in zip(outs, ref[1]))
+        print(
+            f"iteration {it + 1}/{args.warmup + args.iters}" + (" (warm-up)" if it < args.warmup else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
+    """All numbers per runner, with the relations to FrozenBN and torchvision of its group."""
+    rows = []
+    for r in runners:
+        stats = summarize(r.records)
+        wall = summarize([{"wall": w} for w in r.walls])["wall"]
+        rows.append(
+            {
+                "label": r.label(args.depth_list, args.batch_list),
+                "impl": r.impl,
+                "variant": r.variant,
+                "depth": r.depth,
+                "batch": r.batch,
+                "weights": r.source,
+                "stages": stats,
+                "wall": wall,
+                "images_per_s": r.batch / wall["median"],
+                "memory": r.memory,
+                "amp_drift": r.drift,
+                "detections_per_image": {"mean": statistics.fmean(r.dets), "min": min(r.dets), "max": max(r.dets)},
+                "vs_frozenbn": None,
+                "vs_torchvision": None,
+                "norm_share_of_backbone": None,
+            }
+        )
+    for row, r in zip(rows, runners):
+        group = [(o, x) for o, x in zip(rows, runners) if (x.depth, x.batch) == (r.depth, r.batch)]
+        by = {x.variant: o for o, x in group}
+        base = by.get("FrozenBN")
+        if base is not None and r.impl != TV:
+            row["vs_frozenbn"] = {
+                "speed": _ratio(base["wall"]["median"], row["wall"]["median"]),
+                "stages": {s: _ratio(v["median"], base["stages"][s]["median"]) for s, v in row["stages"].items()},
+            }
+        folded = by.get("Affine+fold") or by.get("FrozenBN+fold")
+        if folded is not None and r.variant in VARIANTS and r.variant != "GN":
+            bb, bf = row["stages"]["backbone"]["median"], folded["stages"]["backbone"]["median"]
+            row["norm_share_of_backbone"] = (bb - bf) / bb
+        tv = by.get(TV)
+        if tv is not None and r.impl != TV and r.variant != "GN":
+            tv_r = next(x for o, x in group if o is tv)
+            paired = [a / b for a, b in zip(tv_r.walls, r.walls)]
+            problems = [c.problem() for c in r.checks]
+            row["vs_torchvision"] = {
+                "end_to_end": {
+                    "ratio_of_medians": _ratio(tv["wall"]["median"], row["wall"]["median"]),
+                    "paired_median": statistics.median(paired),
+                    "paired_sd": statistics.stdev(paired) if len(paired) > 1 else 0.0,
+                },
+                "stages": {
+                    s: _ratio(tv["stages"][s]["median"], v["median"])
+                    for s, v in row["stages"].items()
+                    if s in tv["stages"]
+                },
+                "detections": {
+                    "images": len(r.checks),
+                    "same": problems.count(""),
+                    "first_problem": next((p for p in problems if p), None),
+                    "worst_box_px": max((c.worst_box for c in r.checks), default=None),
+                    "worst_score": max((c.worst_score for c in r.checks), default=None),
+                    "worst_mask_iou": min((c.worst_iou for c in r.checks), default=None),
+                },
+            }
+    return rows
+
+
+def environment(args: argparse.Namespace) -> dict:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    git = {}
+    for key, cmd in (("commit", ["git", "rev-parse", "HEAD"]), ("dirty", ["git", "status", "--porcelain", "-uno"])):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, timeout=20).stdout.strip()
+            git[key] = out if key == "commit" else bool(out)
+    device = torch.device(args.device)
+    return {
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "git": git,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+    }
+
+
+def settings(args: argparse.Namespace) -> dict:
+    keys = ("config_file", "variants", "depth_list", "batch_list", "device", "amp", "size", "max_size", "image")
+    keys += ("iters", "warmup", "threads", "vs_torchvision", "no_memory", "opts")
+    return {k: getattr(args, k) for k in keys}
+
+
+def _fmt(v: float | None, spec: str, none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def report(args: argparse.Namespace, rows: list[dict]) -> str:
+    """The printed summary: per-model tables, a comparison table, ratios, verdicts."""
+    out = []
+    for row in rows:
+        title = f"{row['label']} ({row['impl']}, R-{row['depth']}, batch {row['batch']}), ms per forward:"
+        out += [format_table(row["stages"], title=title), ""]
+    stages = [s for s in STAGES if any(s in row["stages"] for row in rows)]
+    width = max(12, *(len(row["label"]) + 1 for row in rows))
+    cols = [*(s[:9] for s in stages), "wall", "(sd)", "img/s", "vs FrozenBN", "vs tv", "dets", "mem MiB"]
+    out.append(f"{'median ms':<{width}}" + "".join(f"{c:>{max(9, len(c) + 1)}}" for c in cols))
+    for row in rows:
+        mem = row["memory"] or {}
+        ratio_fb = (row["vs_frozenbn"] or {}).get("speed")
+        ratio_tv = (row["vs_torchvision"] or {}).get("end_to_end", {}).get("ratio_of_medians")
+        cells = [f"{1e3 * row['stages'][s]['median']:.1f}" if s in row["stages"] else "-" for s in stages]
+        cells += [f"{1e3 * row['wall']['median']:.1f}", f"{1e3 * row['wall']['std']:.1f}", f"{row['images_per_s']:.2f}"]
+        cells += [
+            _fmt(ratio_fb, ".2f") + "x" * (ratio_fb is not None),
+            _fmt(ratio_tv, ".2f") + "x" * (ratio_tv is not None),
+        ]
+        cells += [
+            f"{row['detections_per_image']['mean']:.0f}",
+            _fmt(mem.get("forward_mib", mem.get("cuda_forward_mib")), ".0f"),
+        ]
+        out.append(f"{row['label']:<{width}}" + "".join(f"{v:>{max(9, len(c) + 1)}}" for v, c in zip(cells, cols)))
+    out.append(
+        "(vs FrozenBN: FrozenBN's median wall time / this one's; vs tv: torchvision's / minidet's; mem: peak of "
+        + ("the resident set" if args.device == "cpu" else "CUDA memory allocated")
+        + " during a forward, above the loaded model)"
+    )
+    for row in rows:
+        vs = row["vs_torchvision"]
+        if vs:
+            e = vs["end_to_end"]
+            ratios = "  ".join(f"{s} {_fmt(v, '.2f')}" for s, v in vs["stages"].items() if s != "total")
+            out.append(
+                f"torchvision / {row['label']}: end to end {e['ratio_of_medians']:.2f}x (paired "
+                f"{e['paired_median']:.2f} sd {e['paired_sd']:.2f}); per stage: {ratios}"
+            )
+            d = vs["detections"]
+            verdict = "same detections as torchvision" if d["same"] == d["images"] else "DIFFERENT detections"
+            verdict += " (autocast: differences expected)" if args.amp else ""
+            out.append(
+                f"  {verdict} on {d['same']}/{d['images']} images (worst box {_fmt(d['worst_box_px'], '.2g')}"
+                f" px, score {_fmt(d['worst_score'], '.2g')}, mask IoU {_fmt(d['worst_mask_iou'], '.4f')})"
+                + (f"; first difference: {d['first_problem']}" if d["first_problem"] else "")
+            )
+    for row in rows:
+        if row["norm_share_of_backbone"] is not None and row["variant"] in ("FrozenBN", "Affine"):
+            out.append(
+                f"{row['label']}: norm share of backbone time {100 * row['norm_share_of_backbone']:.1f}% "
+                "(backbone median vs the folded variant, which runs no norm op)"
+            )
+        if row["variant"] == "GN" and row["vs_frozenbn"]:
+            out.append(
+                f"{row['label']}: backbone {row['vs_frozenbn']['stages']['backbone']:.2f}x FrozenBN's time, "
+                f"end to end {1 / row['vs_frozenbn']['speed']:.2f}x"
+            )
+        if row["amp_drift"]:
+            d = row["amp_drift"]
+            out.append(
+                f"{row['label']}: {args.amp} vs fp32: {d['detections_amp']} vs {d['detections_fp32']} "
+                f"detections, {d['matched']} matched (IoU>=0.5, same label); box change median "
+                f"{_fmt(d['box_diff_px_median'], '.3g')} max {_fmt(d['box_diff_px_max'], '.3g')} px, "
+                f"score change max {_fmt(d['score_diff_max'], '.3g')}"
+            )
+    return "\n".join(out)
+
+
+_COLORS = {  # BGR
+    "preprocess": (160, 160, 160),
+    "backbone": (180, 119, 31),
+    "fpn": (14, 127, 255),
+    "rpn": (44, 160, 44),
+    "box_head": (40, 39, 214),
+    "mask_head": (189, 103, 148),
+    "paste": (75, 86, 140),
+}
+
+
+def _nice_step(top: float, ticks: int = 6) -> float:
+    raw = top / ticks
+    mag = 10 ** np.floor(np.log10(raw))
+    return float(next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw))
+
+
+def draw_chart(rows: list[dict], title: str, path: str) -> None:
+    """Stacked bars, one per model: the median time of each stage per image, in ms."""
+    font, aa = cv2.FONT_HERSHEY_SIMPLEX, cv2.LINE_AA
+    stages = [s for s in STAGES if any(s in r["stages"] for r in rows)]
+    vals = [[1e3 * r["stages"].get(s, {"median": 0.0})["median"] / r["batch"] for s in stages] for r in rows]
+    top = max(sum(v) for v in vals) * 1.08 or 1.0
+    step = _nice_step(top)
+    top = step * np.ceil(top / step)
+    slot, left, legend_w, y0, y1 = 120, 90, 170, 70, 470
+    width, height = left + slot * len(rows) + legend_w + 20, 560
+    img = np.full((height, width, 3), 255, np.uint8)
+    cv2.putText(img, title, (left - 70, 28), font, 0.6, (0, 0, 0), 1, aa)
+    cv2.putText(img, "ms per image (median)", (left - 70, 55), font, 0.45, (60, 60, 60), 1, aa)
+    ys = lambda v: int(round(y1 - (y1 - y0) * v / top))  # noqa: E731
+    for k in range(int(round(top / step)) + 1):
+        y = ys(k * step)
+        cv2.line(img, (left, y), (left + slot * len(rows), y), (225, 225, 225), 1, aa)
+        label = f"{k * step:g}"
+        (tw, _), _ = cv2.getTextSize(label, font, 0.42, 1)
+        cv2.putText(img, label, (left - 8 - tw, y + 5), font, 0.42, (60, 60, 60), 1, aa)
+    cv2.line(img, (left, y0), (left, y1), (0, 0, 0), 1, aa)
+    cv2.line(img, (left, y1), (left + slot * len(rows), y1), (0, 0, 0), 1, aa)
+    for i, (row, v) in enumerate(zip(rows, vals)):
+        x0 = left + slot * i + 25
+        x1, acc = x0 + slot - 50, 0.0
+        for s, ms in zip(stages, v):
+            ya, yb = ys(acc + ms), ys(acc)
+            cv2.rectangle(img, (x0, ya), (x1, yb), _COLORS.get(s, (120, 120, 120)), -1)
+            if yb - ya >= 14:
+                text = f"{ms:.0f}" if ms >= 10 else f"{ms:.1f}"
+                (tw, th), _ = cv2.getTextSize(text, font, 0.38, 1)
+                cv2.putText(img, text, ((x0 + x1 - tw) // 2, (ya + yb + th) // 2), font, 0.38, (255, 255, 255), 1, aa)
+            acc += ms
+        text = f"{acc:.0f}" if acc >= 10 else f"{acc:.1f}"
+        (tw, _), _ = cv2.getTextSize(text, font, 0.45, 1)
+        cv2.putText(img, text, ((x0 + x1 - tw) // 2, ys(acc) - 6), font, 0.45, (0, 0, 0), 1, aa)
+        lines = row["label"].split(" ") + ([f"R{row['depth']} b{row['batch']}"] if " " not in row["label"] else [])
+        for j, part in enumerate(lines[:3]):
+            (tw, _), _ = cv2.getTextSize(part, font, 0.45, 1)
+            cv2.putText(img, part, (x0 + (x1 - x0 - tw) // 2, y1 + 22 + 18 * j), font, 0.45, (0, 0, 0), 1, aa)
+    lx = left + slot * len(rows) + 20
+    for j, s in enumerate(reversed(stages)):
+        y = y0 + 22 * j
+        cv2.rectangle(img, (lx, y), (lx + 16, y + 14), _COLORS.get(s, (120, 120, 120)), -1)
+        cv2.putText(img, s, (lx + 24, y + 12), font, 0.45, (0, 0, 0), 1, aa)
+    ok, png = cv2.imencode(".png", img)
+    if not ok:
+        raise RuntimeError(f"could not encode the chart for {path}")
+    atomic_write(path, png.tobytes())
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_probe:
+        return memory_probe(args)
+    device = torch.device(args.device)
     try:
-        cfg = make_cfg(args)
-        images = [
-            structured_image(*args.image_hw, seed=i) for i in range(min(args.iters + args.warmup, 4) * args.batch)
-        ]
-        model = random_model(cfg, images[0])
-    except (ConfigError, RuntimeError, ValueError) as e:
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"--device {args.device} but CUDA is not available")
+        with tempfile.TemporaryDirectory(prefix="minidet-bench-") as tmp:
+            runners = build_runners(args, tmp, structured_image(*args.image_hw, seed=1000))
+            if args.vs_torchvision and not any(r.impl == TV for r in runners):
+                raise ConfigError("--vs-torchvision needs a torchvision config (configs/torchvision/*)")
+            for r in runners:
+                r.load(args)
+            env = environment(args)
+            print(
+                f"torch {env['torch']}, torchvision {env['torchvision']}, python {env['python']}, "
+                f"{env['threads']} threads, {env['cpu']} ({env['cpu_count']} cpus), device {device}"
+                + (f" ({env['gpu']})" if env["gpu"] else "")
+                + (f", autocast {args.amp}" if args.amp else "")
+            )
+            print(
+                f"config {args.config_file}; input {args.image} -> short side {args.size} (max {args.max_size}); "
+                f"warm-up {args.warmup}, iters {args.iters}, interleaved in this order: "
+                + ", ".join(r.label(args.depth_list, args.batch_list) for r in runners)
+            )
+            for source in dict.fromkeys(r.source for r in runners):
+                print(f"weights: {source}")
+            if 101 in args.depth_list and args.vs_torchvision:
+                print(
+                    "note: torchvision has no R-101 Mask R-CNN builder; its reference at R-101 is its MaskRCNN "
+                    "class on its resnet101, built like maskrcnn_resnet50_fpn"
+                )
+            run_benchmark(args, runners)
+            if device.type == "cpu" and not args.no_memory:
+                measure_memory_cpu(args, runners)
+    except (ConfigError, CheckpointError, RuntimeError, ValueError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
-    device = torch.device(cfg.MODEL.DEVICE)
-    model.timer = StageTimer(enabled=True, device=device)
-    cuda = device.type == "cuda"
-
-    norm = cfg.MODEL.NORM + (" folded" if cfg.MODEL.FOLD_NORM else "")
-    print(
-        f"torch {torch.__version__}, python {platform.python_version()}, {torch.get_num_threads()} threads, "
-        f"device {device}" + (f" ({torch.cuda.get_device_name(device)})" if cuda else "")
-    )
-    print(
-        f"config {args.config_file}, norm {norm}, input {args.image} -> short side {cfg.INPUT.MIN_SIZE_TEST}, "
-        f"batch {args.batch}, warm-up {args.warmup}, iters {args.iters}"
-    )
-
-    records, walls, dets = [], [], []
-    n_pool = len(images) // args.batch
-    for it in range(args.warmup + args.iters):
-        k = it % n_pool
-        batch = images[k * args.batch : (k + 1) * args.batch]
-        model.timer.reset()
-        if cuda:
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        outs = model(batch)
-        if cuda:
-            torch.cuda.synchronize(device)
-        wall = time.perf_counter() - t0
-        if it >= args.warmup:
-            records.append(dict(model.timer.times))
-            walls.append(wall)
-            dets.extend(len(o["boxes"]) for o in outs)
-
-    print(format_table(summarize(records), title=f"per-forward stage times ({args.batch} image(s) each):"))
-    med = statistics.median(walls)
-    print(
-        f"wall per forward: median {1e3 * med:.1f} ms, mean {1e3 * statistics.fmean(walls):.1f} ms"
-        f" -> {args.batch / med:.2f} images/s (median)"
-    )
-    print(f"detections per image: mean {statistics.fmean(dets):.1f}, min {min(dets)}, max {max(dets)}")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    rss_mib = rss / 2**20 if sys.platform == "darwin" else rss / 1024
-    mem = f"peak RSS {rss_mib:.0f} MiB"
-    if cuda:
-        mem += f", peak CUDA memory allocated {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB"
-    print(mem)
+    rows = analyze(args, runners)
+    print(report(args, rows))
+    if args.json:
+        write_json(
+            args.json,
+            {"env": env, "settings": settings(args), "runs": rows},
+            indent=1,
+        )
+        print(f"wrote {args.json}")
+    if args.plot:
+        dev = env["gpu"] or f"{env['cpu']}, {env['threads']} threads"
+        draw_chart(rows, f"Mask R-CNN stage times, short side {args.size}, {dev}", args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 
