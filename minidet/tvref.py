@@ -144,9 +144,17 @@ class DetectionMatch:
     worst_box: float = 0.0  # px, max over matched pairs of the largest coordinate difference
     worst_score: float = 0.0
     worst_iou: float = 1.0  # smallest mask IoU over matched pairs
+    worst_pixels: int = 0  # most mask pixels that differ in one matched pair
+    iou_min: float = 0.99
+    low_iou_pixels: int = 0  # most differing pixels among the pairs with mask IoU < iou_min
 
-    def problem(self, box_tol: float = 1e-2, score_tol: float = 1e-4, iou_min: float = 0.99) -> str:
-        """'' when the detections are the same within the tolerances, else the first difference."""
+    def problem(self, box_tol: float = 1e-2, score_tol: float = 1e-4, pixel_tol: int = 0) -> str:
+        """'' when the detections are the same within the tolerances, else the first difference.
+
+        Masks agree when their IoU is at least ``iou_min`` or at most ``pixel_tol`` pixels differ
+        (a pixel whose probability is within rounding of the 0.5 threshold can flip, and in a
+        small mask one pixel is more than 1% of the union).
+        """
         if self.n_ours != self.n_ref:
             return f"{self.n_ours} detections vs reference {self.n_ref}"
         if self.unmatched_label is not None:
@@ -155,19 +163,19 @@ class DetectionMatch:
             return f"box differs by {self.worst_box} px"
         if self.worst_score > score_tol:
             return f"score differs by {self.worst_score}"
-        if self.worst_iou < iou_min:
-            return f"mask IoU {self.worst_iou}"
+        if self.low_iou_pixels > pixel_tol:
+            return f"mask IoU {self.worst_iou:.4f} ({self.low_iou_pixels} pixels differ)"
         return ""
 
 
-def compare_detections(ours: dict, ref: dict) -> DetectionMatch:
+def compare_detections(ours: dict, ref: dict, iou_min: float = 0.99) -> DetectionMatch:
     """Match each reference detection to one of ours: same label, closest box, each used once.
 
     Both dicts hold ``boxes`` (D, 4), ``scores`` (D,), ``labels`` (D,) and optionally ``masks``
     (D, H, W) bool. Counts must agree before anything is matched.
     """
     n = len(ref["boxes"])
-    m = DetectionMatch(len(ours["boxes"]), n)
+    m = DetectionMatch(len(ours["boxes"]), n, iou_min=iou_min)
     if m.n_ours != n:
         return m
     used: set[int] = set()
@@ -183,6 +191,9 @@ def compare_detections(ours: dict, ref: dict) -> DetectionMatch:
         m.worst_score = max(m.worst_score, float((ours["scores"][j] - ref["scores"][i]).abs()))
         if "masks" in ours and "masks" in ref:
             a, b = ours["masks"][j], ref["masks"][i]
-            union = int((a | b).sum())
-            m.worst_iou = min(m.worst_iou, int((a & b).sum()) / union if union else 1.0)
+            union, differ = int((a | b).sum()), int((a ^ b).sum())
+            iou = 1.0 - differ / union if union else 1.0
+            m.worst_iou, m.worst_pixels = min(m.worst_iou, iou), max(m.worst_pixels, differ)
+            if iou < iou_min:
+                m.low_iou_pixels = max(m.low_iou_pixels, differ)
     return m
