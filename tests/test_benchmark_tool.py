@@ -40,7 +40,7 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     assert "torchvision / Affine+fold: end to end" in proc.stdout
 
     data = json.loads(out_json.read_text())
-    assert {"torch", "torchvision", "threads", "cpu", "gpu", "git", "command"} <= set(data["env"])
+    assert {"torch", "torchvision", "threads", "cpu", "gpu", "git", "command", "load_average"} <= set(data["env"])
     assert data["settings"]["variants"] == ["FrozenBN", "Affine+fold"] and data["settings"]["opts"] == FAST
     runs = {r["label"]: r for r in data["runs"]}
     assert list(runs) == ["torchvision", "FrozenBN", "Affine+fold"]  # torchvision first in each round

@@ -492,6 +492,7 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
             row["vs_torchvision"] = {
                 "end_to_end": {
                     "ratio_of_medians": _ratio(tv["wall"]["median"], row["wall"]["median"]),
+                    "ratio_of_mins": _ratio(tv["wall"]["min"], row["wall"]["min"]),
                     "paired_median": statistics.median(paired),
                     "paired_sd": statistics.stdev(paired) if len(paired) > 1 else 0.0,
                 },
@@ -511,6 +512,11 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                 },
             }
     return rows
+
+
+def _load() -> tuple[float, float, float] | None:
+    """The system load average: other processes competing for the cores during the timing."""
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
 
 
 def environment(args: argparse.Namespace) -> dict:
@@ -535,6 +541,7 @@ def environment(args: argparse.Namespace) -> dict:
         "git": git,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
+        "load_average": _load(),
     }
 
 
@@ -556,14 +563,14 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
         out += [format_table(row["stages"], title=title), ""]
     stages = [s for s in STAGES if any(s in row["stages"] for row in rows)]
     width = max(12, *(len(row["label"]) + 1 for row in rows))
-    cols = [*(s[:9] for s in stages), "wall", "(sd)", "img/s", "vs FrozenBN", "vs tv", "dets", "mem MiB"]
+    cols = [*(s[:9] for s in stages), "wall", "(sd)", "min", "img/s", "vs FrozenBN", "vs tv", "dets", "mem MiB"]
     out.append(f"{'median ms':<{width}}" + "".join(f"{c:>{max(9, len(c) + 1)}}" for c in cols))
     for row in rows:
         mem = row["memory"] or {}
         ratio_fb = (row["vs_frozenbn"] or {}).get("speed")
         ratio_tv = (row["vs_torchvision"] or {}).get("end_to_end", {}).get("ratio_of_medians")
         cells = [f"{1e3 * row['stages'][s]['median']:.1f}" if s in row["stages"] else "-" for s in stages]
-        cells += [f"{1e3 * row['wall']['median']:.1f}", f"{1e3 * row['wall']['std']:.1f}", f"{row['images_per_s']:.2f}"]
+        cells += [f"{1e3 * row['wall'][k]:.1f}" for k in ("median", "std", "min")] + [f"{row['images_per_s']:.2f}"]
         cells += [
             _fmt(ratio_fb, ".2f") + "x" * (ratio_fb is not None),
             _fmt(ratio_tv, ".2f") + "x" * (ratio_tv is not None),
@@ -574,7 +581,8 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
         ]
         out.append(f"{row['label']:<{width}}" + "".join(f"{v:>{max(9, len(c) + 1)}}" for v, c in zip(cells, cols)))
     out.append(
-        "(vs FrozenBN: FrozenBN's median wall time / this one's; vs tv: torchvision's / minidet's; mem: peak of "
+        "(wall: per forward, median (sd) and min; vs FrozenBN: FrozenBN's median wall / this one's; vs tv: "
+        "torchvision's / minidet's; mem: peak of "
         + ("the resident set" if args.device == "cpu" else "CUDA memory allocated")
         + " during a forward, above the loaded model)"
     )
@@ -585,7 +593,8 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
             ratios = "  ".join(f"{s} {_fmt(v, '.2f')}" for s, v in vs["stages"].items() if s != "total")
             out.append(
                 f"torchvision / {row['label']}: end to end {e['ratio_of_medians']:.2f}x (paired "
-                f"{e['paired_median']:.2f} sd {e['paired_sd']:.2f}); per stage: {ratios}"
+                f"{e['paired_median']:.2f} sd {e['paired_sd']:.2f}; ratio of minima {e['ratio_of_mins']:.2f}x); "
+                f"per stage: {ratios}"
             )
             d = vs["detections"]
             verdict = "same detections as torchvision" if d["same"] == d["images"] else "DIFFERENT detections"
@@ -724,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                     "class on its resnet101, built like maskrcnn_resnet50_fpn"
                 )
             run_benchmark(args, runners)
+            env["load_average_after"] = _load()
             if device.type == "cpu" and not args.no_memory:
                 measure_memory_cpu(args, runners)
     except (ConfigError, CheckpointError, RuntimeError, ValueError) as e:
@@ -731,6 +741,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = analyze(args, runners)
     print(report(args, rows))
+    if env["load_average"]:
+        before, after = (" ".join(f"{v:.1f}" for v in env[k]) for k in ("load_average", "load_average_after"))
+        print(f"load average (1, 5, 15 min) before the timing: {before}; after: {after} ({env['cpu_count']} cpus)")
     if args.json:
         write_json(
             args.json,
