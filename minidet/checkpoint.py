@@ -1,8 +1,9 @@
 """Checkpoint loading: safe readers, one pure rename function per format, a strict matcher.
 
 Every load ends with a ``LoadReport`` (missing / unexpected / wrong-shape keys grouped by
-module). Files are read with ``torch.load(weights_only=True)``; nothing in a checkpoint
-is executed.
+module). Files are read with ``torch.load(weights_only=True)`` or, for pickles of numpy
+arrays (Detectron, detectron2 ``.pkl``), an unpickler that knows nothing but numpy array
+reconstruction; nothing in a checkpoint is executed (see SECURITY.md).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import os
 import pickle
 import re
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +29,14 @@ WEIGHTS_HELP = "official weights are listed in weights/README.md (URLs and sha25
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable or does not fit the model; one-line message."""
+    """A checkpoint is missing, unreadable or does not fit the model; one-line message.
+
+    ``refused`` names the global (``module.name``) a refused pickle asked for, else None.
+    """
+
+    def __init__(self, message: str, refused: str | None = None) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass
@@ -71,23 +80,44 @@ def _group(keys: list[str]) -> str:
 # --------------------------------------------------------------------------- readers
 
 
+def _first_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text or e.__class__.__name__
+
+
+def _torch_load_error(path: str, e: Exception) -> CheckpointError:
+    """One line from a ``torch.load`` failure: the refused global, the unpickler's complaint, or
+    the first sentence of anything else (torch's texts run over several lines and paragraphs)."""
+    text = str(e)
+    head = f"{path}: cannot read as a torch checkpoint"
+    refused = re.search(r"GLOBAL ([\w.]+)", text)
+    if refused:
+        what = f"the pickle asks for {refused[1]}, outside torch's weights_only allow-list (nothing was run)"
+        return CheckpointError(f"{head}: refused: {what}", refused[1])
+    detail = re.search(r"WeightsUnpickler error:\s*(.+?)\s*(?:\n\n|$)", text, re.S)
+    if detail:
+        return CheckpointError(f"{head}: not a torch.save file, or a corrupt one ({' '.join(detail[1].split())})")
+    return CheckpointError(f"{head}: {_first_line(e).split('. ')[0].rstrip('.')}")
+
+
 def read_torch_file(path: str) -> dict[str, torch.Tensor]:
     """Read a ``torch.save`` state dict safely; unwrap ``{"model"|"state_dict": ...}``."""
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": noise around a one-line error
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure here means "not a safe torch file"
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
-            msg = "refused: the pickle asks for objects outside the tensor allow-list (weights_only=True)"
-        raise CheckpointError(f"{path}: cannot read as a torch checkpoint: {msg}") from None
+        raise _torch_load_error(path, e) from None
     if isinstance(obj, dict) and "model" in obj and isinstance(obj["model"], dict):
         obj = obj["model"]
     elif isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
-    if not isinstance(obj, dict) or not obj:
-        raise CheckpointError(f"{path}: expected a non-empty dict of tensors, got {type(obj).__name__}")
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: expected a dict of tensors, got {type(obj).__name__}")
+    if not obj:
+        raise CheckpointError(f"{path}: holds no weights (an empty dict)")
     bad = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise CheckpointError(f"{path}: entry {bad[0]!r} is not a tensor ({type(obj[bad[0]]).__name__})")
@@ -116,10 +146,19 @@ _PICKLE_ALLOWED = {
 }
 
 
+def _allowed_global(name: str) -> bool:
+    module, _, attr = name.rpartition(".")
+    return (module, attr) in _PICKLE_ALLOWED
+
+
+class _Refused(pickle.UnpicklingError):
+    """The pickle names a global outside the allow-list; ``str(e)`` is ``module.name``."""
+
+
 class _NumpyOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) not in _PICKLE_ALLOWED:
-            raise pickle.UnpicklingError(f"{module}.{name}")
+            raise _Refused(f"{module}.{name}")
         if module == "_codecs":
             import codecs
 
@@ -139,22 +178,59 @@ def read_pickle_file(path: str) -> dict:
     try:
         with open(path, "rb") as f:
             obj = _NumpyOnlyUnpickler(f, encoding="latin1").load()
-    except pickle.UnpicklingError as e:
-        what = str(e)
-        if re.fullmatch(r"[\w.]+\.\w+", what):
-            raise CheckpointError(
-                f"{path}: refused: the pickle asks for {what}, outside the numpy allow-list (nothing was run)"
-            ) from None
-        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {what or 'corrupt data'}") from None
+    except _Refused as e:
+        raise CheckpointError(
+            f"{path}: refused: the pickle asks for {e}, outside the numpy allow-list (nothing was run)", str(e)
+        ) from None
     except Exception as e:  # noqa: BLE001 - truncated/garbage files raise many types
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {msg}") from None
-    if not isinstance(obj, dict) or not obj:
+        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {_first_line(e)}") from None
+    if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict of blobs, got {type(obj).__name__}")
     if isinstance(obj.get("model"), dict):  # detectron2: {'model': ..., '__author__': ...}
-        return obj["model"]
-    blobs = obj["blobs"] if isinstance(obj.get("blobs"), dict) else obj
-    return blobs
+        obj = obj["model"]
+    elif isinstance(obj.get("blobs"), dict):
+        obj = obj["blobs"]
+    if not obj:
+        raise CheckpointError(f"{path}: holds no weights (an empty dict)")
+    return obj
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def read_checkpoint(path: str) -> dict:
+    """Read any supported checkpoint file with the safe reader its content calls for.
+
+    A zip archive is a ``torch.save`` file whatever its name. Another file is a pickle: a
+    ``.pkl`` is read by the numpy-only unpickler first, anything else by ``torch.load``
+    (legacy non-zip torch files) first; if that reader fails the other one is tried (both run
+    no code). When both fail, the first reader's error is reported, unless the second one refused
+    a global or the first one only refused a numpy global that the numpy-only reader allows.
+    """
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == _ZIP_MAGIC:
+        return read_torch_file(path)
+    first, second = (
+        (read_pickle_file, read_torch_file) if str(path).endswith(".pkl") else (read_torch_file, read_pickle_file)
+    )
+    try:
+        return first(path)
+    except CheckpointError as e:
+        error = e
+    try:
+        return second(path)
+    except CheckpointError as e:
+        if not _telling(error) and (_telling(e) or error.refused is not None):
+            error = e
+    raise error
+
+
+def _telling(e: CheckpointError) -> bool:
+    """A refusal of a global that no reader allows: what is really wrong with the file."""
+    return e.refused is not None and not _allowed_global(e.refused)
 
 
 # --------------------------------------------------------------------------- torchvision
@@ -282,6 +358,17 @@ def is_detectron(keys) -> bool:
     return "conv1_w" in keys and any(k.startswith("res2_0_") for k in keys)
 
 
+def _check_depth(model: nn.Module, names, pattern: str, path: str) -> None:
+    """Fail naming MODEL.RESNETS.DEPTH when the checkpoint's res4 has another number of blocks."""
+    blocks = 1 + max((int(m[1]) for k in names if (m := re.match(pattern, k))), default=-1)
+    if blocks and blocks != len(model.backbone.res4):
+        depth = {6: 50, 23: 101}.get(blocks, "?")
+        raise CheckpointError(
+            f"{path}: ResNet-{depth} (res4 has {blocks} blocks) but the model has {len(model.backbone.res4)}; "
+            f"set MODEL.RESNETS.DEPTH {depth}"
+        )
+
+
 def check_detectron_variant(model: nn.Module, blobs: dict, path: str) -> None:
     """Fail with the config key to change when the blobs describe another architecture."""
     stem_norm = getattr(model.backbone.stem.conv1, "norm", None)
@@ -294,13 +381,7 @@ def check_detectron_variant(model: nn.Module, blobs: dict, path: str) -> None:
         raise CheckpointError(
             f"{path}: a frozen-BN model (res_conv1_bn_s) but MODEL.NORM is GN; use MODEL.NORM Affine or FrozenBN"
         )
-    blocks = 1 + max((int(m[1]) for k in blobs if (m := re.match(r"res4_(\d+)_", k))), default=-1)
-    if blocks and blocks != len(model.backbone.res4):
-        depth = {6: 50, 23: 101}.get(blocks, "?")
-        raise CheckpointError(
-            f"{path}: ResNet-{depth} (res4 has {blocks} blocks) but the model has {len(model.backbone.res4)}; "
-            f"set MODEL.RESNETS.DEPTH {depth}"
-        )
+    _check_depth(model, blobs, r"res4_(\d+)_", path)
     convs = "head_conv1_w" in blobs
     if convs != (model.box_head.num_conv > 0):
         kind = "4conv1fc (head_conv1_w)" if convs else "2fc (fc7_w)"
@@ -434,6 +515,29 @@ def _is_norm_key(key: str, norms: dict) -> bool:
     return head in norms
 
 
+def _model_convention(model: nn.Module) -> str:
+    if getattr(model, "legacy", False):
+        return "detectron"
+    return "detectron2" if getattr(model, "d2", False) else "torchvision"
+
+
+def _to_tensors(src: dict, path: str) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Arrays as tensors (numbers only); the names of entries that are not arrays."""
+    out, dropped = {}, []
+    for k, v in src.items():
+        if isinstance(v, np.ndarray):
+            if v.dtype.kind not in "biuf":
+                raise CheckpointError(f"{path}: entry {k!r} is an array of {v.dtype}, not of numbers")
+            v = torch.from_numpy(np.array(v))
+        elif not isinstance(v, torch.Tensor):
+            dropped.append(k)
+            continue
+        elif v.is_complex():
+            raise CheckpointError(f"{path}: entry {k!r} is a tensor of {v.dtype}, not of real numbers")
+        out[k] = v
+    return out, dropped
+
+
 def load_checkpoint(
     model: nn.Module,
     path: str,
@@ -443,18 +547,15 @@ def load_checkpoint(
 ) -> LoadReport:
     """Load ``path`` into ``model``; raise CheckpointError unless every weight is filled.
 
-    ``.pkl`` files are Detectron (Caffe2) pickles, anything else a ``torch.save`` file.
+    Files are read by :func:`read_checkpoint` (``torch.save`` zip archives with torch's
+    weights-only loader, ``.pkl`` pickles with the numpy-only unpickler). Refused as well:
+    arrays that are not numbers, NaN or infinite weights, another ResNet depth.
     """
-    if reader is None:
-        reader = read_pickle_file if str(path).endswith(".pkl") else read_torch_file
-    src = reader(path)
+    src = (reader or read_checkpoint)(path)
     keys = list(src)
-    dropped = [k for k, v in src.items() if not isinstance(v, (np.ndarray, torch.Tensor))]
-    src = {
-        k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v
-        for k, v in src.items()
-        if isinstance(v, (np.ndarray, torch.Tensor))
-    }
+    src, dropped = _to_tensors(src, path)
+    if not src:
+        raise CheckpointError(f"{path}: holds no weights (no arrays among {len(keys)} entries)")
     if is_detectron(keys):
         check_detectron_variant(model, src, path)
         fmt, rename = "detectron", rename_detectron
@@ -478,17 +579,30 @@ def load_checkpoint(
         new = rename(k)
         if new is None:
             report.ignored.append(k)
-        else:
-            renamed[new] = v.float() if v.is_floating_point() else v
+            continue
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise CheckpointError(f"{path}: {k} holds NaN or infinite values; the file is corrupt")
+        renamed[new] = v.float() if v.is_floating_point() else v
+    _check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
     match_state(model, renamed, report, bn_eps)
     logger.info("%s", report)
+    # which config family the weights belong to, when the model is built for another one
+    convention = _model_convention(model)
+    hint = ""
+    if fmt != "minidet" and fmt != convention:
+        hint = f"; this is a {fmt} checkpoint but MODEL.CONVENTION is {convention}: see configs/{fmt}/"
     if report.mismatched:
         name, a, b = report.mismatched[0]
         more = f" (and {len(report.mismatched) - 1} more)" if len(report.mismatched) > 1 else ""
-        raise CheckpointError(f"{path}: shape mismatch for {name}: checkpoint {a} vs model {b}{more}")
+        if name.startswith("box_predictor.cls_score.") and not hint:
+            hint = (
+                f"; the checkpoint has {a[0]} class logits: MODEL.ROI_HEADS.NUM_CLASSES and "
+                "MODEL.CATEGORY_LAYOUT belong to the weights"
+            )
+        raise CheckpointError(f"{path}: shape mismatch for {name}: checkpoint {a} vs model {b}{more}{hint}")
     if report.missing and not allow_missing:
         raise CheckpointError(
-            f"{path}: {len(report.missing)} model weights not in checkpoint: {_group(report.missing)}"
+            f"{path}: {len(report.missing)} model weights not in checkpoint: {_group(report.missing)}{hint}"
         )
     if report.unexpected:
         logger.warning("%s: %d unexpected keys ignored: %s", path, len(report.unexpected), _group(report.unexpected))
