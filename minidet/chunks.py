@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .fileio import write_json
+from .fileio import remove_temp_files, write_json
 
 MANIFEST = "manifest.json"
 _CHUNK_RE = re.compile(r"^run(\d+)-rank(\d+)-(\d+)\.json$")
@@ -67,6 +67,7 @@ class ChunkStore:
             if diff:
                 raise ChunkError(f"cannot resume: the earlier run in {self.folder} differs: {diff}")
         os.makedirs(self.folder, exist_ok=True)
+        remove_temp_files(self.folder)  # half-written chunks of a killed run: never read, now gone
         write_json(path, manifest, indent=1)
         return 1 + max((int(_CHUNK_RE.match(n).group(1)) for n in names), default=0)
 

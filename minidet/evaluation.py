@@ -33,6 +33,14 @@ class EvaluationError(ValueError):
     """An annotation or results file cannot be evaluated; the message is one line naming it."""
 
 
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _quiet(fn, *args, **kwargs):
     """Call a pycocotools function without its progress prints; return (result, printed text)."""
     buf = io.StringIO()
@@ -57,7 +65,8 @@ def load_coco_annotations(path: str) -> COCO:
     """Read a COCO instances annotation file into a pycocotools ``COCO``, checking its shape.
 
     ``info`` and ``licenses`` are optional; crowd RLE annotations and images without
-    annotations are fine. Raises :class:`EvaluationError` naming ``path`` otherwise.
+    annotations are fine. Ids must be unique integers, every annotation must name a listed
+    image and category. Raises :class:`EvaluationError` naming ``path`` and the entry otherwise.
     """
     data = _load_json(path, "annotation file")
     if not isinstance(data, dict):
@@ -65,16 +74,42 @@ def load_coco_annotations(path: str) -> COCO:
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
             raise EvaluationError(f"{path}: not a COCO annotation file (no {key!r} list)")
+    image_ids: set[int] = set()
     for i, im in enumerate(data["images"]):
         if not (isinstance(im, dict) and all(k in im for k in ("id", "file_name", "height", "width"))):
             raise EvaluationError(f"{path}: images[{i}] needs 'id', 'file_name', 'height' and 'width'")
+        if not (_is_int(im["id"]) and _is_int(im["height"]) and _is_int(im["width"])):
+            raise EvaluationError(f"{path}: images[{i}]: 'id', 'height' and 'width' must be integers")
+        if im["height"] < 1 or im["width"] < 1 or not isinstance(im["file_name"], str):
+            raise EvaluationError(f"{path}: images[{i}]: needs a positive size and a 'file_name' string")
+        if im["id"] in image_ids:
+            raise EvaluationError(f"{path}: images[{i}]: image id {im['id']} appears twice")
+        image_ids.add(im["id"])
+    category_ids: set[int] = set()
     for i, cat in enumerate(data["categories"]):
         if not (isinstance(cat, dict) and "id" in cat and "name" in cat):
             raise EvaluationError(f"{path}: categories[{i}] needs 'id' and 'name'")
+        if not _is_int(cat["id"]) or cat["id"] in category_ids:
+            raise EvaluationError(f"{path}: categories[{i}]: id {cat['id']!r} is not an integer or appears twice")
+        category_ids.add(cat["id"])
+    ann_ids: set[int] = set()
     for i, ann in enumerate(data["annotations"]):
         missing = [k for k in _GT_KEYS if not isinstance(ann, dict) or k not in ann]
         if missing:
             raise EvaluationError(f"{path}: annotations[{i}] lacks {', '.join(map(repr, missing))}")
+        where = f"{path}: annotations[{i}]"
+        if not _is_int(ann["image_id"]) or ann["image_id"] not in image_ids:
+            raise EvaluationError(f"{where}: image_id {ann['image_id']!r} is not in 'images'")
+        if not _is_int(ann["category_id"]) or ann["category_id"] not in category_ids:
+            raise EvaluationError(f"{where}: category_id {ann['category_id']!r} is not in 'categories'")
+        if not _is_int(ann["id"]) or ann["id"] in ann_ids:  # pycocotools finds annotations by id
+            raise EvaluationError(f"{where}: annotation id {ann['id']!r} is not an integer or appears twice")
+        ann_ids.add(ann["id"])
+        b = ann["bbox"]
+        if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and _is_real(ann["area"])):
+            raise EvaluationError(f"{where}: 'bbox' must be [x, y, width, height] and 'area' a number")
+        if not isinstance(ann.get("segmentation", []), (list, dict)):
+            raise EvaluationError(f"{where}: 'segmentation' must be polygons (a list) or an RLE object")
     coco = COCO()
     coco.dataset = data
     _quiet(coco.createIndex)
@@ -151,10 +186,6 @@ def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
     return tuple(t for t in IOU_TYPES if _RESULT_FIELD[t] in results[0])
 
 
-def _is_real(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
     """Check a results list against the COCO results schema and the annotation file.
 
@@ -183,9 +214,9 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
                 raise EvaluationError(f"{where}: no {key!r} (every entry needs 'image_id', 'category_id', 'score'"
                                       f"{''.join(', ' + repr(f) for f in fields)})")  # fmt: skip
         image_id = r["image_id"]
-        if not (isinstance(image_id, int) and not isinstance(image_id, bool)) or image_id not in coco_gt.imgs:
+        if not _is_int(image_id) or image_id not in coco_gt.imgs:
             raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")
-        if not (isinstance(r["category_id"], int) and not isinstance(r["category_id"], bool)):
+        if not _is_int(r["category_id"]):
             raise EvaluationError(f"{where}: category_id must be an integer, got {r['category_id']!r}")
         if not _is_real(r["score"]):
             raise EvaluationError(f"{where}: score must be a finite number, got {r['score']!r}")

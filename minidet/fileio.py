@@ -1,13 +1,35 @@
-"""Atomic file output: readers never see a half-written file, an interrupted run leaves none."""
+"""Atomic file output: readers never see a half-written file; a killed writer leaves only a temp file."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from typing import IO, Any
+
+_TEMP_RE = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}\.tmp$")
+
+
+def _temp_name(name: str) -> str:
+    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def remove_temp_files(folder: str) -> list[str]:
+    """Remove the temporary files that killed writers left in ``folder``; returns their names.
+
+    A process killed (SIGKILL, power loss) inside :func:`atomic_open` leaves its temporary file
+    behind, never the target. Call this only while nothing writes into ``folder``.
+    """
+    if not os.path.isdir(folder):
+        return []
+    names = sorted(n for n in os.listdir(folder) if _TEMP_RE.match(n))
+    for n in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(folder, n))
+    return names
 
 
 @contextlib.contextmanager
@@ -20,7 +42,7 @@ def atomic_open(path: str, mode: str = "w") -> Iterator[IO]:
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes only; mode must be 'w' or 'wb', got {mode!r}")
     folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = os.path.join(folder, _temp_name(name))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:

@@ -24,11 +24,11 @@ process). A run that stops (Ctrl-C, a crash, a killed worker) keeps them; the sa
 with ``--resume`` does only the missing images and writes the same results and metrics files
 (``timing.json`` then describes the images timed in all runs, and the wall time of the last).
 
-An image that is missing, truncated, unreadable or not the annotated size is reported on one
-``error: <file>: ... (skipped)`` line, left out of the evaluation and counted; the exit status is
-then 1. A bad config, checkpoint, annotation or results file stops the run with one ``error:``
-line and exit status 2 (``--debug``: with the traceback); an interrupted run exits with 130
-(Ctrl-C), 143 (SIGTERM) or 2 (an error).
+An image that is missing, truncated, unreadable, not the annotated size or one the model cannot
+take (e.g. too elongated for the resize) is reported on one ``error: <file>: ... (skipped)`` line,
+left out of the evaluation and counted; the exit status is then 1. A bad config, checkpoint,
+annotation or results file stops the run with one ``error:`` line and exit status 2 (``--debug``:
+with the traceback); an interrupted run exits with 130 (Ctrl-C), 143 (SIGTERM) or 2 (an error).
 
 The second form evaluates detections made elsewhere: each file may carry ``bbox``,
 ``segmentation`` or both; ``metrics.json`` gets what they allow. Under torchrun each process
@@ -71,7 +71,7 @@ from minidet.evaluation import (
     load_coco_annotations,
     load_results,
 )
-from minidet.fileio import write_json
+from minidet.fileio import remove_temp_files, write_json
 from minidet.timing import format_table, summarize
 
 RESULTS_FILE = "coco_instances_results.json"
@@ -124,8 +124,16 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
     """The ``--results`` form: validate the files, run COCOeval, write ``metrics.json``."""
     coco_gt = load_coco_annotations(args.ann)
     by_type: dict[str, tuple[str, list]] = {}
+    known = set(coco_gt.getCatIds())
     for path in args.results:
         results, types = load_results(path, coco_gt)
+        unknown = [r["category_id"] for r in results if r["category_id"] not in known]
+        if unknown:  # COCOeval evaluates the annotation file's categories only
+            print(
+                f"warning: {path}: {len(unknown)} detections of categories that are not in {args.ann} "
+                f"(e.g. {unknown[0]}) are left out",
+                file=sys.stderr,
+            )
         for t in types:
             if t in by_type:
                 raise EvaluationError(f"{path}: {t} results already given by {by_type[t][0]}")
@@ -176,6 +184,7 @@ class Run:
         if self.info.is_main:  # one process decides, so that every rank shards the same list
             try:
                 state = {"run": self.store.open(manifest, args.resume), "done": sorted(self.store.done_ids())}
+                remove_temp_files(args.output)  # of a run killed while writing the final files
             except (ChunkError, OSError) as e:
                 state = {"error": str(e)}
         state = dist.broadcast(state)
@@ -221,14 +230,13 @@ class Run:
                 good = [(i, im) for i, im in batch if not isinstance(im, str)]
                 for i, err in batch:
                     if isinstance(err, str):
-                        pending["skipped"].append({"image_id": i, "file": self.files[i], "error": err})
-                        tqdm.write(f"error: {err} (skipped)", file=sys.stderr)
+                        self._skip(pending, i, err)
                 if good:
                     t1 = time.perf_counter()
-                    outs = self.predictor.predict_batch([im for _, im in good])
+                    good, outs, stages = self._predict(good, pending)
                     t2 = time.perf_counter()
+                if good:
                     self.evaluator.process([i for i, _ in good], outs)  # masks become RLE here
-                    stages = outs[0]["timings"]
                     pending["timings"].append({
                         "run": self.run_id, "rank": info.rank, "seq": seq, "n": len(good), "data": t_data,
                         "model": sum(stages.values()) if stages else t2 - t1,
@@ -241,6 +249,39 @@ class Run:
         finally:  # whatever stops the loop, what is finished is kept
             self._save(pending)
             bar.close()
+
+    def _skip(self, pending: dict, image_id: int, error: str) -> None:
+        pending["skipped"].append({"image_id": image_id, "file": self.files[image_id], "error": error})
+        tqdm.write(f"error: {error} (skipped)", file=sys.stderr)
+
+    def _model_error(self, image_id: int, e: Exception) -> str:
+        if self.args.debug:
+            traceback.print_exc()
+        return " ".join(f"{self.files[image_id]}: {type(e).__name__}: {e}".split())
+
+    def _predict(self, good: list, pending: dict) -> tuple[list, list, dict]:
+        """Run a batch: the images run, their outputs and the batch's stage times. When the batch
+        fails, each image runs alone and those that fail by themselves are skipped: an image the
+        model cannot take must not stop the run (nor every resumed run after it)."""
+        try:
+            outs = self.predictor.predict_batch([im for _, im in good])
+            return good, outs, outs[0]["timings"]
+        except Exception as e:  # noqa: BLE001 - reported per image
+            if len(good) == 1:
+                self._skip(pending, good[0][0], self._model_error(good[0][0], e))
+                return [], [], {}
+        kept, outs, stages = [], [], {}
+        for i, im in good:
+            try:
+                out = self.predictor(im)
+            except Exception as e:  # noqa: BLE001 - this image's problem: reported, skipped
+                self._skip(pending, i, self._model_error(i, e))
+                continue
+            kept.append((i, im))
+            outs.append(out)
+            for k, v in out["timings"].items():
+                stages[k] = stages.get(k, 0.0) + v
+        return kept, outs, stages
 
     def _save(self, pending: dict) -> dict:
         """Write the evaluator's images and ``pending`` skips and timings as a chunk; start anew."""
