@@ -80,7 +80,7 @@ def _group(keys: list[str]) -> str:
 # --------------------------------------------------------------------------- readers
 
 
-def _first_line(e: BaseException) -> str:
+def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return text or e.__class__.__name__
 
@@ -97,7 +97,7 @@ def _torch_load_error(path: str, e: Exception) -> CheckpointError:
     detail = re.search(r"WeightsUnpickler error:\s*(.+?)\s*(?:\n\n|$)", text, re.S)
     if detail:
         return CheckpointError(f"{head}: not a torch.save file, or a corrupt one ({' '.join(detail[1].split())})")
-    return CheckpointError(f"{head}: {_first_line(e).split('. ')[0].rstrip('.')}")
+    return CheckpointError(f"{head}: {_one_line(e).split('. ')[0].rstrip('.')}")
 
 
 def read_torch_file(path: str) -> dict[str, torch.Tensor]:
@@ -183,7 +183,7 @@ def read_pickle_file(path: str) -> dict:
             f"{path}: refused: the pickle asks for {e}, outside the numpy allow-list (nothing was run)", str(e)
         ) from None
     except Exception as e:  # noqa: BLE001 - truncated/garbage files raise many types
-        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {_first_line(e)}") from None
+        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {_one_line(e)}") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict of blobs, got {type(obj).__name__}")
     if isinstance(obj.get("model"), dict):  # detectron2: {'model': ..., '__author__': ...}
