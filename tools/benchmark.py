@@ -16,17 +16,17 @@ runs torchvision on the very same weights. ``GN`` (and configs torchvision canno
 randomized minidet model instead, not compared with torchvision. The inputs are structured
 synthetic ``--image`` pictures, resized by both detectors to a short side of ``--size``.
 
-Timing is interleaved: each iteration runs every model once, in turn, so that load on a shared
-machine hits all of them alike; ``--warmup`` iterations are not recorded. Per model and stage
-the tool prints mean, sd and median, images/s (batch / median wall time), each variant
-relative to FrozenBN and, with ``--vs-torchvision``, torchvision's time over minidet's per
-stage and end to end, plus whether the detections are the same. ``--amp`` runs minidet with its
-``TEST.AMP`` (network layers in bf16/fp16, box arithmetic in float32) and torchvision's whole
-call under ``torch.autocast``, and reports how the detections moved from float32. Peak memory is measured per
-model, as the peak during a forward above what was in use before it: on CPU in a separate
-process that runs the models one after another (resident set, with freed buffers returned to
-the system at once), on CUDA as memory allocated. Trailing ``KEY VALUE`` pairs
-override the minidet config last.
+Timing is interleaved: each iteration runs every model once, in turn (the order rotates by one
+model per iteration), so that load on a shared machine hits all of them alike; ``--warmup``
+iterations are not recorded. Per model and stage the tool prints mean, sd and median, images/s
+(batch / median wall time), each variant relative to FrozenBN and, with ``--vs-torchvision``,
+torchvision's time over minidet's per stage and end to end, plus whether the detections are
+the same. ``--amp`` runs minidet with its ``TEST.AMP`` (network layers in bf16/fp16, box
+arithmetic in float32) and torchvision's whole call under ``torch.autocast``, and reports how
+the detections moved from float32. Peak memory is measured per model, as the peak during a
+forward above what was in use before it: on CPU in a separate process that runs the models one
+after another (resident set, with freed buffers returned to the system at once), on CUDA as
+memory allocated. Trailing ``KEY VALUE`` pairs override the minidet config last.
 """
 
 from __future__ import annotations
@@ -399,7 +399,7 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
 
 
 def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
-    """Interleaved timing loop; torchvision runs first in a group so each variant is checked at once."""
+    """The timing loop: every iteration runs each model once, in turn, and checks detections."""
     device = torch.device(args.device)
     n_pool = min(args.iters + args.warmup, 4)
     h, w = args.image_hw
@@ -415,11 +415,13 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
             if r.impl == TV:
                 ref, new = binarize_tv(ref), binarize_tv(new)
             r.drift = detection_drift(ref, new)
+    with_ref = {(r.depth, r.batch) for r in runners if r.impl == TV}
     for it in range(args.warmup + args.iters):
-        ref = None
-        for r in runners:
-            if ref is not None and ref[0] != (r.depth, r.batch):
-                ref = None
+        k = it % len(runners)
+        refs: dict[tuple[int, int], list[dict]] = {}  # torchvision's detections in this iteration, per group
+        pending: dict[tuple[int, int], list] = {}  # (runner, detections) that ran before torchvision
+        for r in runners[k:] + runners[:k]:  # the order rotates: no model always follows the same one
+            group = (r.depth, r.batch)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
@@ -432,9 +434,14 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
                 r.walls.append(wall)
                 r.dets.extend(len(o["boxes"]) for o in outs)
             if r.impl == TV:
-                ref = ((r.depth, r.batch), binarize_tv(outs))
-            elif ref is not None and r.variant != "GN":
-                r.checks.extend(compare_detections(o, t) for o, t in zip(outs, ref[1]))
+                refs[group] = binarize_tv(outs)
+                for other, other_outs in pending.pop(group, []):
+                    other.checks.extend(map(compare_detections, other_outs, refs[group]))
+            elif r.variant != "GN" and group in with_ref:
+                if group in refs:
+                    r.checks.extend(map(compare_detections, outs, refs[group]))
+                else:
+                    pending.setdefault(group, []).append((r, outs))
         print(
             f"iteration {it + 1}/{args.warmup + args.iters}" + (" (warm-up)" if it < args.warmup else ""),
             file=sys.stderr,
@@ -722,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 f"config {args.config_file}; input {args.image} -> short side {args.size} (max {args.max_size}); "
-                f"warm-up {args.warmup}, iters {args.iters}, interleaved in this order: "
+                f"warm-up {args.warmup}, iters {args.iters}, interleaved (order rotating each iteration): "
                 + ", ".join(r.label(args.depth_list, args.batch_list) for r in runners)
             )
             for source in dict.fromkeys(r.source for r in runners):
