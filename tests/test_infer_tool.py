@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -110,6 +112,32 @@ def test_end_to_end(tmp_path, tv_weights):
             assert seg["size"] == [h, w] and isinstance(seg["counts"], str)
             mask = mask_utils.decode(seg)
             assert mask.shape == (h, w) and mask.dtype == np.uint8
+
+
+def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_weights):
+    images = []
+    for k in range(8):
+        images.append(tmp_path / f"img{k}.png")
+        cv2.imwrite(str(images[-1]), structured_image(240, 320, seed=k))
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(TOOL), "--config-file", str(CONFIG), "--input", *map(str, images),
+           "--output", str(out), "MODEL.WEIGHTS", str(tv_weights), *FAST]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": ""}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline and not (out.is_dir() and list(out.glob("*.json"))):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: interrupted at image ")
+    done = sorted(out.glob("*.json"))
+    assert 1 <= len(done) < len(images)
+    for path in done:  # whatever was written is whole
+        assert json.loads(path.read_text())["height"] == 240
+        assert cv2.imread(str(path.with_suffix(".jpg"))).shape == (240, 320, 3)
+    assert not [p for p in out.iterdir() if p.suffix == ".tmp"]
 
 
 def test_bad_config_key(tmp_path, tv_weights):

@@ -12,7 +12,9 @@ For each input ``DIR/<stem>.jpg`` (drawing) and ``DIR/<stem>.json`` are written;
 with the same stem get ``<stem>_1`` etc. An image that cannot be read or run is reported on
 one ``error: <file>: <what>`` line and skipped; the exit status is then 1. Bad configs,
 weights or arguments stop the run with one ``error:`` line and exit status 2 (``--debug``
-adds the traceback). At the end a per-stage timing table is printed.
+adds the traceback); Ctrl-C stops it with exit status 130, every output already written being
+complete (files are written to a temporary name and renamed). At the end a per-stage timing
+table is printed.
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         predictor = minidet.Predictor(cfg)
     except (ConfigError, CheckpointError, OSError) as e:
         return _fail(str(e), args.debug)
+    except KeyboardInterrupt:
+        _fail("interrupted", args.debug)
+        return 130
     except Exception as e:  # noqa: BLE001 - any other setup failure: still one line without --debug
         hint = "" if args.debug else " (rerun with --debug for the traceback)"
         return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
@@ -146,29 +151,38 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     n_instances = 0
     bar = tqdm(paths, file=sys.stderr, unit="img", disable=None) if len(paths) >= PROGRESS_MIN_IMAGES else None
-    for path, stem in zip(bar if bar is not None else paths, stems):
-        try:
-            image = read_image(path, cfg.INPUT.MAX_PIXELS)
-            out = predictor(image)
-            doc = to_record(path, image, out, predictor.class_names, predictor.box_offset)
-            labels = [predictor.class_names[int(k)] for k in out["labels"]]
-            masks = out["masks"].numpy() if "masks" in out else None
-            vis = draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, args.vis_thresh)
-            ok, jpg = cv2.imencode(".jpg", vis, [cv2.IMWRITE_JPEG_QUALITY, 90])
-            if not ok:
-                raise RuntimeError("cannot encode the visualization as JPEG")
-            atomic_write(os.path.join(args.output, f"{stem}.jpg"), jpg.tobytes())
-            atomic_write(os.path.join(args.output, f"{stem}.json"), dumps_record(doc).encode("utf-8"))
-        except Exception as e:  # noqa: BLE001 - one bad image must not stop the batch
-            failed += 1
-            if args.debug:
-                traceback.print_exc()
-            what = str(e) if isinstance(e, ImageReadError) else f"{path}: {type(e).__name__}: {e}"
-            tqdm.write(f"error: {' '.join(what.split())}", file=sys.stderr)
-            continue
-        n_instances += len(doc["instances"])
-        if out.get("timings"):
-            records.append(out["timings"])
+    seen = 0
+    try:
+        for path, stem in zip(bar if bar is not None else paths, stems):
+            seen += 1
+            try:
+                image = read_image(path, cfg.INPUT.MAX_PIXELS)
+                out = predictor(image)
+                doc = to_record(path, image, out, predictor.class_names, predictor.box_offset)
+                labels = [predictor.class_names[int(k)] for k in out["labels"]]
+                masks = out["masks"].numpy() if "masks" in out else None
+                boxes, scores = out["boxes"].numpy(), out["scores"].numpy()
+                vis = draw_instances(image, boxes, scores, labels, masks, args.vis_thresh)
+                ok, jpg = cv2.imencode(".jpg", vis, [cv2.IMWRITE_JPEG_QUALITY, 90])
+                if not ok:
+                    raise RuntimeError("cannot encode the visualization as JPEG")
+                atomic_write(os.path.join(args.output, f"{stem}.jpg"), jpg.tobytes())
+                atomic_write(os.path.join(args.output, f"{stem}.json"), dumps_record(doc).encode("utf-8"))
+            except Exception as e:  # noqa: BLE001 - one bad image must not stop the batch
+                failed += 1
+                if args.debug:
+                    traceback.print_exc()
+                what = str(e) if isinstance(e, ImageReadError) else f"{path}: {type(e).__name__}: {e}"
+                tqdm.write(f"error: {' '.join(what.split())}", file=sys.stderr)
+                continue
+            n_instances += len(doc["instances"])
+            if out.get("timings"):
+                records.append(out["timings"])
+    except KeyboardInterrupt:  # Ctrl-C: what is written is complete (atomic writes); say so, no traceback
+        if bar is not None:
+            bar.close()
+        _fail(f"interrupted at image {seen} of {len(paths)}; the outputs written so far are complete", args.debug)
+        return 130
 
     if records:
         skipped = args.warmup if len(records) > args.warmup else 0
