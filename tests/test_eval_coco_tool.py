@@ -232,6 +232,33 @@ def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path)
     assert "cannot resume: the earlier run in" in res.stderr and "MIN_SIZE_TEST: 160" in res.stderr
 
 
+def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path):
+    """SIGKILL (no handler runs, nothing is saved on the way out) after the first chunk: the chunks
+    written so far are whole, and --resume finishes with the same files as an uninterrupted run."""
+    ref_out, _ = reference
+    out = tmp_path / "out"
+    args = _model_args(out, weights, "--max-images", str(N), "--chunk-size", "1")
+    with open(tmp_path / "stdout", "wb") as so, open(tmp_path / "stderr", "wb") as se:
+        proc = subprocess.Popen([sys.executable, str(TOOL), *args], cwd=tmp_path, env=_env(), stdout=so, stderr=se)
+        deadline = time.monotonic() + 300
+        while not list((out / "chunks").glob("run001-*.json")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()
+    chunks = sorted((out / "chunks").glob("run001-*.json"))
+    done = sum(len(_load(p)["image_ids"]) for p in chunks)  # every chunk there is complete JSON
+    assert 1 <= done < N
+    assert not (out / "coco_instances_results.json").exists()
+
+    res = _run(*args, "--resume", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert f"eval_coco: resuming: {done} of {N} images done, {N - done} to go" in res.stdout
+    for name in ("coco_instances_results.json", "metrics.json", "images.json"):
+        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+
+
 def test_torchrun_two_processes_equal_one(reference, weights, tmp_path):
     ref_out, _ = reference
     out = tmp_path / "out"
