@@ -75,9 +75,16 @@ def test_memory_stays_flat_over_two_passes_of_coco_tiny(tmp_path):
         evaluator.reset()
         return _rss_mb(), n
 
-    start = _rss_mb()
-    after_first, n1 = one_pass()
-    after_second, n2 = one_pass()
+    # one intra-op thread: memory does not depend on it, and on a busy shared machine two OpenMP
+    # threads on two cores ran this loop up to 8 times slower than one
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        start = _rss_mb()
+        after_first, n1 = one_pass()
+        after_second, n2 = one_pass()
+    finally:
+        torch.set_num_threads(threads)
     assert n1 == n2 > 80 * 10  # the same, plentiful detections both times
     growth = after_second - after_first
     print(f"resident memory: start {start:.0f} MB, after pass 1 {after_first:.0f} MB, after pass 2 "
