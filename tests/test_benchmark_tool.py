@@ -51,6 +51,7 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
         # the stage times add up to the timed call
         assert r["stages"]["total"]["median"] == pytest.approx(r["wall"]["median"], rel=0.05)
         assert r["images_per_s"] == pytest.approx(1 / r["wall"]["median"])
+        assert r["cpu"]["n"] == 2 and r["cpu"]["median"] > 0
         assert r["detections_per_image"] == {"mean": 10, "min": 10, "max": 10}
         assert r["memory"]["forward_mib"] > 0
     assert runs["torchvision"]["impl"] == "torchvision" and runs["torchvision"]["vs_torchvision"] is None
@@ -61,6 +62,7 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     assert runs["FrozenBN"]["norm_share_of_backbone"] < 1  # (FrozenBN - folded) / FrozenBN backbone time
     vs = fold["vs_torchvision"]
     assert vs["end_to_end"]["ratio_of_medians"] > 0 and vs["end_to_end"]["paired_sd"] >= 0
+    assert vs["end_to_end"]["ratio_of_mins"] > 0 and vs["end_to_end"]["ratio_of_cpu_medians"] > 0
     assert set(vs["stages"]) == {*STAGES, "total"}
     assert vs["detections"]["images"] == vs["detections"]["same"] == 2
     assert vs["detections"]["worst_box_px"] <= 1e-2 and vs["detections"]["worst_mask_iou"] >= 0.99

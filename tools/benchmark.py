@@ -200,6 +200,7 @@ class Runner:
         self.weights, self.tv_version, self.source = weights, tv_version, source
         self.records: list[dict[str, float]] = []
         self.walls: list[float] = []
+        self.cpus: list[float] = []
         self.dets: list[int] = []
         self.memory: dict | None = None
         self.checks: list = []  # DetectionMatch per image, against torchvision
@@ -255,7 +256,11 @@ class Runner:
             self._model.amp_dtype = self.amp
 
     def __call__(self, images: list[np.ndarray]):
-        """One forward -> (detections, {stage: seconds}, wall seconds); input conversion is not timed."""
+        """One forward -> (detections, {stage: seconds}, wall seconds, process CPU seconds).
+
+        The input conversion is not timed. CPU time (all threads) hardly grows when other
+        processes take the cores, so it is a second, load-robust view of the cost on CPU.
+        """
         inputs = self._prepare(images)
         cuda = self.device.type == "cuda"
         autocast = contextlib.nullcontext()
@@ -263,12 +268,12 @@ class Runner:
             autocast = torch.autocast(self.device.type, dtype=self.amp)
         if cuda:
             torch.cuda.synchronize(self.device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with autocast:
             outs, times = self._forward(inputs)
         if cuda:
             torch.cuda.synchronize(self.device)
-        return outs, times, time.perf_counter() - t0
+        return outs, times, time.perf_counter() - t0, time.process_time() - c0
 
 
 def binarize_tv(outs: list[dict]) -> list[dict]:
@@ -425,13 +430,14 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
-            outs, times, wall = r(pools[r.batch][it % n_pool])
+            outs, times, wall, cpu = r(pools[r.batch][it % n_pool])
             if device.type == "cuda":
                 peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20
                 r.memory = {"cuda_forward_mib": max(peak, (r.memory or {}).get("cuda_forward_mib", 0.0))}
             if it >= args.warmup:
                 r.records.append(times)
                 r.walls.append(wall)
+                r.cpus.append(cpu)
                 r.dets.extend(len(o["boxes"]) for o in outs)
             if r.impl == TV:
                 refs[group] = binarize_tv(outs)
@@ -459,6 +465,7 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
     for r in runners:
         stats = summarize(r.records)
         wall = summarize([{"wall": w} for w in r.walls])["wall"]
+        cpu = summarize([{"cpu": c} for c in r.cpus])["cpu"]
         rows.append(
             {
                 "label": r.label(args.depth_list, args.batch_list),
@@ -469,6 +476,7 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                 "weights": r.source,
                 "stages": stats,
                 "wall": wall,
+                "cpu": cpu,
                 "images_per_s": r.batch / wall["median"],
                 "memory": r.memory,
                 "amp_drift": r.drift,
@@ -500,6 +508,7 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                 "end_to_end": {
                     "ratio_of_medians": _ratio(tv["wall"]["median"], row["wall"]["median"]),
                     "ratio_of_mins": _ratio(tv["wall"]["min"], row["wall"]["min"]),
+                    "ratio_of_cpu_medians": _ratio(tv["cpu"]["median"], row["cpu"]["median"]),
                     "paired_median": statistics.median(paired),
                     "paired_sd": statistics.stdev(paired) if len(paired) > 1 else 0.0,
                 },
@@ -570,14 +579,15 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
         out += [format_table(row["stages"], title=title), ""]
     stages = [s for s in STAGES if any(s in row["stages"] for row in rows)]
     width = max(12, *(len(row["label"]) + 1 for row in rows))
-    cols = [*(s[:9] for s in stages), "wall", "(sd)", "min", "img/s", "vs FrozenBN", "vs tv", "dets", "mem MiB"]
+    cols = [*(s[:9] for s in stages), "wall", "(sd)", "min", "cpu", "img/s", "vs FrozenBN", "vs tv", "dets", "mem MiB"]
     out.append(f"{'median ms':<{width}}" + "".join(f"{c:>{max(9, len(c) + 1)}}" for c in cols))
     for row in rows:
         mem = row["memory"] or {}
         ratio_fb = (row["vs_frozenbn"] or {}).get("speed")
         ratio_tv = (row["vs_torchvision"] or {}).get("end_to_end", {}).get("ratio_of_medians")
         cells = [f"{1e3 * row['stages'][s]['median']:.1f}" if s in row["stages"] else "-" for s in stages]
-        cells += [f"{1e3 * row['wall'][k]:.1f}" for k in ("median", "std", "min")] + [f"{row['images_per_s']:.2f}"]
+        cells += [f"{1e3 * row['wall'][k]:.1f}" for k in ("median", "std", "min")]
+        cells += [f"{1e3 * row['cpu']['median']:.1f}", f"{row['images_per_s']:.2f}"]
         cells += [
             _fmt(ratio_fb, ".2f") + "x" * (ratio_fb is not None),
             _fmt(ratio_tv, ".2f") + "x" * (ratio_tv is not None),
@@ -588,7 +598,8 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
         ]
         out.append(f"{row['label']:<{width}}" + "".join(f"{v:>{max(9, len(c) + 1)}}" for v, c in zip(cells, cols)))
     out.append(
-        "(wall: per forward, median (sd) and min; vs FrozenBN: FrozenBN's median wall / this one's; vs tv: "
+        "(wall: per forward, median (sd) and min; cpu: median process CPU time per forward; vs FrozenBN: "
+        "FrozenBN's median wall / this one's; vs tv: "
         "torchvision's / minidet's; mem: peak of "
         + ("the resident set" if args.device == "cpu" else "CUDA memory allocated")
         + " during a forward, above the loaded model)"
@@ -600,7 +611,8 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
             ratios = "  ".join(f"{s} {_fmt(v, '.2f')}" for s, v in vs["stages"].items() if s != "total")
             out.append(
                 f"torchvision / {row['label']}: end to end {e['ratio_of_medians']:.2f}x (paired "
-                f"{e['paired_median']:.2f} sd {e['paired_sd']:.2f}; ratio of minima {e['ratio_of_mins']:.2f}x); "
+                f"{e['paired_median']:.2f} sd {e['paired_sd']:.2f}; minima {e['ratio_of_mins']:.2f}x; CPU time "
+                f"{e['ratio_of_cpu_medians']:.2f}x); "
                 f"per stage: {ratios}"
             )
             d = vs["detections"]
