@@ -146,14 +146,17 @@ class DetectionMatch:
     worst_iou: float = 1.0  # smallest mask IoU over matched pairs
     worst_pixels: int = 0  # most mask pixels that differ in one matched pair
     iou_min: float = 0.99
-    low_iou_pixels: int = 0  # most differing pixels among the pairs with mask IoU < iou_min
+    low_iou_pixels: int = 0  # most differing pixels among the pairs with mask IoU < iou_min, same paste grid
+    grid_flips: int = 0  # pairs with mask IoU < iou_min whose boxes truncate to different paste grids
 
     def problem(self, box_tol: float = 1e-2, score_tol: float = 1e-4, pixel_tol: int = 0) -> str:
         """'' when the detections are the same within the tolerances, else the first difference.
 
         Masks agree when their IoU is at least ``iou_min`` or at most ``pixel_tol`` pixels differ
         (a pixel whose probability is within rounding of the 0.5 threshold can flip, and in a
-        small mask one pixel is more than 1% of the union).
+        small mask one pixel is more than 1% of the union), or when the two boxes, equal within
+        ``box_tol``, fall on different integer paste grids (``paste_grid``): then the whole mask
+        is pasted one pixel apart, which is the paste's own discontinuity, not a difference.
         """
         if self.n_ours != self.n_ref:
             return f"{self.n_ours} detections vs reference {self.n_ref}"
@@ -166,6 +169,18 @@ class DetectionMatch:
         if self.low_iou_pixels > pixel_tol:
             return f"mask IoU {self.worst_iou:.4f} ({self.low_iou_pixels} pixels differ)"
         return ""
+
+
+def paste_grid(boxes: torch.Tensor, mask_size: int = 28) -> torch.Tensor:
+    """The integer box (D, 4) int64 into which torchvision pastes each ``mask_size``² mask.
+
+    The mask gets a one-pixel border, so the box (D, 4) xyxy float is widened about its centre
+    by (M + 2) / M, and the corners are truncated to integers. Two boxes a hair apart around an
+    integer boundary thus paste the same mask one pixel apart.
+    """
+    half = (boxes[:, 2:] - boxes[:, :2]) * 0.5 * ((mask_size + 2) / mask_size)
+    centre = (boxes[:, 2:] + boxes[:, :2]) * 0.5
+    return torch.cat([centre - half, centre + half], dim=1).to(torch.int64)
 
 
 def compare_detections(ours: dict, ref: dict, iou_min: float = 0.99) -> DetectionMatch:
@@ -194,6 +209,8 @@ def compare_detections(ours: dict, ref: dict, iou_min: float = 0.99) -> Detectio
             union, differ = int((a | b).sum()), int((a ^ b).sum())
             iou = 1.0 - differ / union if union else 1.0
             m.worst_iou, m.worst_pixels = min(m.worst_iou, iou), max(m.worst_pixels, differ)
-            if iou < iou_min:
+            if iou < iou_min and torch.equal(paste_grid(ours["boxes"][j : j + 1]), paste_grid(ref["boxes"][i : i + 1])):
                 m.low_iou_pixels = max(m.low_iou_pixels, differ)
+            elif iou < iou_min:
+                m.grid_flips += 1
     return m

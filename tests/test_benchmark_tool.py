@@ -101,3 +101,27 @@ def test_detection_drift_matches_by_label_and_iou():
     d = tool.detection_drift([ref], [new])
     assert (d["detections_fp32"], d["detections_amp"], d["matched"]) == (2, 3, 1)  # box 0 changed label
     assert d["box_diff_px_max"] == pytest.approx(1.0) and d["score_diff_max"] == pytest.approx(0.1)
+
+
+def test_compare_detections_tolerates_paste_grid_flips():
+    import torch
+    from torchvision.models.detection.roi_heads import expand_boxes
+
+    from minidet.tvref import compare_detections, paste_grid
+
+    boxes = torch.rand(200, 4) * 300
+    boxes[:, 2:] += boxes[:, :2] + 1
+    assert torch.equal(paste_grid(boxes), expand_boxes(boxes, 30 / 28).to(torch.int64))
+
+    # widened by 30/28, y0 = 430 - 21 * 28 / 29 lands on 409: 2e-3 px apart, the grids differ by a pixel
+    box = torch.tensor([[96.8765, 430 - 21 * 28 / 29 - 1e-3, 138.2999, 430.0]])
+    other = box + torch.tensor([[0.0, 2e-3, 0.0, 0.0]])
+    assert paste_grid(box)[0, 1] == 408 and paste_grid(other)[0, 1] == 409
+    masks = torch.zeros(1, 40, 40, dtype=torch.bool)
+    masks[0, 10:30:2, 10:30] = True  # thin stripes: a one-pixel shift changes every pixel
+    ref = {"boxes": box, "scores": torch.tensor([0.5]), "labels": torch.tensor([3]), "masks": masks}
+    ours = {**ref, "boxes": other, "masks": masks.roll(1, dims=1)}
+    m = compare_detections(ours, ref)
+    assert m.worst_iou == 0.0 and m.grid_flips == 1 and m.problem() == ""
+    same_grid = {**ours, "boxes": box + 1e-5}
+    assert compare_detections(same_grid, ref).problem(pixel_tol=2).startswith("mask IoU 0.0000")

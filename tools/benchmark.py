@@ -525,6 +525,7 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                     "worst_score": max((c.worst_score for c in r.checks), default=None),
                     "worst_mask_iou": min((c.worst_iou for c in r.checks), default=None),
                     "worst_mask_pixels": max((c.worst_pixels for c in r.checks), default=None),
+                    "paste_grid_flips": sum(c.grid_flips for c in r.checks),
                 },
             }
     return rows
@@ -621,7 +622,12 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
             out.append(
                 f"  {verdict} on {d['same']}/{d['images']} images (worst box {_fmt(d['worst_box_px'], '.2g')}"
                 f" px, score {_fmt(d['worst_score'], '.2g')}, mask IoU {_fmt(d['worst_mask_iou'], '.4f')}, "
-                f"at most {_fmt(d['worst_mask_pixels'], 'd')} mask pixels differ)"
+                f"at most {_fmt(d['worst_mask_pixels'], 'd')} mask pixels differ"
+                + (
+                    f"; {d['paste_grid_flips']} masks pasted 1 px apart: box at a paste-grid boundary"
+                    * bool(d["paste_grid_flips"])
+                )
+                + ")"
                 + (f"; first difference: {d['first_problem']}" if d["first_problem"] else "")
             )
     for row in rows:
