@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 from torchvision.ops import batched_nms as _tv_batched_nms
+from torchvision.ops import nms as _tv_nms
 
 BBOX_XFORM_CLIP = math.log(1000.0 / 16)
 
@@ -73,6 +74,7 @@ def batched_nms(
     thresh: float,
     offset: int = 0,
     inclusive: bool = False,
+    topk: int | None = None,
 ) -> torch.Tensor:
     """NMS within each group id; kept indices sorted by decreasing score.
 
@@ -81,6 +83,17 @@ def batched_nms(
     Both map onto torchvision's kernel exactly: +1 sizes are the plain sizes of boxes whose
     x2, y2 are moved by +1, and for a float32 IoU, ``iou >= t`` is ``iou > t'`` with t' the
     float32 just below the smallest float32 >= t.
+
+    ``topk``: only the best ``topk`` kept boxes are wanted. Greedy NMS visits boxes in
+    decreasing score order (a stable sort) and a box's fate depends only on the boxes before
+    it, so NMS over the boxes scoring at least some cut gives exactly the leading part of the
+    full result; the cut is lowered until that part holds ``topk`` boxes. The result is then
+    the full result's leading part holding every kept box that scores at least as high as
+    the ``topk``-th (so ``[:topk]`` and tie rules at the cap see what they would see in
+    the full result). The full set decides which of torchvision's two batched strategies
+    (one NMS over group-shifted boxes, or one NMS per group) runs, as ``batched_nms`` does.
+    The per-group strategy ends with an unstable sort, which orders kept boxes of equal
+    score in a way that depends on the whole set: when kept boxes tie, the full set runs.
     """
     if offset:
         boxes = boxes + torch.tensor([0.0, 0.0, offset, offset], dtype=boxes.dtype, device=boxes.device)
@@ -89,7 +102,41 @@ def batched_nms(
         if float(t) < thresh:  # rounded down: the smallest float32 >= thresh is the next one up
             t = torch.nextafter(t, torch.tensor(float("inf")))
         thresh = float(torch.nextafter(t, torch.tensor(float("-inf"))))
-    return _tv_batched_nms(boxes, scores, groups, thresh)
+    n = len(scores)
+    if topk is None or n <= 2 * topk or bool(torch.isnan(scores).any()):
+        return _tv_batched_nms(boxes, scores, groups, thresh)
+    # torchvision.ops.batched_nms's choice of strategy, made on the full set
+    per_group = boxes.numel() > (4000 if boxes.device.type == "cpu" else 20000)
+    if not per_group:  # group shifts from the full set's largest coordinate, as torchvision computes them
+        shift = groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes))
+        boxes = boxes + shift[:, None]
+    ranked = scores.sort(descending=True).values
+    m = 2 * topk
+    while m < n:
+        sel = torch.where(scores >= ranked[m - 1])[0]  # index order kept: the stable sort agrees
+        if per_group:
+            keep = _nms_per_group(boxes[sel], scores[sel], groups[sel], thresh)
+            kept = scores[sel[keep]]
+            if bool((kept[1:] == kept[:-1]).any()):
+                break  # torchvision orders equal scores of different groups arbitrarily: run it on the full set
+        else:
+            keep = _tv_nms(boxes[sel], scores[sel], thresh)
+        if len(keep) >= topk:
+            return sel[keep]
+        m *= 4
+    if per_group:  # the full set, exactly as torchvision runs it
+        return _nms_per_group(boxes, scores, groups, thresh)
+    return _tv_nms(boxes, scores, thresh)
+
+
+def _nms_per_group(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float) -> torch.Tensor:
+    """One NMS per group id, kept indices sorted by decreasing score (torchvision's per-group strategy)."""
+    keep_mask = torch.zeros_like(scores, dtype=torch.bool)
+    for g in torch.unique(groups):
+        idx = torch.where(groups == g)[0]
+        keep_mask[idx[_tv_nms(boxes[idx], scores[idx], thresh)]] = True
+    keep = torch.where(keep_mask)[0]
+    return keep[scores[keep].sort(descending=True)[1]]
 
 
 def box_area(boxes: torch.Tensor, offset: int = 0) -> torch.Tensor:

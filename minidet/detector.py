@@ -198,31 +198,38 @@ class MaskRCNN(nn.Module):
         with t.stage("rpn"):
             with self._amp():
                 logits, deltas = self.rpn.head(pyramid)
-            proposals = self.rpn.select(logits, deltas, tuple(batch.shape[-2:]), sizes, scales)
+            with t.detail("rpn_select"):
+                proposals = self.rpn.select(logits, deltas, tuple(batch.shape[-2:]), sizes, scales)
         with t.stage("box_head"):
-            # RoIAlign reads NCHW; convert the pooled levels once for both heads
-            pooled_levels = [p.contiguous() for p in pyramid[:4]]
+            # torchvision's RoIAlign reads NCHW (convert the pooled levels once for both heads);
+            # the gather RoIAlign reads channels-last
+            if self.box_pooler.impl == "torchvision":
+                pooled_levels = [p.contiguous() for p in pyramid[:4]]
+            else:
+                pooled_levels = [p.contiguous(memory_format=torch.channels_last) for p in pyramid[:4]]
             with self._amp():
-                x = self.box_head(self._to_layout(self.box_pooler(pooled_levels, proposals)))
-                logits, deltas = self.box_predictor(x)
+                with t.detail("box_roi_align"):
+                    pooled = self._to_layout(self.box_pooler(pooled_levels, proposals))
+                logits, deltas = self.box_predictor(self.box_head(pooled))
             logits, deltas = logits.float(), deltas.float()
             if self.legacy:  # Detectron decodes and clips in original-image coordinates
                 frames, sizes_for_boxes = [p / s for p, s in zip(proposals, scales)], orig
             else:
                 frames, sizes_for_boxes = proposals, sizes
-            dets = box_postprocess(
-                logits,
-                deltas,
-                frames,
-                sizes_for_boxes,
-                self.bbox_reg_weights,
-                self.score_thresh,
-                self.nms_thresh,
-                self.detections_per_image,
-                None if (self.legacy or self.d2) else self.min_box_size,
-                self.bg_last,
-                self.legacy,
-            )
+            with t.detail("box_postprocess"):
+                dets = box_postprocess(
+                    logits,
+                    deltas,
+                    frames,
+                    sizes_for_boxes,
+                    self.bbox_reg_weights,
+                    self.score_thresh,
+                    self.nms_thresh,
+                    self.detections_per_image,
+                    None if (self.legacy or self.d2) else self.min_box_size,
+                    self.bg_last,
+                    self.legacy,
+                )
         mask_probs = None
         if self.mask_head is not None:
             with t.stage("mask_head"):
@@ -232,7 +239,9 @@ class MaskRCNN(nn.Module):
                     rois = [d[0] for d in dets]
                 if sum(len(b) for b in rois):
                     with self._amp():
-                        mask_logits = self.mask_head(self._to_layout(self.mask_pooler(pooled_levels, rois)))
+                        with t.detail("mask_roi_align"):
+                            pooled = self._to_layout(self.mask_pooler(pooled_levels, rois))
+                        mask_logits = self.mask_head(pooled)
                     mask_logits = mask_logits.float()
                     probs = select_class_masks(mask_logits, torch.cat([d[2] for d in dets]))
                 else:
@@ -296,7 +305,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     bh = m.ROI_BOX_HEAD
     box_pooler = MultiScaleRoIAlign(
-        bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, aligned=d2, legacy=pool_rule
+        bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, aligned=d2, legacy=pool_rule, impl=m.ROI_ALIGN_IMPL
     )
     box_head = BoxHead(
         ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM, norm if bh.USE_NORM else no_norm
@@ -311,7 +320,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     if m.MASK_ON:
         mh = m.ROI_MASK_HEAD
         mask_pooler = MultiScaleRoIAlign(
-            mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, aligned=d2, legacy=pool_rule
+            mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, aligned=d2, legacy=pool_rule, impl=m.ROI_ALIGN_IMPL
         )
         mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, num_classes, norm if mh.USE_NORM else no_norm)
     model = MaskRCNN(

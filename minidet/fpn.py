@@ -38,8 +38,9 @@ class FPN(nn.Module):
         inner = getattr(self, f"lateral{levels[-1]}")(feats[self.in_features[-1]])
         outs = [getattr(self, f"output{levels[-1]}")(inner)]
         for i in range(n - 2, -1, -1):
-            lat = getattr(self, f"lateral{levels[i]}")(feats[self.in_features[i]])
-            inner = lat + F.interpolate(inner, size=lat.shape[-2:], mode="nearest")
+            feat = feats[self.in_features[i]]
+            top_down = F.interpolate(inner, size=feat.shape[-2:], mode="nearest")
+            inner = getattr(self, f"lateral{levels[i]}")(feat, add=top_down)
             outs.insert(0, getattr(self, f"output{levels[i]}")(inner))
         result = {f"p{lvl}": o for lvl, o in zip(levels, outs)}
         result[f"p{levels[-1] + 1}"] = F.max_pool2d(outs[-1], kernel_size=1, stride=2, padding=0)

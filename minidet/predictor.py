@@ -11,7 +11,7 @@ from .categories import category_ids, class_names
 from .checkpoint import CheckpointError, LoadReport, load_checkpoint
 from .config import CfgNode
 from .detector import MaskRCNN, build_model
-from .norm import fold_norms
+from .norm import fold_norms, fuse_convs
 from .timing import StageTimer
 
 logger = logging.getLogger("minidet")
@@ -27,6 +27,7 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
     if cfg.MODEL.FOLD_NORM:
         n = fold_norms(model)
         logger.info("folded %d norm layers into their convs", n)
+    fuse_convs(model, cfg.MODEL.FUSE_CONVS)
     device = torch.device(cfg.MODEL.DEVICE)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CheckpointError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")

@@ -53,12 +53,12 @@ class Bottleneck(nn.Module):
             norm=norm(bottleneck_channels),
             relu=True,
         )
-        self.conv3 = Conv2d(bottleneck_channels, out_channels, 1, bias=False, norm=norm(out_channels))
+        # conv3's ReLU comes after the residual sum: relu(norm(conv3(.)) + identity)
+        self.conv3 = Conv2d(bottleneck_channels, out_channels, 1, bias=False, norm=norm(out_channels), relu=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.shortcut is None else self.shortcut(x)
-        out = self.conv3(self.conv2(self.conv1(x)))
-        return F.relu_(out + identity)
+        return self.conv3(self.conv2(self.conv1(x)), add=identity)
 
 
 class Stem(nn.Module):

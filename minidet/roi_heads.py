@@ -15,13 +15,110 @@ from .norm import Conv2d
 NormFn = Callable[[int], nn.Module | None]
 
 
+def _axis_samples(start, bin_size, grid, size: int, out: int, g: int):
+    """Sample coordinates of RoIAlign along one axis, and their bilinear neighbours.
+
+    ``start``, ``bin_size``, ``grid``: (R,) per RoI; ``g`` the (common) grid of this call.
+    Returns, each (R, out, g): valid, low index, high index, low weight, high weight, with
+    torchvision's (and Caffe2's) rules: a sample beyond [-1, size] contributes zero, one in
+    [-1, 0] reads row 0, one past ``size - 1`` reads the last row.
+    """
+    dt = start.dtype
+    p = torch.arange(out, dtype=dt, device=start.device)[None, :, None]
+    i = torch.arange(g, dtype=dt, device=start.device)[None, None, :] + 0.5
+    b = bin_size[:, None, None]
+    # same operation order as the C++ kernel: (start + p * bin) + (i + .5) * bin / grid
+    c = (start[:, None, None] + p * b) + i * b / grid[:, None, None]
+    valid = (c >= -1.0) & (c <= size)
+    c = c.clamp(min=0.0)
+    lo = c.floor()
+    top = lo >= size - 1
+    last = torch.full_like(lo, size - 1)
+    lo = torch.where(top, last, lo)
+    c = torch.where(top, lo, c)
+    hi = torch.where(top, lo, lo + 1)
+    frac = c - lo
+    lo_i = lo.to(torch.int64).clamp_(0, size - 1)
+    hi_i = hi.to(torch.int64).clamp_(0, size - 1)
+    return valid, lo_i, hi_i, 1.0 - frac, frac
+
+
+def roi_align_gather(
+    table: torch.Tensor,
+    height: int,
+    width: int,
+    rois: torch.Tensor,
+    output_size: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+    grid: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """RoIAlign (torchvision's / Caffe2's arithmetic) as one weighted gather over NHWC features.
+
+    Every output bin is the mean of ``gh x gw`` bilinear samples; each sample is a weighted
+    sum of four feature rows, so a bin is one bag of ``4 gh gw`` (row, weight) pairs and the
+    whole call is a single ``embedding_bag`` over ``table``, the features as rows
+    (N*H*W, C). All RoIs of a call share the sampling grid ``grid`` (from ``sampling_ratio``
+    when it is positive). Same values as ``torchvision.ops.roi_align`` up to the order of
+    the float additions.
+
+    Shapes: table (N*H*W, C), rois (R, 5) [batch index, x1, y1, x2, y2] -> (R, S, S, C).
+    """
+    r, s = len(rois), output_size
+    gh, gw = grid if grid is not None else (sampling_ratio, sampling_ratio)
+    if gh * gw == 0:  # an empty RoI (aligned, adaptive grid): no samples, zero output
+        return table.new_zeros((r, s, s, table.shape[1]))
+    dt = rois.dtype
+    off = 0.5 if aligned else 0.0
+    start = rois[:, 1:3] * spatial_scale - off
+    extent = (rois[:, 3:5] * spatial_scale - off) - start
+    if not aligned:
+        extent = extent.clamp(min=1.0)
+    bins = extent / s
+    vy, y0, y1, wy0, wy1 = _axis_samples(start[:, 1], bins[:, 1], torch.full((r,), gh, dtype=dt), height, s, gh)
+    vx, x0, x1, wx0, wx1 = _axis_samples(start[:, 0], bins[:, 0], torch.full((r,), gw, dtype=dt), width, s, gw)
+    base = (rois[:, 0].to(torch.int64) * (height * width))[:, None, None]
+    # (R, S, gh) rows and (R, S, gw) columns -> (R, S, S, gh, gw, 4) rows of the table
+    row0 = (base + y0 * width)[:, :, None, :, None]
+    row1 = (base + y1 * width)[:, :, None, :, None]
+    col0, col1 = x0[:, None, :, None, :], x1[:, None, :, None, :]
+    index = torch.stack((row0 + col0, row0 + col1, row1 + col0, row1 + col1), -1)
+    a0, a1 = wy0[:, :, None, :, None], wy1[:, :, None, :, None]
+    b0, b1 = wx0[:, None, :, None, :], wx1[:, None, :, None, :]
+    weight = torch.stack((a0 * b0, a0 * b1, a1 * b0, a1 * b1), -1)
+    valid = vy[:, :, None, :, None, None] & vx[:, None, :, None, :, None]
+    weight = (weight * valid) / max(gh * gw, 1)
+    bag = 4 * gh * gw
+    out = F.embedding_bag(
+        index.reshape(r * s * s, bag),
+        table,
+        per_sample_weights=weight.reshape(r * s * s, bag).to(table.dtype),
+        mode="sum",
+    )
+    return out.view(r, s, s, -1)
+
+
+def _adaptive_grids(rois: torch.Tensor, output_size: int, spatial_scale: float, aligned: bool) -> torch.Tensor:
+    """(R, 2) sampling grid (gh, gw) per RoI for ``sampling_ratio <= 0``: ceil(roi size / S)."""
+    off = 0.5 if aligned else 0.0
+    extent = (rois[:, 3:5] * spatial_scale - off) - (rois[:, 1:3] * spatial_scale - off)
+    if not aligned:
+        extent = extent.clamp(min=1.0)
+    return torch.ceil(extent / output_size).to(torch.int64).flip(1)
+
+
 class MultiScaleRoIAlign(nn.Module):
     """RoIAlign each box on its FPN level (P2..P5 by default).
 
     Args:
         scales: spatial scale of each feature map (1/4, 1/8, ...).
         min_level: FPN level of the first feature map.
-    Shapes: features[l] (N, C, H_l, W_l), boxes list of (R_i, 4) -> (sum R_i, C, S, S).
+        impl: ``"gather"`` (``roi_align_gather``: one vectorized weighted gather per level over
+            channels-last features, multi-threaded) or ``"torchvision"``
+            (``torchvision.ops.roi_align``, the reference; serial on CPU).
+    Shapes: features[l] (N, C, H_l, W_l), boxes list of (R_i, 4) -> (sum R_i, C, S, S);
+    with ``impl="gather"`` the result has channels-last strides.
     """
 
     def __init__(
@@ -32,36 +129,70 @@ class MultiScaleRoIAlign(nn.Module):
         aligned: bool = False,
         min_level: int = 2,
         legacy: bool | str = False,
+        impl: str = "gather",
     ) -> None:
         super().__init__()
+        if impl not in ("gather", "torchvision"):
+            raise ValueError(f"unknown RoIAlign implementation {impl!r}; choose gather or torchvision")
         self.output_size = (output_size, output_size)
         self.scales = list(scales)
         self.sampling_ratio = sampling_ratio
         self.aligned = aligned
         self.min_level = min_level
         self.legacy = legacy
+        self.impl = impl
 
     def forward(self, features: list[torch.Tensor], boxes: list[torch.Tensor]) -> torch.Tensor:
         cat = torch.cat(boxes)
         idx = torch.cat([torch.full((len(b), 1), i, dtype=cat.dtype, device=cat.device) for i, b in enumerate(boxes)])
         rois = torch.cat([idx, cat], dim=1)
-        c = features[0].shape[1]
-        out = features[0].new_zeros((len(rois), c, *self.output_size))
+        n, c = features[0].shape[:2]
+        s = self.output_size[0]
         if len(rois) == 0:
-            return out
+            return features[0].new_zeros((0, c, s, s))
         levels = assign_levels(cat, self.min_level, self.min_level + len(features) - 1, self.legacy)
+        gather = self.impl == "gather"
+        out = features[0].new_empty((len(rois), s, s, c) if gather else (len(rois), c, s, s))
         for lvl, (feat, scale) in enumerate(zip(features, self.scales)):
             sel = torch.where(levels == lvl)[0]
             if sel.numel() == 0:
                 continue
-            out[sel] = roi_align(
-                feat,
-                rois[sel],
-                self.output_size,
-                spatial_scale=scale,
-                sampling_ratio=self.sampling_ratio,
-                aligned=self.aligned,
-            ).to(out.dtype)
+            if gather:
+                y = self._gather_level(feat, rois[sel], scale)
+            else:
+                y = roi_align(
+                    feat,
+                    rois[sel],
+                    self.output_size,
+                    spatial_scale=scale,
+                    sampling_ratio=self.sampling_ratio,
+                    aligned=self.aligned,
+                )
+            if sel.numel() == len(rois):
+                out = y.to(out.dtype)
+            else:
+                out.index_copy_(0, sel, y.to(out.dtype))
+        return out.permute(0, 3, 1, 2) if gather else out
+
+    def _gather_level(self, feat: torch.Tensor, rois: torch.Tensor, scale: float) -> torch.Tensor:
+        n, c, h, w = feat.shape
+        table = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)  # a view for channels-last features
+        s = self.output_size[0]
+        args = (table, h, w)
+        if self.sampling_ratio > 0:
+            return roi_align_gather(*args, rois, s, scale, self.sampling_ratio, self.aligned)
+        # adaptive sampling: one call per distinct (gh, gw) grid
+        grids = _adaptive_grids(rois, s, scale, self.aligned)
+        keys = grids[:, 0] * 100000 + grids[:, 1]
+        uniq = torch.unique(keys)
+        if len(uniq) == 1:
+            gh, gw = (int(v) for v in grids[0])
+            return roi_align_gather(*args, rois, s, scale, 0, self.aligned, (gh, gw))
+        out = table.new_empty((len(rois), s, s, c))
+        for key in uniq.tolist():
+            sel = torch.where(keys == key)[0]
+            gh, gw = (int(v) for v in grids[sel[0]])
+            out.index_copy_(0, sel, roi_align_gather(*args, rois[sel], s, scale, 0, self.aligned, (gh, gw)))
         return out
 
 
@@ -96,7 +227,7 @@ class BoxHead(nn.Module):
             x = getattr(self, f"conv{i + 1}")(x)
         x = x.flatten(1)
         for i in range(self.num_fc):
-            x = F.relu(getattr(self, f"fc{i + 1}")(x))
+            x = F.relu_(getattr(self, f"fc{i + 1}")(x))
         return x
 
 
@@ -132,7 +263,7 @@ class MaskHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for i in range(self.num_conv):
             x = getattr(self, f"mask_fcn{i + 1}")(x)
-        return self.predictor(F.relu(self.deconv(x)))
+        return self.predictor(F.relu_(self.deconv(x)))
 
 
 def box_postprocess(
@@ -185,7 +316,7 @@ def box_postprocess(
         if min_box_size is not None:
             keep = torch.where(nonempty(boxes, min_box_size, off))[0]
             boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-        keep = batched_nms(boxes, scores, labels, nms_thresh, off, inclusive=legacy)
+        keep = batched_nms(boxes, scores, labels, nms_thresh, off, inclusive=legacy, topk=topk)
         if legacy and len(keep) > topk:
             keep = keep[scores[keep] >= scores[keep][topk - 1]]
         else:

@@ -174,7 +174,7 @@ class RPN(nn.Module):
             else:
                 keep = nonempty(b, self.min_size)
             b, s, lv = b[keep], scores[i][keep], levels[keep]
-            keep = batched_nms(b, s, lv, self.nms_thresh)[: self.post_nms_topk]
+            keep = batched_nms(b, s, lv, self.nms_thresh, topk=self.post_nms_topk)[: self.post_nms_topk]
             proposals.append(b[keep])
         return proposals
 

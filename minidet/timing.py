@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 
 STAGES = ("preprocess", "backbone", "fpn", "rpn", "box_head", "mask_head", "paste")
+# steps inside the stages, timed only with ``StageTimer(detail=True)`` (into ``timer.details``)
+DETAILS = ("rpn_select", "box_roi_align", "box_postprocess", "mask_roi_align")
 
 
 class StageTimer:
@@ -18,18 +20,24 @@ class StageTimer:
     ``timer.stage("rpn")`` is a context manager. With ``enabled=False`` it returns a
     shared no-op context and records nothing. On CUDA devices it synchronizes before
     reading the clock so GPU work is charged to the stage that launched it.
+    ``timer.detail("rpn_select")`` times a step inside a stage into ``timer.details`` (kept
+    apart from ``times`` so stage sums stay the wall time); it records only with
+    ``detail=True`` (the benchmark's per-step comparison; on CUDA each step synchronizes).
     """
 
-    def __init__(self, enabled: bool = True, device: torch.device | str = "cpu") -> None:
+    def __init__(self, enabled: bool = True, device: torch.device | str = "cpu", detail: bool = False) -> None:
         self.enabled = enabled
+        self.detailed = enabled and detail
         self.sync = enabled and torch.device(device).type == "cuda"
         self.times: dict[str, float] = {}
+        self.details: dict[str, float] = {}
 
     def reset(self) -> None:
         self.times = {}
+        self.details = {}
 
     @contextlib.contextmanager
-    def _measure(self, name: str) -> Iterator[None]:
+    def _measure(self, name: str, into: dict[str, float]) -> Iterator[None]:
         if self.sync:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -38,12 +46,17 @@ class StageTimer:
         finally:
             if self.sync:
                 torch.cuda.synchronize()
-            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+            into[name] = into.get(name, 0.0) + time.perf_counter() - t0
 
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         if not self.enabled:
             return _NULL
-        return self._measure(name)
+        return self._measure(name, self.times)
+
+    def detail(self, name: str) -> contextlib.AbstractContextManager[None]:
+        if not self.detailed:
+            return _NULL
+        return self._measure(name, self.details)
 
 
 _NULL = contextlib.nullcontext()
