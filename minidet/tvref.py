@@ -3,7 +3,8 @@
 Used by the parity tests and ``tools/benchmark.py``; nothing here runs with a real checkpoint.
 ``build_tv`` gives torchvision's own model with weights that behave like trained ones (see
 ``minidet.synthetic``), ``TorchvisionStages`` times torchvision's unmodified forward per minidet
-stage, and ``compare_detections`` measures how far two detection sets are apart.
+stage and per step that minidet times inside its stages (``minidet.timing.DETAILS``), and
+``compare_detections`` measures how far two detection sets are apart.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ _TV_STAGES = ("preprocess", "backbone", "fpn", "rpn", "box_head", "mask_head", "
 
 
 class TorchvisionStages:
-    """Calls torchvision's Mask R-CNN and splits the call into minidet's stages.
+    """Calls torchvision's Mask R-CNN and splits the call into minidet's stages and steps.
 
     The call is torchvision's own, unmodified ``GeneralizedRCNN.forward`` (under
     ``torch.inference_mode``). Hooks take a time stamp (after ``torch.cuda.synchronize`` on
@@ -90,6 +91,15 @@ class TorchvisionStages:
     ``postprocess_detections``), ``roi_heads`` returns (mask_head: RoIAlign, mask head,
     predictor, class selection). The rest of the call is ``transform.postprocess`` (paste: box
     rescaling and mask pasting). The stage times add up to the wall time of the call.
+
+    More stamps, at the start and end of submodules, time the steps inside stages that minidet
+    times with ``StageTimer(detail=True)`` (``minidet.timing.DETAILS``): ``rpn_select`` is the
+    rpn stage minus ``rpn.head`` (anchors, top-k, decode, clip, NMS), ``box_roi_align`` is
+    ``roi_heads.box_roi_pool`` (multi-scale RoIAlign for the box head), ``box_postprocess``
+    runs from the end of ``roi_heads.box_predictor`` to the start of ``mask_roi_pool`` (to the
+    end of ``roi_heads`` without a mask head: ``postprocess_detections``, i.e. softmax, decode,
+    clip, per-class NMS, top-k), ``mask_roi_align`` is ``roi_heads.mask_roi_pool``. Steps lie
+    inside stages: they do not add to the wall time.
     """
 
     def __init__(self, model: nn.Module, device: torch.device | str = "cpu") -> None:
@@ -97,11 +107,16 @@ class TorchvisionStages:
         self.sync = torch.device(device).type == "cuda"
         self.marks: dict[str, float] = {}
         rh = model.roi_heads
+        box_end = "mask_head" if rh.has_mask() else "box_head"
         ends = [(model.transform, "preprocess"), (model.backbone.body, "backbone"), (model.backbone.fpn, "fpn")]
-        ends += [(model.rpn, "rpn"), (rh, "mask_head" if rh.has_mask() else "box_head")]
-        self._handles = [m.register_forward_hook(self._marker(name)) for m, name in ends]
+        ends += [(model.rpn, "rpn"), (rh, box_end), (model.rpn.head, "rpn.head>")]
+        ends += [(rh.box_roi_pool, "box_roi_pool>"), (rh.box_predictor, "box_predictor>")]
+        starts = [(model.rpn.head, "rpn.head<"), (rh.box_roi_pool, "box_roi_pool<")]
         if rh.has_mask():
-            self._handles.append(rh.mask_roi_pool.register_forward_pre_hook(self._marker("box_head")))
+            ends.append((rh.mask_roi_pool, "mask_roi_pool>"))
+            starts.append((rh.mask_roi_pool, "box_head"))  # the box_head stage ends where mask_roi_pool starts
+        self._handles = [m.register_forward_hook(self._marker(name)) for m, name in ends]
+        self._handles += [m.register_forward_pre_hook(self._marker(name)) for m, name in starts]
 
     def _marker(self, name: str):
         def mark(*_) -> None:
@@ -111,8 +126,10 @@ class TorchvisionStages:
 
         return mark
 
-    def __call__(self, images: list[torch.Tensor]) -> tuple[list[dict[str, torch.Tensor]], dict[str, float]]:
-        """Returns torchvision's detections and ``{stage: seconds}`` for this call."""
+    def __call__(
+        self, images: list[torch.Tensor]
+    ) -> tuple[list[dict[str, torch.Tensor]], dict[str, float], dict[str, float]]:
+        """Returns torchvision's detections, ``{stage: seconds}`` and ``{step: seconds}`` for this call."""
         self.marks = {}
         if self.sync:
             torch.cuda.synchronize()
@@ -121,13 +138,23 @@ class TorchvisionStages:
             outs = self.model(images)
         if self.sync:
             torch.cuda.synchronize()
-        self.marks["paste"] = time.perf_counter()
+        m = self.marks
+        m["paste"] = time.perf_counter()
         times, prev = {}, start
         for name in _TV_STAGES:
-            if name in self.marks:
-                times[name] = self.marks[name] - prev
-                prev = self.marks[name]
-        return outs, times
+            if name in m:
+                times[name] = m[name] - prev
+                prev = m[name]
+        details = {}
+        if "rpn.head>" in m and "rpn" in times:
+            details["rpn_select"] = times["rpn"] - (m["rpn.head>"] - m["rpn.head<"])
+        if "box_roi_pool>" in m:
+            details["box_roi_align"] = m["box_roi_pool>"] - m["box_roi_pool<"]
+        if "box_predictor>" in m and "box_head" in m:
+            details["box_postprocess"] = m["box_head"] - m["box_predictor>"]
+        if "mask_roi_pool>" in m:
+            details["mask_roi_align"] = m["mask_roi_pool>"] - m["box_head"]
+        return outs, times, details
 
     def remove(self) -> None:
         for h in self._handles:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from minidet.timing import STAGES
+from minidet.timing import DETAILS, STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "benchmark.py"
@@ -21,6 +22,13 @@ FAST = [
     "MODEL.RPN.PRE_NMS_TOPK_TEST", "200", "MODEL.RPN.POST_NMS_TOPK_TEST", "50",
     "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "10",
 ]  # fmt: skip
+
+
+# a row of the step table: [label] step torchvision-ms minidet-ms ratio verdict
+STEP_LINE = re.compile(
+    r"^(?P<label>\S*)\s+(?P<step>\w+)\s+(?P<tv>[\d.]+)\s+(?P<md>[\d.]+)\s+(?P<ratio>[\d.]+)x"
+    r"\s+(?P<verdict>met|not met)$"
+)
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -32,18 +40,30 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    args = ["--size", "160", "--image", "120x160", "--iters", "2", "--warmup", "0", "--norms", "FrozenBN,Affine+fold"]
+    args = ["--size", "160", "--image", "120x160", "--iters", "2", "--warmup", "0"]
+    args += ["--norms", "FrozenBN,Affine+fold,none"]
     args += ["--vs-torchvision", "--json", str(out_json), "--plot", str(out_png), *FAST]
     proc = _run(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "same detections as torchvision on 2/2 images" in proc.stdout, proc.stdout
     assert "torchvision / Affine+fold: end to end" in proc.stdout
+    lines = proc.stdout.splitlines()
+    title = lines.index(
+        "steps where torchvision does avoidable work (target: minidet at most half of torchvision's time), median ms:"
+    )
+    assert lines[title + 1].split() == ["model", "step", "torchvision", "minidet", "tv/minidet", "target"]
+    # one block per compared variant: its label on the first of the 5 steps
+    table = [STEP_LINE.match(ln) for ln in lines[title + 2 : title + 12]]
+    assert all(table), lines[title : title + 13]
+    assert [m["label"] for m in table] == ["FrozenBN", "", "", "", "", "Affine+fold", "", "", "", ""]
+    assert [m["step"] for m in table] == [*DETAILS, "paste"] * 2
+    assert lines[title + 12].startswith("(steps inside stages:")
 
     data = json.loads(out_json.read_text())
     assert {"torch", "torchvision", "threads", "cpu", "gpu", "git", "command", "load_average"} <= set(data["env"])
-    assert data["settings"]["variants"] == ["FrozenBN", "Affine+fold"] and data["settings"]["opts"] == FAST
+    assert data["settings"]["variants"] == ["FrozenBN", "Affine+fold", "none"] and data["settings"]["opts"] == FAST
     runs = {r["label"]: r for r in data["runs"]}
-    assert list(runs) == ["torchvision", "FrozenBN", "Affine+fold"]
+    assert list(runs) == ["torchvision", "FrozenBN", "Affine+fold", "none"]
     for r in runs.values():
         assert list(r["stages"]) == [*STAGES, "total"]
         for s in r["stages"].values():
@@ -54,6 +74,13 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
         assert r["cpu"]["n"] == 2 and r["cpu"]["median"] > 0
         assert r["detections_per_image"] == {"mean": 10, "min": 10, "max": 10}
         assert r["memory"]["forward_mib"] > 0
+        # steps inside stages: statistics like the stages', no total, each within its stage
+        assert list(r["details"]) == list(DETAILS)
+        for s in r["details"].values():
+            assert s["n"] == 2 and 0 < s["min"] <= s["median"] <= s["max"]
+        for step, stage in (("rpn_select", "rpn"), ("box_roi_align", "box_head"), ("box_postprocess", "box_head")):
+            assert r["details"][step]["median"] <= r["stages"][stage]["median"]
+        assert r["details"]["mask_roi_align"]["median"] <= r["stages"]["mask_head"]["median"]
     assert runs["torchvision"]["impl"] == "torchvision" and runs["torchvision"]["vs_torchvision"] is None
     assert runs["FrozenBN"]["vs_frozenbn"]["speed"] == 1.0
     fold = runs["Affine+fold"]
@@ -64,8 +91,35 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     assert vs["end_to_end"]["ratio_of_medians"] > 0 and vs["end_to_end"]["paired_sd"] >= 0
     assert vs["end_to_end"]["ratio_of_mins"] > 0 and vs["end_to_end"]["ratio_of_cpu_medians"] > 0
     assert set(vs["stages"]) == {*STAGES, "total"}
+    assert list(vs["steps"]) == [*DETAILS, "paste"] and vs["steps"]["paste"] == vs["stages"]["paste"]
+    tv_details = runs["torchvision"]["details"]
+    for step in DETAILS:
+        assert vs["steps"][step] == pytest.approx(tv_details[step]["median"] / fold["details"][step]["median"])
+    assert vs["steps_target"] == 2.0
+    assert vs["steps_met"] == {s: v >= 2.0 for s, v in vs["steps"].items()}
+    # the printed step table shows these numbers
+    steps_of = lambda r: {**r["details"], "paste": r["stages"]["paste"]}  # noqa: E731
+    for m, label in zip(table, ["FrozenBN"] * 5 + ["Affine+fold"] * 5):
+        step, row = m["step"], runs[label]
+        assert m["tv"] == f"{1e3 * steps_of(runs['torchvision'])[step]['median']:.2f}"
+        assert m["md"] == f"{1e3 * steps_of(row)[step]['median']:.2f}"
+        assert m["ratio"] == f"{row['vs_torchvision']['steps'][step]:.2f}"
+        assert m["verdict"] == ("met" if row["vs_torchvision"]["steps_met"][step] else "not met")
     assert vs["detections"]["images"] == vs["detections"]["same"] == 2
     assert vs["detections"]["worst_box_px"] <= 1e-2 and vs["detections"]["worst_mask_iou"] >= 0.99
+
+    # no norm layers: its own random weights (full detections above), not compared with torchvision
+    none = runs["none"]
+    assert none["weights"].startswith("minidet R-50 without norm layers") and none["vs_torchvision"] is None
+    assert none["vs_none"] is None and none["norm_share_of_backbone"] is None
+    for label in ("FrozenBN", "Affine+fold"):
+        vn = runs[label]["vs_none"]
+        assert vn["backbone_s"] == runs[label]["stages"]["backbone"]["median"]
+        assert vn["none_backbone_s"] == none["stages"]["backbone"]["median"]
+        assert vn["norm_cost"] == pytest.approx(vn["backbone_ratio"] - 1)
+        assert vn["paired_backbone_ratio"]["n"] == 2
+        assert f"{label}: norm share measured against no norm: backbone {100 * vn['norm_cost']:+.1f}%" in proc.stdout
+    assert "\nfolded vs no norm: backbone " in proc.stdout and "too few iterations to judge" in proc.stdout
 
     img = cv2.imread(str(out_png))
     assert img is not None and img.shape[0] >= 400 and img.shape[1] >= 400
@@ -81,8 +135,9 @@ def _load_tool():
 
 def test_benchmark_arguments(capsys):
     tool = _load_tool()
-    args = tool.parse_args(["--norms", "GN,Affine+fold", "--depths", "50,101", "--batch", "1,16", "--size", "512"])
-    assert args.variants == ["GN", "Affine+fold"] and args.depth_list == [50, 101] and args.batch_list == [1, 16]
+    args = tool.parse_args(["--norms", "GN,Affine+fold,none", "--depths", "50,101", "--batch", "1,16", "--size", "512"])
+    assert args.variants == ["GN", "Affine+fold", "none"]
+    assert args.depth_list == [50, 101] and args.batch_list == [1, 16]
     assert args.max_size == 853 and args.opts == []
     for bad, msg in ((["--norms", "FrozenBN,BatchNorm"], "unknown BatchNorm"), (["--batch", "0"], "--batch")):
         with pytest.raises(SystemExit) as e:
@@ -125,3 +180,97 @@ def test_compare_detections_tolerates_paste_grid_flips():
     assert m.worst_iou == 0.0 and m.grid_flips == 1 and m.problem() == ""
     same_grid = {**ours, "boxes": box + 1e-5}
     assert compare_detections(same_grid, ref).problem(pixel_tol=2).startswith("mask IoU 0.0000")
+
+
+def test_step_table_against_torchvision_only():
+    tool = _load_tool()
+    args = tool.parse_args(["--norms", "Affine+fold", "--vs-torchvision"])
+    ms = 1e-3
+    tv_stages, md_stages = {s: 10 * ms for s in STAGES}, {s: 5 * ms for s in STAGES}
+    tv_stages["paste"], md_stages["paste"] = 40 * ms, 10 * ms
+    tv_details = {"rpn_select": 4 * ms, "box_roi_align": 4 * ms, "box_postprocess": 3 * ms, "mask_roi_align": 2 * ms}
+    md_details = {"rpn_select": 1 * ms, "box_roi_align": 2 * ms, "box_postprocess": 2 * ms, "mask_roi_align": 2 * ms}
+    runners = []
+    for variant, stages, details in (("torchvision", tv_stages, tv_details), ("Affine+fold", md_stages, md_details)):
+        r = tool.Runner(variant, 50, 1, "w.pth", 1, "test")
+        r.records, r.detail_records = [stages] * 2, [details] * 2
+        r.walls, r.cpus, r.dets = [sum(stages.values())] * 2, [0.1] * 2, [5, 5]
+        runners.append(r)
+
+    rows = tool.analyze(args, runners)
+    fold = rows[1]
+    assert fold["stages"]["total"]["median"] == pytest.approx(sum(md_stages.values()))  # details not in the total
+    assert list(fold["details"]) == list(DETAILS) and fold["details"]["rpn_select"]["median"] == 1 * ms
+    vs = fold["vs_torchvision"]
+    assert vs["steps"] == pytest.approx(
+        {"rpn_select": 4.0, "box_roi_align": 2.0, "box_postprocess": 1.5, "mask_roi_align": 1.0, "paste": 4.0}
+    )
+    assert vs["steps_met"] == {
+        "rpn_select": True, "box_roi_align": True, "box_postprocess": False, "mask_roi_align": False, "paste": True
+    }  # fmt: skip
+    text = tool.report(args, rows).splitlines()
+    i = text.index(
+        "steps where torchvision does avoidable work (target: minidet at most half of torchvision's time), median ms:"
+    )
+    assert [ln.split() for ln in text[i + 2 : i + 7]] == [
+        ["Affine+fold", "rpn_select", "4.00", "1.00", "4.00x", "met"],
+        ["box_roi_align", "4.00", "2.00", "2.00x", "met"],
+        ["box_postprocess", "3.00", "2.00", "1.50x", "not", "met"],
+        ["mask_roi_align", "2.00", "2.00", "1.00x", "not", "met"],
+        ["paste", "40.00", "10.00", "4.00x", "met"],
+    ]
+    # without torchvision there is no step table
+    alone = tool.analyze(args, runners[1:])
+    assert alone[0]["vs_torchvision"] is None and list(alone[0]["details"]) == list(DETAILS)
+    assert not any(ln.startswith("steps where") for ln in tool.report(args, alone).splitlines())
+
+
+def test_norm_cost_against_no_norm_and_gn_over_frozenbn():
+    tool = _load_tool()
+    ms = 1e-3
+    backbone = {"FrozenBN": [12] * 3, "Affine": [11] * 3, "Affine+fold": [10, 10.5, 9.5], "GN": [15] * 3}
+    backbone["none"] = [10] * 3
+
+    def rows_of(variants):
+        args = tool.parse_args(["--norms", ",".join(variants)])
+        runners = []
+        for v in variants:
+            r = tool.Runner(v, 50, 1, "w.pth", 1, "test")
+            r.records = [{**{s: 5 * ms for s in STAGES}, "backbone": b * ms} for b in backbone[v]]
+            r.detail_records = [{}] * 3
+            r.walls, r.cpus, r.dets = [sum(rec.values()) for rec in r.records], [0.1] * 3, [100] * 3
+            runners.append(r)
+        rows = tool.analyze(args, runners)
+        return {row["label"]: row for row in rows}, tool.report(args, rows).splitlines()
+
+    rows, text = rows_of(["FrozenBN", "Affine", "Affine+fold", "GN", "none"])
+    assert rows["FrozenBN"]["vs_none"]["norm_cost"] == pytest.approx(0.2)
+    assert rows["Affine"]["vs_none"]["backbone_ratio"] == pytest.approx(1.1)
+    fold = rows["Affine+fold"]["vs_none"]
+    assert fold["norm_cost"] == pytest.approx(0.0) and fold["backbone_s"] == pytest.approx(10 * ms)
+    assert fold["paired_backbone_ratio"] == pytest.approx({"n": 3, "median": 1.0, "min": 0.95, "max": 1.05})
+    assert rows["GN"]["vs_none"]["norm_cost"] == pytest.approx(0.5)
+    assert rows["none"]["vs_none"] is None and rows["none"]["norm_share_of_backbone"] is None
+    gn = rows["GN"]["vs_frozenbn"]
+    assert gn["backbone_increase"] == pytest.approx(0.25) and gn["end_to_end_increase"] == pytest.approx(45 / 42 - 1)
+    against = "norm share measured against no norm: backbone"
+    assert text[-8:] == [
+        "FrozenBN: norm share of backbone time 16.7% (backbone median vs the folded variant, which runs no norm op)",
+        f"FrozenBN: {against} +20.0% (12.0 ms vs 10.0 ms of none, which has no norm layers)",
+        "Affine: norm share of backbone time 9.1% (backbone median vs the folded variant, which runs no norm op)",
+        f"Affine: {against} +10.0% (11.0 ms vs 10.0 ms of none, which has no norm layers)",
+        f"Affine+fold: {against} +0.0% (10.0 ms vs 10.0 ms of none, which has no norm layers)",
+        "folded vs no norm: backbone 10.0 ms vs 10.0 ms (ratio 1.000; per iteration 0.950 to 1.050: within the noise; "
+        "Affine+fold vs none)",
+        f"GN: {against} +50.0% (15.0 ms vs 10.0 ms of none, which has no norm layers)",
+        "GN over FrozenBN: backbone +25.0%, end to end +7.1%",
+    ]
+
+    # without the no-norm model: the lines measured against the folded variant and FrozenBN only
+    rows, text = rows_of(["FrozenBN", "Affine+fold", "GN"])
+    assert all(row["vs_none"] is None for row in rows.values())
+    assert text[-2:] == [
+        "FrozenBN: norm share of backbone time 16.7% (backbone median vs the folded variant, which runs no norm op)",
+        "GN over FrozenBN: backbone +25.0%, end to end +7.1%",
+    ]
+    assert not any("no norm" in ln and "no norm op" not in ln for ln in text)

@@ -74,3 +74,14 @@ def test_shipped_configs_build():
         cfg = minidet.get_cfg()
         cfg.merge_from_file(path)
         validate_cfg(cfg)
+
+
+@pytest.mark.parametrize("version", ["", "_v2"])
+def test_fast_configs_are_the_base_with_the_exact_speed_options(version):
+    """The _fast configs change only what the parity tests check (Affine + fold + channels-last)."""
+    fast, base = minidet.get_cfg(), minidet.get_cfg()
+    fast.merge_from_file(f"configs/torchvision/maskrcnn_resnet50_fpn{version}_fast.yaml")
+    base.merge_from_file(f"configs/torchvision/maskrcnn_resnet50_fpn{version}.yaml")
+    base.merge_from_list(["MODEL.NORM", "Affine", "MODEL.FOLD_NORM", True, "MODEL.CHANNELS_LAST", True])
+    assert fast == base
+    validate_cfg(fast)

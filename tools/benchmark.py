@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/benchmark.py [--config-file CFG] [--norms FrozenBN,Affine,Affine+fold,GN]
+    python tools/benchmark.py [--config-file CFG] [--norms FrozenBN,Affine,Affine+fold,GN,none]
         [--depths 50,101] [--batch 1,16] [--device cpu|cuda] [--amp bf16|fp16] [--size 800]
         [--image 480x640] [--iters N] [--warmup K] [--threads T] [--vs-torchvision] [--no-memory]
         [--json OUT.json] [--plot OUT.png] [KEY VALUE ...]
@@ -13,20 +13,28 @@ build_tv``: batch-norm statistics calibrated on their own input, class logits th
 100 detections per image); minidet loads that file with each ``--norms`` variant
 (``Affine+fold`` = ``MODEL.NORM Affine`` + ``MODEL.FOLD_NORM True``), and ``--vs-torchvision``
 runs torchvision on the very same weights. ``GN`` (and configs torchvision cannot build) use a
-randomized minidet model instead, not compared with torchvision. The inputs are structured
-synthetic ``--image`` pictures, resized by both detectors to a short side of ``--size``.
+randomized minidet model instead, not compared with torchvision; so does ``none``, the model
+without norm layers (what ``MODEL.NORM ""`` describes: bias-free ResNet convs), against which
+the norm's share of the backbone time is measured (FrozenBN, Affine, the folded variants, GN),
+and which a folded model should match. The inputs are structured synthetic ``--image``
+pictures, resized by both detectors to a short side of ``--size``.
 
 Timing is interleaved: each iteration runs every model once, in turn (the order rotates by one
 model per iteration), so that load on a shared machine hits all of them alike; ``--warmup``
 iterations are not recorded. Per model and stage the tool prints mean, sd and median, images/s
-(batch / median wall time), each variant relative to FrozenBN and, with ``--vs-torchvision``,
-torchvision's time over minidet's per stage and end to end, plus whether the detections are
-the same. ``--amp`` runs minidet with its ``TEST.AMP`` (network layers in bf16/fp16, box
-arithmetic in float32) and torchvision's whole call under ``torch.autocast``, and reports how
-the detections moved from float32. Peak memory is measured per model, as the peak during a
-forward above what was in use before it: on CPU in a separate process that runs the models one
-after another (resident set, with freed buffers returned to the system at once), on CUDA as
-memory allocated. Trailing ``KEY VALUE`` pairs override the minidet config last.
+(batch / median wall time), each variant relative to FrozenBN (GN: its extra time over FrozenBN)
+and, with ``--vs-torchvision``, torchvision's time over minidet's per stage and end to end, plus
+whether the detections are the same, and a table of the steps where torchvision does avoidable
+work (RPN proposal selection, multi-scale RoIAlign of the box head, box post-processing, RoIAlign
+of the mask head, mask paste): minidet times the steps inside its stages with
+``StageTimer(detail=True)``, torchvision's are timed with hooks
+(``minidet.tvref.TorchvisionStages``); the target is half of torchvision's time. ``--amp`` runs
+minidet with its ``TEST.AMP`` (network layers in bf16/fp16, box arithmetic in float32) and
+torchvision's whole call under ``torch.autocast``, and reports how the detections moved from
+float32. Peak memory is measured per model, as the peak during a forward above what was in use
+before it: on CPU in a separate process that runs the models one after another (resident set, with
+freed buffers returned to the system at once), on CUDA as memory allocated. Trailing ``KEY VALUE``
+pairs override the minidet config last.
 """
 
 from __future__ import annotations
@@ -58,11 +66,12 @@ import torch
 import torchvision
 from torchvision.ops import box_iou
 
-from minidet.checkpoint import CheckpointError
+from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.config import ConfigError
 from minidet.fileio import atomic_write, write_json
+from minidet.norm import Conv2d, FrozenBN
 from minidet.synthetic import calibrate_norm_stats, randomize_affine, structured_image
-from minidet.timing import STAGES, StageTimer, format_table, summarize
+from minidet.timing import DETAILS, STAGES, StageTimer, format_table, summarize
 from minidet.tvref import TorchvisionStages, build_tv, compare_detections, to_tv_input, tv_skeleton
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,12 +82,19 @@ VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "Affine": ("Affine", False),
     "Affine+fold": ("Affine", True),
     "GN": ("GN", False),
+    "none": ("", False),  # no norm layer at all (see strip_norms)
 }
+OWN_WEIGHTS = ("GN", "none")  # variants that cannot load the frozen-BN weights: randomized minidet models
 TV = "torchvision"
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # same detections: count, labels, boxes within 1e-2 px, scores within 1e-4, and per mask an IoU
 # >= 0.99 or at most this many differing pixels (threshold rounding flips single pixels)
 MASK_PIXEL_TOL = 2
+# the steps where torchvision does avoidable work (timed steps inside stages, and the paste stage):
+# the target is that minidet takes at most 1 / STEP_TARGET of torchvision's time in each
+STEPS = (*DETAILS, "paste")
+STEP_TARGET = 2.0  # "half" in the printed table
+PAIRED_MIN = 3  # iterations needed before per-iteration ratios are called within or beyond the noise
 
 
 def _int_list(text: str) -> list[int]:
@@ -166,13 +182,55 @@ def apply_test_settings(model: torch.nn.Module, cfg) -> None:
 
 
 @torch.no_grad()
+def strip_norms(model: torch.nn.Module) -> int:
+    """Remove the norm of every conv: the model ``MODEL.NORM ""`` describes; returns the count.
+
+    minidet's config admits only FrozenBN, Affine and GN, so the ``none`` variant is built as a
+    FrozenBN model and stripped here. Without a norm minidet builds the ResNet's convs without a
+    bias and those of the FPN and heads with one; so does this (a zero bias where a norm goes).
+    """
+    n = 0
+    for name, m in model.named_modules():
+        if isinstance(m, Conv2d) and m.norm is not None:
+            m.norm = None
+            if m.bias is None and not name.startswith("backbone."):
+                m.bias = torch.nn.Parameter(m.weight.new_zeros(m.out_channels), requires_grad=False)
+            n += 1
+    return n
+
+
+@torch.no_grad()
+def _calibrate_scales(model: torch.nn.Module, run) -> None:
+    """Turn every FrozenBN into a pure per-channel scale by the root mean square of its input.
+
+    ``run()`` executes one forward; each layer is set when the forward reaches it, so later layers
+    see calibrated activations. Mean and shift are zero: folded into its conv, the scale leaves a
+    conv without bias, as a model without norm layers has.
+    """
+
+    def hook(mod, args):
+        x = args[0]
+        mod.running_mean.zero_()
+        mod.bias.zero_()
+        mod.running_var.copy_(x.pow(2).mean(dim=[d for d in range(x.dim()) if d != 1]).clamp(min=1e-2))
+
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, FrozenBN)]
+    model.eval()
+    run()
+    for h in handles:
+        h.remove()
+
+
+@torch.no_grad()
 def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: float = 2.0) -> None:
     """Save a minidet state dict of ``cfg``'s architecture with realistic random weights.
 
     Frozen batch norms (GN is left as randomized) take the statistics of their own input on
     ``calib_image``; in the same forward the class logits are measured and ``cls_score`` is
     rescaled so that, per proposal, they spread with standard deviation ``logit_std`` over the
-    classes (a trained model's confidence: about 100 detections per image).
+    classes (a trained model's confidence: about 100 detections per image). With ``MODEL.NORM
+    ""`` (no norm layers) each frozen norm is calibrated as a pure scale (``_calibrate_scales``),
+    multiplied into its conv and removed (``strip_norms``): the activations keep a sane range.
     """
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -184,11 +242,27 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
     randomize_affine(model, gen)
     feats = []
     hook = model.box_predictor.register_forward_pre_hook(lambda mod, args: feats.append(args[0]))
-    calibrate_norm_stats(model, lambda: model([calib_image]), gen)
+    if cfg.MODEL.NORM == "":
+        _calibrate_scales(model, lambda: model([calib_image]))
+        for m in model.modules():
+            if isinstance(m, Conv2d) and isinstance(m.norm, FrozenBN):
+                m.weight.mul_(m.norm.scale_shift()[0].view(-1, 1, 1, 1))
+        strip_norms(model)
+    else:
+        calibrate_norm_stats(model, lambda: model([calib_image]), gen)
     hook.remove()
     cls = model.box_predictor.cls_score
     cls.weight.mul_(logit_std / (feats[0] @ cls.weight.T).std(dim=1).mean())
     torch.save(model.state_dict(), path)
+
+
+def prepare_without_norm(cfg, weights: str):
+    """``minidet.prepare_model`` for ``MODEL.NORM ""``: built as FrozenBN, stripped, then loaded."""
+    cfg = cfg.clone()
+    cfg.merge_from_list(["MODEL.NORM", "FrozenBN", "MODEL.FOLD_NORM", False, "MODEL.WEIGHTS", ""])
+    model, _ = minidet.prepare_model(cfg, weights="")
+    strip_norms(model)
+    return model, load_checkpoint(model, weights, bn_eps=cfg.MODEL.FROZEN_BN_EPS)
 
 
 class Runner:
@@ -198,7 +272,8 @@ class Runner:
         self.variant, self.depth, self.batch = variant, depth, batch
         self.impl = TV if variant == TV else "minidet"
         self.weights, self.tv_version, self.source = weights, tv_version, source
-        self.records: list[dict[str, float]] = []
+        self.records: list[dict[str, float]] = []  # per timed call: {stage: seconds}
+        self.detail_records: list[dict[str, float]] = []  # per timed call: {step inside a stage: seconds}
         self.walls: list[float] = []
         self.cpus: list[float] = []
         self.dets: list[int] = []
@@ -235,14 +310,18 @@ class Runner:
             self._forward = TorchvisionStages(model.to(device), device)
         else:
             norm, fold = VARIANTS[self.variant]
-            model, report = minidet.prepare_model(make_cfg(args, norm, fold, self.depth), weights=self.weights)
+            if norm:
+                model, report = minidet.prepare_model(make_cfg(args, norm, fold, self.depth), weights=self.weights)
+            else:
+                model, report = prepare_without_norm(make_cfg(args, depth=self.depth), self.weights)
             if report is not None and (report.missing or report.unexpected):
                 raise CheckpointError(f"{self.variant}: weights do not fit: {report}")
-            model.timer = StageTimer(enabled=True, device=device)
+            model.timer = StageTimer(enabled=True, device=device, detail=True)
 
-            def forward(images: list[np.ndarray]) -> tuple[list[dict], dict[str, float]]:
+            def forward(images: list[np.ndarray]) -> tuple[list[dict], dict[str, float], dict[str, float]]:
                 model.timer.reset()
-                return model(images), dict(model.timer.times)
+                outs = model(images)
+                return outs, dict(model.timer.times), dict(model.timer.details)
 
             self._prepare, self._forward = list, forward
         self._model = model
@@ -256,9 +335,10 @@ class Runner:
             self._model.amp_dtype = self.amp
 
     def __call__(self, images: list[np.ndarray]):
-        """One forward -> (detections, {stage: seconds}, wall seconds, process CPU seconds).
+        """One forward -> (detections, {stage: seconds}, {step: seconds}, wall s, process CPU s).
 
-        The input conversion is not timed. CPU time (all threads) hardly grows when other
+        The steps (``minidet.timing.DETAILS``) lie inside the stages and do not add to the wall
+        time. The input conversion is not timed. CPU time (all threads) hardly grows when other
         processes take the cores, so it is a second, load-robust view of the cost on CPU.
         """
         inputs = self._prepare(images)
@@ -270,10 +350,10 @@ class Runner:
             torch.cuda.synchronize(self.device)
         t0, c0 = time.perf_counter(), time.process_time()
         with autocast:
-            outs, times = self._forward(inputs)
+            outs, times, details = self._forward(inputs)
         if cuda:
             torch.cuda.synchronize(self.device)
-        return outs, times, time.perf_counter() - t0, time.process_time() - c0
+        return outs, times, details, time.perf_counter() - t0, time.process_time() - c0
 
 
 def binarize_tv(outs: list[dict]) -> list[dict]:
@@ -379,7 +459,7 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
     runners = []
     for depth in args.depth_list:
         version = tv_version(make_cfg(args, depth=depth), depth)
-        frozen = [v for v in args.variants if v != "GN"]
+        frozen = [v for v in args.variants if v not in OWN_WEIGHTS]
         paths: dict[str, tuple[str, str]] = {}
         if frozen or (args.vs_torchvision and version):
             if version:
@@ -394,11 +474,15 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
             path = os.path.join(tmp, f"gn_r{depth}.pth")
             random_minidet_weights(make_cfg(args, "GN", depth=depth), calib_image, path)
             paths["GN"] = (path, f"minidet GN R-{depth}, randomized")
+        if "none" in args.variants:
+            path = os.path.join(tmp, f"none_r{depth}.pth")
+            random_minidet_weights(make_cfg(args, "", depth=depth), calib_image, path)
+            paths["none"] = (path, f"minidet R-{depth} without norm layers (bias-free ResNet convs), randomized")
         for batch in args.batch_list:
             if args.vs_torchvision and version:
                 runners.append(Runner(TV, depth, batch, paths["frozen"][0], version, paths["frozen"][1]))
             for v in args.variants:
-                path, source = paths["GN" if v == "GN" else "frozen"]
+                path, source = paths[v if v in OWN_WEIGHTS else "frozen"]
                 runners.append(Runner(v, depth, batch, path, version, source))
     return runners
 
@@ -430,12 +514,13 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
-            outs, times, wall, cpu = r(pools[r.batch][it % n_pool])
+            outs, times, details, wall, cpu = r(pools[r.batch][it % n_pool])
             if device.type == "cuda":
                 peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20
                 r.memory = {"cuda_forward_mib": max(peak, (r.memory or {}).get("cuda_forward_mib", 0.0))}
             if it >= args.warmup:
                 r.records.append(times)
+                r.detail_records.append(details)
                 r.walls.append(wall)
                 r.cpus.append(cpu)
                 r.dets.extend(len(o["boxes"]) for o in outs)
@@ -443,7 +528,7 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
                 refs[group] = binarize_tv(outs)
                 for other, other_outs in pending.pop(group, []):
                     other.checks.extend(map(compare_detections, other_outs, refs[group]))
-            elif r.variant != "GN" and group in with_ref:
+            elif r.variant not in OWN_WEIGHTS and group in with_ref:
                 if group in refs:
                     r.checks.extend(map(compare_detections, outs, refs[group]))
                 else:
@@ -457,6 +542,24 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
+
+
+def _increase(a: float, b: float) -> float | None:
+    """How much longer ``a`` takes than ``b``, as a fraction of ``b``."""
+    return a / b - 1 if b > 0 else None
+
+
+def _detail_stats(records: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """``summarize`` of the per-step records, in ``DETAILS`` order and without a total (steps lie inside stages)."""
+    stats = summarize(records)
+    names = [d for d in DETAILS if d in stats] + sorted(set(stats) - set(DETAILS) - {"total"})
+    return {d: stats[d] for d in names}
+
+
+def _steps(row: dict) -> dict[str, dict[str, float]]:
+    """A row's statistics of the ``STEPS`` it has: the timed steps and the paste stage."""
+    both = {**row["details"], **{s: v for s, v in row["stages"].items() if s != "total"}}
+    return {s: both[s] for s in STEPS if s in both}
 
 
 def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
@@ -475,6 +578,7 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                 "batch": r.batch,
                 "weights": r.source,
                 "stages": stats,
+                "details": _detail_stats(r.detail_records),
                 "wall": wall,
                 "cpu": cpu,
                 "images_per_s": r.batch / wall["median"],
@@ -484,6 +588,7 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                 "vs_frozenbn": None,
                 "vs_torchvision": None,
                 "norm_share_of_backbone": None,
+                "vs_none": None,
             }
         )
     for row, r in zip(rows, runners):
@@ -491,19 +596,43 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
         by = {x.variant: o for o, x in group}
         base = by.get("FrozenBN")
         if base is not None and r.impl != TV:
+            bb, bb_fb = row["stages"]["backbone"]["median"], base["stages"]["backbone"]["median"]
             row["vs_frozenbn"] = {
                 "speed": _ratio(base["wall"]["median"], row["wall"]["median"]),
                 "stages": {s: _ratio(v["median"], base["stages"][s]["median"]) for s, v in row["stages"].items()},
+                # this variant's extra time over FrozenBN's, as a fraction of FrozenBN's (0.25: 25% slower)
+                "backbone_increase": _increase(bb, bb_fb),
+                "end_to_end_increase": _increase(row["wall"]["median"], base["wall"]["median"]),
             }
         folded = by.get("Affine+fold") or by.get("FrozenBN+fold")
-        if folded is not None and r.variant in VARIANTS and r.variant != "GN":
+        if folded is not None and r.variant in VARIANTS and r.variant not in OWN_WEIGHTS:
             bb, bf = row["stages"]["backbone"]["median"], folded["stages"]["backbone"]["median"]
             row["norm_share_of_backbone"] = (bb - bf) / bb
+        none = by.get("none")
+        if none is not None and r.impl != TV and r.variant != "none":
+            none_r = next(x for o, x in group if o is none)
+            bb, bn = row["stages"]["backbone"]["median"], none["stages"]["backbone"]["median"]
+            paired = [_ratio(a["backbone"], b["backbone"]) for a, b in zip(r.records, none_r.records)]
+            paired = [v for v in paired if v is not None]
+            row["vs_none"] = {
+                "backbone_s": bb,
+                "none_backbone_s": bn,
+                "backbone_ratio": _ratio(bb, bn),
+                "norm_cost": _increase(bb, bn),  # the norm's time as a fraction of the no-norm backbone's
+                "paired_backbone_ratio": {  # per iteration (the models run in the same rounds)
+                    "n": len(paired),
+                    "median": statistics.median(paired) if paired else None,
+                    "min": min(paired, default=None),
+                    "max": max(paired, default=None),
+                },
+            }
         tv = by.get(TV)
-        if tv is not None and r.impl != TV and r.variant != "GN":
+        if tv is not None and r.impl != TV and r.variant not in OWN_WEIGHTS:
             tv_r = next(x for o, x in group if o is tv)
             paired = [a / b for a, b in zip(tv_r.walls, r.walls)]
             problems = [c.problem(pixel_tol=MASK_PIXEL_TOL) for c in r.checks]
+            steps, tv_steps = _steps(row), _steps(tv)
+            step_ratios = {s: _ratio(tv_steps[s]["median"], v["median"]) for s, v in steps.items() if s in tv_steps}
             row["vs_torchvision"] = {
                 "end_to_end": {
                     "ratio_of_medians": _ratio(tv["wall"]["median"], row["wall"]["median"]),
@@ -517,6 +646,9 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                     for s, v in row["stages"].items()
                     if s in tv["stages"]
                 },
+                "steps": step_ratios,  # torchvision's median / minidet's, per step where it does avoidable work
+                "steps_target": STEP_TARGET,
+                "steps_met": {s: v is not None and v >= STEP_TARGET for s, v in step_ratios.items()},
                 "detections": {
                     "images": len(r.checks),
                     "same": problems.count(""),
@@ -573,7 +705,7 @@ def _fmt(v: float | None, spec: str, none: str = "-") -> str:
 
 
 def report(args: argparse.Namespace, rows: list[dict]) -> str:
-    """The printed summary: per-model tables, a comparison table, ratios, verdicts."""
+    """The printed summary: per-model tables, a comparison table, ratios, the step table, verdicts."""
     out = []
     for row in rows:
         title = f"{row['label']} ({row['impl']}, R-{row['depth']}, batch {row['batch']}), ms per forward:"
@@ -630,16 +762,19 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
                 + ")"
                 + (f"; first difference: {d['first_problem']}" if d["first_problem"] else "")
             )
+    out += step_table(rows)
     for row in rows:
         if row["norm_share_of_backbone"] is not None and row["variant"] in ("FrozenBN", "Affine"):
             out.append(
                 f"{row['label']}: norm share of backbone time {100 * row['norm_share_of_backbone']:.1f}% "
                 "(backbone median vs the folded variant, which runs no norm op)"
             )
-        if row["variant"] == "GN" and row["vs_frozenbn"]:
+        out += _vs_none_lines(row)
+        fb = row["vs_frozenbn"]
+        if row["variant"] == "GN" and fb and fb["backbone_increase"] is not None:
             out.append(
-                f"{row['label']}: backbone {row['vs_frozenbn']['stages']['backbone']:.2f}x FrozenBN's time, "
-                f"end to end {1 / row['vs_frozenbn']['speed']:.2f}x"
+                f"{row['label']} over FrozenBN{row['label'][len(row['variant']) :]}: backbone "
+                f"{100 * fb['backbone_increase']:+.1f}%, end to end {_fmt(fb['end_to_end_increase'], '+.1%')}"
             )
         if row["amp_drift"]:
             d = row["amp_drift"]
@@ -650,6 +785,63 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
                 f"score change max {_fmt(d['score_diff_max'], '.3g')}"
             )
     return "\n".join(out)
+
+
+def _vs_none_lines(row: dict) -> list[str]:
+    """The norm's cost measured against the model without norm layers; for a folded variant
+    also whether it is distinguishable from that model."""
+    vn = row["vs_none"]
+    if not vn or vn["norm_cost"] is None:
+        return []
+    none_label = "none" + row["label"][len(row["variant"]) :]
+    ms, none_ms = 1e3 * vn["backbone_s"], 1e3 * vn["none_backbone_s"]
+    out = [
+        f"{row['label']}: norm share measured against no norm: backbone {100 * vn['norm_cost']:+.1f}% "
+        f"({ms:.1f} ms vs {none_ms:.1f} ms of {none_label}, which has no norm layers)"
+    ]
+    if VARIANTS.get(row["variant"], ("", False))[1]:
+        p = vn["paired_backbone_ratio"]
+        spread = f"; per iteration {p['min']:.3f} to {p['max']:.3f}" if p["n"] > 1 else ""
+        if p["n"] < PAIRED_MIN:
+            spread += f": too few iterations to judge (< {PAIRED_MIN})"
+        elif p["min"] <= 1 <= p["max"]:
+            spread += ": within the noise"
+        else:
+            spread += f": folded {'slower' if p['min'] > 1 else 'faster'} in each of {p['n']} iterations"
+        out.append(
+            f"folded vs no norm: backbone {ms:.1f} ms vs {none_ms:.1f} ms (ratio {vn['backbone_ratio']:.3f}"
+            f"{spread}; {row['label']} vs {none_label})"
+        )
+    return out
+
+
+def step_table(rows: list[dict]) -> list[str]:
+    """Lines of the per-step comparison with torchvision (``STEPS``), one block per minidet variant;
+    none without torchvision."""
+    compared = [row for row in rows if row["vs_torchvision"]]
+    if not compared:
+        return []
+    tv_rows = {(row["depth"], row["batch"]): row for row in rows if row["impl"] == TV}
+    width = max(12, *(len(row["label"]) + 1 for row in compared))
+    out = [
+        "steps where torchvision does avoidable work (target: minidet at most half of torchvision's time), median ms:",
+        f"{'model':<{width}}{'step':<16}{'torchvision':>12}{'minidet':>10}{'tv/minidet':>12}  target",
+    ]
+    for row in compared:
+        tv_steps, steps = _steps(tv_rows[row["depth"], row["batch"]]), _steps(row)
+        vs = row["vs_torchvision"]
+        for i, (s, ratio) in enumerate(vs["steps"].items()):
+            verdict = "-" if ratio is None else "met" if vs["steps_met"][s] else "not met"
+            out.append(
+                f"{row['label'] if i == 0 else '':<{width}}{s:<16}{1e3 * tv_steps[s]['median']:12.2f}"
+                f"{1e3 * steps[s]['median']:10.2f}{_fmt(ratio, '.2f') + 'x' * (ratio is not None):>12}  {verdict}"
+            )
+    out.append(
+        "(steps inside stages: rpn_select = RPN without its head convs (top-k, decode, clip, NMS), box_roi_align = "
+        "multi-scale RoIAlign of the box head, box_postprocess = softmax, decode, clip, per-class NMS, top-k, "
+        "mask_roi_align = RoIAlign of the mask head; paste is the stage)"
+    )
+    return out
 
 
 _COLORS = {  # BGR
