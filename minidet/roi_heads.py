@@ -15,10 +15,10 @@ from .norm import Conv2d
 NormFn = Callable[[int], nn.Module | None]
 
 
-def _axis_samples(start, bin_size, grid, size: int, out: int, g: int):
+def _axis_samples(start, bin_size, size: int, out: int, g: int):
     """Sample coordinates of RoIAlign along one axis, and their bilinear neighbours.
 
-    ``start``, ``bin_size``, ``grid``: (R,) per RoI; ``g`` the (common) grid of this call.
+    ``start``, ``bin_size``: (R,) per RoI; ``g`` the samples per bin of this call.
     Returns, each (R, out, g): valid, low index, high index, low weight, high weight, with
     torchvision's (and Caffe2's) rules: a sample beyond [-1, size] contributes zero, one in
     [-1, 0] reads row 0, one past ``size - 1`` reads the last row.
@@ -28,7 +28,7 @@ def _axis_samples(start, bin_size, grid, size: int, out: int, g: int):
     i = torch.arange(g, dtype=dt, device=start.device)[None, None, :] + 0.5
     b = bin_size[:, None, None]
     # same operation order as the C++ kernel: (start + p * bin) + (i + .5) * bin / grid
-    c = (start[:, None, None] + p * b) + i * b / grid[:, None, None]
+    c = (start[:, None, None] + p * b) + i * b / g
     valid = (c >= -1.0) & (c <= size)
     c = c.clamp(min=0.0)
     lo = c.floor()
@@ -69,15 +69,14 @@ def roi_align_gather(
     gh, gw = grid if grid is not None else (sampling_ratio, sampling_ratio)
     if gh * gw == 0:  # an empty RoI (aligned, adaptive grid): no samples, zero output
         return table.new_zeros((r, s, s, table.shape[1]))
-    dt = rois.dtype
     off = 0.5 if aligned else 0.0
     start = rois[:, 1:3] * spatial_scale - off
     extent = (rois[:, 3:5] * spatial_scale - off) - start
     if not aligned:
         extent = extent.clamp(min=1.0)
     bins = extent / s
-    vy, y0, y1, wy0, wy1 = _axis_samples(start[:, 1], bins[:, 1], torch.full((r,), gh, dtype=dt), height, s, gh)
-    vx, x0, x1, wx0, wx1 = _axis_samples(start[:, 0], bins[:, 0], torch.full((r,), gw, dtype=dt), width, s, gw)
+    vy, y0, y1, wy0, wy1 = _axis_samples(start[:, 1], bins[:, 1], height, s, gh)
+    vx, x0, x1, wx0, wx1 = _axis_samples(start[:, 0], bins[:, 0], width, s, gw)
     base = (rois[:, 0].to(torch.int64) * (height * width))[:, None, None]
     # (R, S, gh) rows and (R, S, gw) columns -> (R, S, S, gh, gw, 4) rows of the table
     row0 = (base + y0 * width)[:, :, None, :, None]
