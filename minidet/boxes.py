@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -132,47 +130,13 @@ def batched_nms(
 
 
 def _nms_per_group(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float) -> torch.Tensor:
-    """One NMS per group id, kept indices sorted by decreasing score (torchvision's per-group strategy).
-
-    On CPU the NMS kernel is serial and releases the GIL: with several intra-op threads and
-    enough boxes, the groups run side by side (largest first) on ``torch.get_num_threads()``
-    threads. Each group's NMS is independent, so the result is the same.
-    """
+    """One NMS per group id, kept indices sorted by decreasing score (torchvision's per-group strategy)."""
     keep_mask = torch.zeros_like(scores, dtype=torch.bool)
-    parts = [torch.where(groups == g)[0] for g in torch.unique(groups)]
-    workers = min(torch.get_num_threads(), len(parts))
-    if boxes.device.type == "cpu" and workers > 1 and len(scores) >= _PARALLEL_NMS_MIN:
-        parts.sort(key=len, reverse=True)
-        pool = _nms_pool(workers)
-        futures = [pool.submit(_tv_nms, boxes[idx], scores[idx], thresh) for idx in parts]
-        kept = [f.result() for f in futures]
-    else:
-        kept = [_tv_nms(boxes[idx], scores[idx], thresh) for idx in parts]
-    for idx, k in zip(parts, kept):
-        keep_mask[idx[k]] = True
+    for g in torch.unique(groups):
+        idx = torch.where(groups == g)[0]
+        keep_mask[idx[_tv_nms(boxes[idx], scores[idx], thresh)]] = True
     keep = torch.where(keep_mask)[0]
     return keep[scores[keep].sort(descending=True)[1]]
-
-
-_PARALLEL_NMS_MIN = 1500  # boxes; below this the thread hand-off costs more than it saves
-_NMS_POOL: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _nms_pool(workers: int) -> ThreadPoolExecutor:
-    global _NMS_POOL
-    if _NMS_POOL is None or _NMS_POOL[0] != workers:
-        if _NMS_POOL is not None:
-            _NMS_POOL[1].shutdown(wait=False)
-        _NMS_POOL = (workers, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minidet-nms"))
-    return _NMS_POOL[1]
-
-
-def _forget_nms_pool() -> None:  # a forked child does not inherit the pool's threads
-    global _NMS_POOL
-    _NMS_POOL = None
-
-
-os.register_at_fork(after_in_child=_forget_nms_pool)
 
 
 def box_area(boxes: torch.Tensor, offset: int = 0) -> torch.Tensor:
