@@ -2,11 +2,11 @@
 # One command from a fresh checkout to a result: set up .venv (if needed), then run the
 # weight-free benchmark (random realistic weights, synthetic images). Arguments are passed to
 # tools/benchmark.py; without any, a quick run (about a minute on 2 CPU cores): short side 320,
-# FrozenBN / Affine / Affine+fold against torchvision on the same weights.
+# FrozenBN / Affine / Affine+fold (channels-last) against torchvision on the same weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
 if [[ $# -eq 0 ]]; then
-    set -- --size 320 --iters 3 --warmup 1 --norms FrozenBN,Affine,Affine+fold --vs-torchvision
+    set -- --size 320 --iters 3 --warmup 1 --norms FrozenBN,Affine,Affine+fold --vs-torchvision MODEL.CHANNELS_LAST True
 fi
 exec "${VENV:-.venv}/bin/python" tools/benchmark.py "$@"
