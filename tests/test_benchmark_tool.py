@@ -274,3 +274,57 @@ def test_norm_cost_against_no_norm_and_gn_over_frozenbn():
         "GN over FrozenBN: backbone +25.0%, end to end +7.1%",
     ]
     assert not any("no norm" in ln and "no norm op" not in ln for ln in text)
+
+
+def test_torchvision_channels_last_baseline_report_and_json():
+    from minidet.tvref import DetectionMatch
+
+    tool = _load_tool()
+    args = tool.parse_args(["--norms", "FrozenBN,Affine+fold", "--vs-torchvision"])
+    same, moved = DetectionMatch(5, 5), DetectionMatch(5, 5, unmatched_label=32)
+    differs = {"FrozenBN": [], "Affine+fold": [2, 3]}  # pool batches (batch 1: image seeds) that differ
+    runners = []
+    for variant in ("torchvision", "FrozenBN", "Affine+fold"):
+        r = tool.Runner(variant, 50, 1, "w.pth", 1, "test")
+        r.records, r.detail_records = [{s: 1e-3 for s in STAGES}] * 4, [{}] * 4
+        r.walls, r.cpus, r.dets = [7e-3] * 4, [0.1] * 4, [5] * 4
+        if variant != "torchvision":
+            r.checks = [moved if k in differs[variant] else same for k in range(4)]
+            r.check_images = [(k, 0) for k in range(4)]
+        runners.append(r)
+    calls = []
+
+    def channels_last_changes(images):  # torchvision itself changes under channels-last on image 2 only
+        calls.append(images)
+        return [moved if images == ["img2"] else same]
+
+    runners[0].channels_last_changes = channels_last_changes
+    tool.channels_last_baseline(runners, {1: [[f"img{k}"] for k in range(4)]})
+    assert calls == [["img2"], ["img3"]]  # only where a variant differs, once per image
+    assert runners[1].tv_channels_last == [None] * 4
+
+    rows = json.loads(json.dumps(tool.analyze(args, runners)))  # as --json writes them
+    fb, fold = (rows[i]["vs_torchvision"]["detections"] for i in (1, 2))
+    assert fb["tv_channels_last"] == {"images": 0, "changed": 0, "first_change": None}
+    assert fb["first_problem_image_seed"] is None
+    assert (fold["images"], fold["same"], fold["first_problem_image_seed"]) == (4, 2, 2)
+    assert fold["tv_channels_last"] == {
+        "images": 2, "changed": 1, "first_change": "no unmatched detection with label 32"
+    }  # fmt: skip
+    text = tool.report(args, rows).splitlines()
+    i = text.index(
+        "  same detections as torchvision on 4/4 images (worst box 0 px, score 0, mask IoU 1.0000, "
+        "at most 0 mask pixels differ)"
+    )
+    assert text[i + 1].startswith("torchvision / Affine+fold: end to end")
+    assert text[i + 2].startswith("  DIFFERENT detections from torchvision on 2/4 images (worst box")
+    assert text[i + 2].endswith("; first difference (image seed 2): no unmatched detection with label 32")
+    assert text[i + 3] == (
+        "  on 1 of these 2 images torchvision itself changes under channels-last (float summation order); "
+        "first change: no unmatched detection with label 32"
+    )
+    # not measured (--amp): no counts, no line
+    runners[2].tv_channels_last = None
+    rows = tool.analyze(args, runners)
+    assert rows[2]["vs_torchvision"]["detections"]["tv_channels_last"] is None
+    assert not any("torchvision itself changes" in ln for ln in tool.report(args, rows).splitlines())

@@ -24,17 +24,23 @@ model per iteration), so that load on a shared machine hits all of them alike; `
 iterations are not recorded. Per model and stage the tool prints mean, sd and median, images/s
 (batch / median wall time), each variant relative to FrozenBN (GN: its extra time over FrozenBN)
 and, with ``--vs-torchvision``, torchvision's time over minidet's per stage and end to end, plus
-whether the detections are the same, and a table of the steps where torchvision does avoidable
-work (RPN proposal selection, multi-scale RoIAlign of the box head, box post-processing, RoIAlign
-of the mask head, mask paste): minidet times the steps inside its stages with
+whether the detections are the same (``minidet.tvref.compare_detections``; the first difference
+names the image's ``structured_image`` seed), and a table of the steps where torchvision does
+avoidable work (RPN proposal selection, multi-scale RoIAlign of the box head, box post-processing,
+RoIAlign of the mask head, mask paste): minidet times the steps inside its stages with
 ``StageTimer(detail=True)``, torchvision's are timed with hooks
-(``minidet.tvref.TorchvisionStages``); the target is half of torchvision's time. ``--amp`` runs
-minidet with its ``TEST.AMP`` (network layers in bf16/fp16, box arithmetic in float32) and
-torchvision's whole call under ``torch.autocast``, and reports how the detections moved from
-float32. Peak memory is measured per model, as the peak during a forward above what was in use
-before it: on CPU in a separate process that runs the models one after another (resident set, with
-freed buffers returned to the system at once), on CUDA as memory allocated. Trailing ``KEY VALUE``
-pairs override the minidet config last.
+(``minidet.tvref.TorchvisionStages``); the target is half of torchvision's time. Where a variant's
+detections differ from torchvision's (float32 only), torchvision runs that image again after the
+timing, untimed, as it is and with its model converted to channels-last, and the report says on
+how many of those images torchvision itself changes: a decision (RPN NMS between two proposals of
+nearly equal objectness, the top-k proposal cut, the detection cap) within float noise, flipped by
+another summation order, as channels-last and folded norms have. ``--amp`` runs minidet with its
+``TEST.AMP`` (network layers in bf16/fp16, box arithmetic in float32) and torchvision's whole call
+under ``torch.autocast``, and reports how the detections moved from float32. Peak memory is
+measured per model, as the peak during a forward above what was in use before it: on CPU in a
+separate process that runs the models one after another (resident set, with freed buffers
+returned to the system at once), on CUDA as memory allocated. Trailing ``KEY VALUE`` pairs
+override the minidet config last.
 """
 
 from __future__ import annotations
@@ -279,6 +285,8 @@ class Runner:
         self.dets: list[int] = []
         self.memory: dict | None = None
         self.checks: list = []  # DetectionMatch per image, against torchvision
+        self.check_images: list[tuple[int, int]] = []  # per check: (batch in the image pool, image in it)
+        self.tv_channels_last: list | None = None  # per check where ours differs: torchvision-CL vs torchvision
         self.drift: dict | None = None
 
     def label(self, depths: list[int], batches: list[int]) -> str:
@@ -354,6 +362,20 @@ class Runner:
         if cuda:
             torch.cuda.synchronize(self.device)
         return outs, times, details, time.perf_counter() - t0, time.process_time() - c0
+
+    def channels_last_changes(self, images: list[np.ndarray]) -> list:
+        """torchvision only: per image, how its detections move when its model is converted to
+        channels-last (``DetectionMatch`` of channels-last vs its default layout, both run now).
+
+        Untimed, after the timing loop; the model is converted back to the default layout.
+        """
+        ref = binarize_tv(self(images)[0])
+        self._model.to(memory_format=torch.channels_last)
+        try:
+            new = binarize_tv(self(images)[0])
+        finally:
+            self._model.to(memory_format=torch.contiguous_format)
+        return list(map(compare_detections, new, ref))
 
 
 def binarize_tv(outs: list[dict]) -> list[dict]:
@@ -488,7 +510,8 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
 
 
 def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
-    """The timing loop: every iteration runs each model once, in turn, and checks detections."""
+    """The timing loop: every iteration runs each model once, in turn, and checks detections; then,
+    untimed, torchvision's channels-last baseline where they differ (``channels_last_baseline``)."""
     device = torch.device(args.device)
     n_pool = min(args.iters + args.warmup, 4)
     h, w = args.image_hw
@@ -527,10 +550,10 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
             if r.impl == TV:
                 refs[group] = binarize_tv(outs)
                 for other, other_outs in pending.pop(group, []):
-                    other.checks.extend(map(compare_detections, other_outs, refs[group]))
+                    _check(other, other_outs, refs[group], it % n_pool)
             elif r.variant not in OWN_WEIGHTS and group in with_ref:
                 if group in refs:
-                    r.checks.extend(map(compare_detections, outs, refs[group]))
+                    _check(r, outs, refs[group], it % n_pool)
                 else:
                     pending.setdefault(group, []).append((r, outs))
         print(
@@ -538,6 +561,47 @@ def run_benchmark(args: argparse.Namespace, runners: list[Runner]) -> None:
             file=sys.stderr,
             flush=True,
         )
+    if not args.amp:
+        channels_last_baseline(runners, pools)
+
+
+def _check(r: Runner, outs: list[dict], ref: list[dict], pool_index: int) -> None:
+    """Compare a minidet runner's detections with torchvision's, image by image, and note the images."""
+    r.checks.extend(map(compare_detections, outs, ref))
+    r.check_images.extend((pool_index, i) for i in range(len(outs)))
+
+
+def channels_last_baseline(runners: list[Runner], pools: dict[int, list[list[np.ndarray]]]) -> None:
+    """Where a minidet variant's detections differ from torchvision's, does torchvision itself change
+    its detections on that image when its model is converted to channels-last? (fp32 only.)
+
+    Decisions such as NMS between two proposals of nearly equal objectness, the top-k proposal cut
+    or the detection cap can sit within float noise; a different summation order (channels-last,
+    folded norms) then flips them. Sets ``runner.tv_channels_last``: per check, torchvision-CL vs
+    torchvision (``DetectionMatch``) where the check failed, else None. Each image pool batch is
+    run once per torchvision model (a cache shared by the variants), after the timing: untimed.
+    """
+    tvs = {(r.depth, r.batch): r for r in runners if r.impl == TV}
+    cache: dict[tuple[int, int, int], list] = {}  # (depth, batch, pool index) -> DetectionMatch per image
+    for r in runners:
+        tv = tvs.get((r.depth, r.batch))
+        if r.impl == TV or tv is None or not r.checks:
+            continue
+        r.tv_channels_last = []
+        for check, (k, i) in zip(r.checks, r.check_images):
+            if not check.problem(pixel_tol=MASK_PIXEL_TOL):
+                r.tv_channels_last.append(None)
+                continue
+            key = (r.depth, r.batch, k)
+            if key not in cache:
+                seeds = f"{k * r.batch}" + (f"-{k * r.batch + r.batch - 1}" if r.batch > 1 else "")
+                print(
+                    f"torchvision in channels-last (untimed): R-{r.depth}, image seed {seeds}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                cache[key] = tv.channels_last_changes(pools[r.batch][k])
+            r.tv_channels_last.append(cache[key][i])
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -653,14 +717,31 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                     "images": len(r.checks),
                     "same": problems.count(""),
                     "first_problem": next((p for p in problems if p), None),
+                    "first_problem_image_seed": next(
+                        (k * r.batch + i for p, (k, i) in zip(problems, r.check_images) if p), None
+                    ),  # structured_image(H, W, seed=...) of the first image that differs
                     "worst_box_px": max((c.worst_box for c in r.checks), default=None),
                     "worst_score": max((c.worst_score for c in r.checks), default=None),
                     "worst_mask_iou": min((c.worst_iou for c in r.checks), default=None),
                     "worst_mask_pixels": max((c.worst_pixels for c in r.checks), default=None),
                     "paste_grid_flips": sum(c.grid_flips for c in r.checks),
+                    "tv_channels_last": _tv_channels_last(problems, r.tv_channels_last),
                 },
             }
     return rows
+
+
+def _tv_channels_last(problems: list[str], changes: list | None) -> dict | None:
+    """Of the images where a variant differs from torchvision, those on which torchvision itself
+    changes when its model is converted to channels-last; None where not measured (``--amp``)."""
+    if changes is None:
+        return None
+    runs = [c.problem(pixel_tol=MASK_PIXEL_TOL) for p, c in zip(problems, changes) if p and c is not None]
+    return {
+        "images": len(runs),  # differing images on which torchvision ran in channels-last too
+        "changed": sum(map(bool, runs)),  # ... and gave detections different from its default layout
+        "first_change": next((p for p in runs if p), None),
+    }
 
 
 def _load() -> tuple[float, float, float] | None:
@@ -749,10 +830,13 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
                 f"per stage: {ratios}"
             )
             d = vs["detections"]
-            verdict = "same detections as torchvision" if d["same"] == d["images"] else "DIFFERENT detections"
+            if d["same"] == d["images"]:
+                verdict = f"same detections as torchvision on {d['same']}/{d['images']} images"
+            else:
+                verdict = f"DIFFERENT detections from torchvision on {d['images'] - d['same']}/{d['images']} images"
             verdict += " (autocast: differences expected)" if args.amp else ""
             out.append(
-                f"  {verdict} on {d['same']}/{d['images']} images (worst box {_fmt(d['worst_box_px'], '.2g')}"
+                f"  {verdict} (worst box {_fmt(d['worst_box_px'], '.2g')}"
                 f" px, score {_fmt(d['worst_score'], '.2g')}, mask IoU {_fmt(d['worst_mask_iou'], '.4f')}, "
                 f"at most {_fmt(d['worst_mask_pixels'], 'd')} mask pixels differ"
                 + (
@@ -760,8 +844,19 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
                     * bool(d["paste_grid_flips"])
                 )
                 + ")"
-                + (f"; first difference: {d['first_problem']}" if d["first_problem"] else "")
+                + (
+                    f"; first difference (image seed {d['first_problem_image_seed']}): {d['first_problem']}"
+                    if d["first_problem"]
+                    else ""
+                )
             )
+            cl = d["tv_channels_last"]
+            if cl and cl["images"]:
+                out.append(
+                    f"  on {cl['changed']} of these {cl['images']} images torchvision itself changes under "
+                    "channels-last (float summation order)"
+                    + (f"; first change: {cl['first_change']}" if cl["first_change"] else "")
+                )
     out += step_table(rows)
     for row in rows:
         if row["norm_share_of_backbone"] is not None and row["variant"] in ("FrozenBN", "Affine"):
