@@ -161,6 +161,9 @@ class TorchvisionStages:
             h.remove()
 
 
+FAR_PX = 1.0  # a matched box farther than this is another detection, not the same one moved
+
+
 @dataclass
 class DetectionMatch:
     """How far one image's detections (``ours``) are from the reference's."""
@@ -175,6 +178,8 @@ class DetectionMatch:
     iou_min: float = 0.99
     low_iou_pixels: int = 0  # most differing pixels among the pairs with mask IoU < iou_min, same paste grid
     grid_flips: int = 0  # pairs with mask IoU < iou_min whose boxes truncate to different paste grids
+    n_far: int = 0  # reference detections whose matched box is more than ``FAR_PX`` away: a different detection
+    first_far: str = ""  # the first of them, described
 
     def problem(self, box_tol: float = 1e-2, score_tol: float = 1e-4, pixel_tol: int = 0) -> str:
         """'' when the detections are the same within the tolerances, else the first difference.
@@ -189,6 +194,11 @@ class DetectionMatch:
             return f"{self.n_ours} detections vs reference {self.n_ref}"
         if self.unmatched_label is not None:
             return f"no unmatched detection with label {self.unmatched_label}"
+        if self.n_far:
+            return (
+                f"{self.n_far} of {self.n_ref} detections have no counterpart of the same label within"
+                f" {FAR_PX} px (a different detection, not a moved box); first: {self.first_far}"
+            )
         if self.worst_box > box_tol:
             return f"box differs by {self.worst_box} px"
         if self.worst_score > score_tol:
@@ -230,6 +240,12 @@ def compare_detections(ours: dict, ref: dict, iou_min: float = 0.99) -> Detectio
         j = cand[int(np.argmin(d))]
         used.add(j)
         m.worst_box = max(m.worst_box, min(d))
+        if min(d) > FAR_PX:
+            m.n_far += 1
+            if m.n_far == 1:
+                box = [round(v, 1) for v in ref["boxes"][i].tolist()]
+                label, score = int(ref["labels"][i]), float(ref["scores"][i])
+                m.first_far = f"reference #{i} label {label} score {score:.4f} box {box}"
         m.worst_score = max(m.worst_score, float((ours["scores"][j] - ref["scores"][i]).abs()))
         if "masks" in ours and "masks" in ref:
             a, b = ours["masks"][j], ref["masks"][i]

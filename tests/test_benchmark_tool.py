@@ -182,6 +182,23 @@ def test_compare_detections_tolerates_paste_grid_flips():
     assert compare_detections(same_grid, ref).problem(pixel_tol=2).startswith("mask IoU 0.0000")
 
 
+def test_compare_detections_names_a_different_detection():
+    """A detection replaced by another of the same label is reported as such, not as a 'moved box'."""
+    import torch
+
+    from minidet.tvref import compare_detections
+
+    boxes = torch.tensor([[10.0, 10, 50, 50], [100, 100, 140, 150], [300, 20, 330, 60]])
+    ref = {"boxes": boxes, "scores": torch.tensor([0.9, 0.5, 0.2]), "labels": torch.tensor([1, 2, 2])}
+    ours = {**ref, "boxes": boxes.clone()}
+    ours["boxes"][2] = torch.tensor([400.0, 300, 420, 330])
+    problem = compare_detections(ours, ref).problem()
+    assert problem.startswith("1 of 3 detections have no counterpart of the same label within 1.0 px")
+    assert "reference #2 label 2 score 0.2000" in problem
+    moved = {**ref, "boxes": boxes + torch.tensor([0.0, 0.0, 0.5, 0.0])}
+    assert compare_detections(moved, ref).problem() == "box differs by 0.5 px"
+
+
 def test_step_table_against_torchvision_only():
     tool = _load_tool()
     args = tool.parse_args(["--norms", "Affine+fold", "--vs-torchvision"])
