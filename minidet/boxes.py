@@ -111,32 +111,62 @@ def batched_nms(
         shift = groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes))
         boxes = boxes + shift[:, None]
     ranked = scores.sort(descending=True).values
+    if per_group:
+        return _topk_per_group(boxes, scores, groups, thresh, topk, ranked)
     m = 2 * topk
     while m < n:
         sel = torch.where(scores >= ranked[m - 1])[0]  # index order kept: the stable sort agrees
-        if per_group:
-            keep = _nms_per_group(boxes[sel], scores[sel], groups[sel], thresh)
-            kept = scores[sel[keep]]
-            if bool((kept[1:] == kept[:-1]).any()):
-                break  # torchvision orders equal scores of different groups arbitrarily: run it on the full set
-        else:
-            keep = _tv_nms(boxes[sel], scores[sel], thresh)
+        keep = _tv_nms(boxes[sel], scores[sel], thresh)
         if len(keep) >= topk:
             return sel[keep]
         m *= 4
-    if per_group:  # the full set, exactly as torchvision runs it
-        return _nms_per_group(boxes, scores, groups, thresh)
     return _tv_nms(boxes, scores, thresh)
 
 
-def _nms_per_group(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float) -> torch.Tensor:
-    """One NMS per group id, kept indices sorted by decreasing score (torchvision's per-group strategy)."""
-    keep_mask = torch.zeros_like(scores, dtype=torch.bool)
-    for g in torch.unique(groups):
-        idx = torch.where(groups == g)[0]
-        keep_mask[idx[_tv_nms(boxes[idx], scores[idx], thresh)]] = True
-    keep = torch.where(keep_mask)[0]
-    return keep[scores[keep].sort(descending=True)[1]]
+def _topk_per_group(
+    boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float, topk: int, ranked: torch.Tensor
+) -> torch.Tensor:
+    """``batched_nms(..., topk)`` with torchvision's per-group strategy (one NMS per group id).
+
+    Each round runs NMS, per group, over the group's boxes scoring at least the cut (in index
+    order, as the full run sees them); a group whose boxes all pass the cut has its final
+    result and is not run again. torchvision ends with an unstable sort of all kept boxes by
+    score, which orders equal scores in a way that depends on the whole kept set: when kept
+    boxes tie, the groups not yet complete run in full and the same sort runs on the full
+    kept set, giving exactly torchvision's result.
+    """
+    n = len(scores)
+    members = [torch.where(groups == g)[0] for g in torch.unique(groups)]  # each in index order
+    done: dict[int, torch.Tensor] = {}  # group position -> kept indices of the whole group
+
+    def nms_of(idx: torch.Tensor) -> torch.Tensor:
+        return idx[_tv_nms(boxes[idx], scores[idx], thresh)]
+
+    def by_score(kept: list[torch.Tensor]) -> torch.Tensor:  # torchvision's final step
+        keep = torch.cat(kept).sort().values if kept else groups.new_zeros(0)
+        return keep[scores[keep].sort(descending=True)[1]]
+
+    m = 2 * topk
+    while m < n:
+        cut = ranked[m - 1]
+        kept = []
+        for g, idx in enumerate(members):
+            if g in done:
+                kept.append(done[g])
+                continue
+            part = idx[scores[idx] >= cut]
+            k = nms_of(part)
+            if len(part) == len(idx):
+                done[g] = k
+            kept.append(k)
+        result = by_score(kept)
+        s = scores[result]
+        if bool((s[1:] == s[:-1]).any()):
+            break  # equal scores among the kept boxes: only the full kept set orders them as torchvision does
+        if len(result) >= topk:
+            return result
+        m *= 4
+    return by_score([done[g] if g in done else nms_of(idx) for g, idx in enumerate(members)])
 
 
 def box_area(boxes: torch.Tensor, offset: int = 0) -> torch.Tensor:

@@ -156,3 +156,23 @@ def test_nms_topk_detectron_rule(n):
             full = batched_nms(boxes, scores, groups, 0.5, offset=1, inclusive=True)
             fast = batched_nms(boxes, scores, groups, 0.5, offset=1, inclusive=True, topk=k)
             assert torch.equal(fast, full[: len(fast)])
+
+
+@pytest.mark.parametrize("tie_levels", [0, 200])
+def test_nms_topk_rounds_reuse_complete_groups(tie_levels):
+    """Heavy overlap (few kept: the cut is lowered several times) and one small high-scoring group
+    that is complete after the first round and reused; also with ties (the full-set fallback)."""
+    gen = torch.Generator().manual_seed(tie_levels)
+    for _ in range(20):
+        n = int(torch.randint(1100, 3000, (1,), generator=gen))
+        xy = (torch.rand(n, 2, generator=gen) * 300 / 60).round() * 60 + torch.rand(n, 2, generator=gen) * 2
+        boxes = torch.cat([xy, xy + 50], 1)
+        scores = torch.rand(n, generator=gen)
+        if tie_levels:
+            scores = (scores * tie_levels).round() / tie_levels
+        groups = torch.randint(0, int(torch.randint(2, 8, (1,), generator=gen)), (n,), generator=gen)
+        scores[groups == 0] = scores[groups == 0] * 0.01 + 0.99
+        full = tv_batched_nms(boxes, scores, groups, 0.5)
+        for k in (5, 40, 150):
+            fast = batched_nms(boxes, scores, groups, 0.5, topk=k)
+            assert torch.equal(fast, full[: len(fast)]) and len(fast) >= min(k, len(full))
