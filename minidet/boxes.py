@@ -136,7 +136,8 @@ def _topk_per_group(
     kept set, giving exactly torchvision's result.
     """
     n = len(scores)
-    members = [torch.where(groups == g)[0] for g in torch.unique(groups)]  # each in index order
+    order = torch.argsort(groups, stable=True)  # by group, each group in index order
+    members = order.split(torch.unique_consecutive(groups[order], return_counts=True)[1].tolist())
     done: dict[int, torch.Tensor] = {}  # group position -> kept indices of the whole group
 
     def nms_of(idx: torch.Tensor) -> torch.Tensor:
@@ -155,7 +156,7 @@ def _topk_per_group(
                 kept.append(done[g])
                 continue
             part = idx[scores[idx] >= cut]
-            k = nms_of(part)
+            k = nms_of(part) if len(part) else part
             if len(part) == len(idx):
                 done[g] = k
             kept.append(k)
