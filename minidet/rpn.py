@@ -139,7 +139,7 @@ class RPN(nn.Module):
         logits = [x.float() for x in logits]
         deltas = [x.float() for x in deltas]
         n = logits[0].shape[0]
-        sel_scores, sel_boxes, sel_levels = [], [], []
+        sel_scores, sel_deltas, sel_anchors, sel_levels = [], [], [], []
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
             a, h, w = lg.shape[1:]
             if self.legacy or self.d2:
@@ -151,15 +151,17 @@ class RPN(nn.Module):
             dl = dl.view(n, a, 4, h, w).permute(0, 3, 4, 1, 2).reshape(n, -1, 4)
             k = min(self.pre_nms_topk, lg.shape[1])
             top, idx = lg.topk(k, dim=1)
-            d = dl.gather(1, idx[..., None].expand(n, k, 4))
-            boxes = decode_boxes(d.reshape(-1, 4), anchors[idx.reshape(-1)], (1.0, 1.0, 1.0, 1.0), int(self.legacy))
             sel_scores.append(top)
-            sel_boxes.append(boxes.view(n, k, 4))
+            sel_deltas.append(dl.gather(1, idx[..., None].expand(n, k, 4)))
+            sel_anchors.append(anchors[idx])
             sel_levels.append(torch.full((k,), lvl, dtype=torch.int64, device=lg.device))
         scores = torch.cat(sel_scores, dim=1)
         if not self.d2:  # detectron2 ranks by logits; sigmoid can tie saturated scores
             scores = torch.sigmoid(scores)
-        boxes = torch.cat(sel_boxes, dim=1)
+        # one decode for all levels (row by row: the same values as per level)
+        deltas_all = torch.cat(sel_deltas, dim=1).reshape(-1, 4)
+        anchors_all = torch.cat(sel_anchors, dim=1).reshape(-1, 4)
+        boxes = decode_boxes(deltas_all, anchors_all, (1.0, 1.0, 1.0, 1.0), int(self.legacy)).view(n, -1, 4)
         levels = torch.cat(sel_levels)
         if self.legacy:
             return [
