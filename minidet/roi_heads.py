@@ -43,6 +43,15 @@ def _axis_samples(start, bin_size, size: int, out: int, g: int):
     return valid, lo_i, hi_i, 1.0 - frac, frac
 
 
+def _roi_frame(rois: torch.Tensor, spatial_scale: float, aligned: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, 2) start (x, y) and extent (w, h) of each RoI in feature cells, as RoIAlign sees them:
+    shifted by half a cell when ``aligned``, else at least one cell wide and tall."""
+    off = 0.5 if aligned else 0.0
+    start = rois[:, 1:3] * spatial_scale - off
+    extent = (rois[:, 3:5] * spatial_scale - off) - start
+    return start, extent if aligned else extent.clamp(min=1.0)
+
+
 def roi_align_gather(
     table: torch.Tensor,
     height: int,
@@ -50,30 +59,24 @@ def roi_align_gather(
     rois: torch.Tensor,
     output_size: int,
     spatial_scale: float,
-    sampling_ratio: int,
+    grid: tuple[int, int],
     aligned: bool,
-    grid: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """RoIAlign (torchvision's / Caffe2's arithmetic) as one weighted gather over NHWC features.
 
     Every output bin is the mean of ``gh x gw`` bilinear samples; each sample is a weighted
     sum of four feature rows, so a bin is one bag of ``4 gh gw`` (row, weight) pairs and the
     whole call is a single ``embedding_bag`` over ``table``, the features as rows
-    (N*H*W, C). All RoIs of a call share the sampling grid ``grid`` (from ``sampling_ratio``
-    when it is positive). Same values as ``torchvision.ops.roi_align`` up to the order of
-    the float additions.
+    (N*H*W, C). All RoIs of a call share the sampling grid ``grid`` = (gh, gw) samples per bin.
+    Same values as ``torchvision.ops.roi_align`` up to the order of the float additions.
 
     Shapes: table (N*H*W, C), rois (R, 5) [batch index, x1, y1, x2, y2] -> (R, S, S, C).
     """
     r, s = len(rois), output_size
-    gh, gw = grid if grid is not None else (sampling_ratio, sampling_ratio)
+    gh, gw = grid
     if gh * gw == 0:  # an empty RoI (aligned, adaptive grid): no samples, zero output
         return table.new_zeros((r, s, s, table.shape[1]))
-    off = 0.5 if aligned else 0.0
-    start = rois[:, 1:3] * spatial_scale - off
-    extent = (rois[:, 3:5] * spatial_scale - off) - start
-    if not aligned:
-        extent = extent.clamp(min=1.0)
+    start, extent = _roi_frame(rois, spatial_scale, aligned)
     bins = extent / s
     vy, y0, y1, wy0, wy1 = _axis_samples(start[:, 1], bins[:, 1], height, s, gh)
     vx, x0, x1, wx0, wx1 = _axis_samples(start[:, 0], bins[:, 0], width, s, gw)
@@ -87,7 +90,7 @@ def roi_align_gather(
     b0, b1 = wx0[:, None, :, None, :], wx1[:, None, :, None, :]
     weight = torch.stack((a0 * b0, a0 * b1, a1 * b0, a1 * b1), -1)
     valid = vy[:, :, None, :, None, None] & vx[:, None, :, None, :, None]
-    weight = (weight * valid) / max(gh * gw, 1)
+    weight = (weight * valid) / (gh * gw)
     bag = 4 * gh * gw
     out = F.embedding_bag(
         index.reshape(r * s * s, bag),
@@ -100,10 +103,7 @@ def roi_align_gather(
 
 def _adaptive_grids(rois: torch.Tensor, output_size: int, spatial_scale: float, aligned: bool) -> torch.Tensor:
     """(R, 2) sampling grid (gh, gw) per RoI for ``sampling_ratio <= 0``: ceil(roi size / S)."""
-    off = 0.5 if aligned else 0.0
-    extent = (rois[:, 3:5] * spatial_scale - off) - (rois[:, 1:3] * spatial_scale - off)
-    if not aligned:
-        extent = extent.clamp(min=1.0)
+    extent = _roi_frame(rois, spatial_scale, aligned)[1]
     return torch.ceil(extent / output_size).to(torch.int64).flip(1)
 
 
@@ -179,19 +179,19 @@ class MultiScaleRoIAlign(nn.Module):
         s = self.output_size[0]
         args = (table, h, w)
         if self.sampling_ratio > 0:
-            return roi_align_gather(*args, rois, s, scale, self.sampling_ratio, self.aligned)
+            return roi_align_gather(*args, rois, s, scale, (self.sampling_ratio,) * 2, self.aligned)
         # adaptive sampling: one call per distinct (gh, gw) grid
         grids = _adaptive_grids(rois, s, scale, self.aligned)
         keys = grids[:, 0] * 100000 + grids[:, 1]
         uniq = torch.unique(keys)
         if len(uniq) == 1:
             gh, gw = (int(v) for v in grids[0])
-            return roi_align_gather(*args, rois, s, scale, 0, self.aligned, (gh, gw))
+            return roi_align_gather(*args, rois, s, scale, (gh, gw), self.aligned)
         out = table.new_empty((len(rois), s, s, c))
         for key in uniq.tolist():
             sel = torch.where(keys == key)[0]
             gh, gw = (int(v) for v in grids[sel[0]])
-            out.index_copy_(0, sel, roi_align_gather(*args, rois[sel], s, scale, 0, self.aligned, (gh, gw)))
+            out.index_copy_(0, sel, roi_align_gather(*args, rois[sel], s, scale, (gh, gw), self.aligned))
         return out
 
 
