@@ -6,7 +6,6 @@ what is wrong, run no code from a file, and let the tools go on with the rest wh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pickle
@@ -27,6 +26,7 @@ from minidet.synthetic import structured_image
 from test_detectron2 import d2_weights
 from test_imageio import _forged_png, _with_exif
 from test_infer_tool import FAST as INFER_FAST
+from toolmod import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 INFER = ROOT / "tools" / "infer.py"
@@ -39,13 +39,6 @@ TINY = ROOT.parent / "shared" / "data" / "coco_tiny"
 FAST = [*INFER_FAST, "INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "1333"]
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-
-
-def _load_tool(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem + "_tool", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _run(tool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -230,7 +223,7 @@ def _infer_in_process(capsys, tmp_path, config: Path, *opts: str, debug: bool = 
     img = tmp_path / "a.png"
     cv2.imwrite(str(img), structured_image(32, 32, seed=0))
     argv = ["--config-file", str(config), "--input", str(img), "--output", str(tmp_path / "out"), *opts]
-    rc = _load_tool(INFER).main(argv + (["--debug"] if debug else []))
+    rc = load_tool(INFER).main(argv + (["--debug"] if debug else []))
     return rc, capsys.readouterr().err
 
 
@@ -298,7 +291,7 @@ def dataset(tmp_path) -> Path:
 
 
 def _eval_in_process(capsys, *argv: str) -> tuple[int, str]:
-    rc = _load_tool(EVAL).main(list(argv))
+    rc = load_tool(EVAL).main(list(argv))
     return rc, capsys.readouterr().err
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,6 +13,7 @@ import cv2
 import pytest
 
 from minidet.timing import DETAILS, STAGES
+from toolmod import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "benchmark.py"
@@ -126,15 +126,8 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     assert (img < 250).any(axis=2).mean() > 0.05  # something is drawn
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("benchmark_tool", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_benchmark_arguments(capsys):
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "GN,Affine+fold,none", "--depths", "50,101", "--batch", "1,16", "--size", "512"])
     assert args.variants == ["GN", "Affine+fold", "none"]
     assert args.depth_list == [50, 101] and args.batch_list == [1, 16]
@@ -148,7 +141,7 @@ def test_benchmark_arguments(capsys):
 def test_detection_drift_matches_by_label_and_iou():
     import torch
 
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     ref = {"boxes": torch.tensor([[0.0, 0, 10, 10], [20, 20, 40, 40]]), "scores": torch.tensor([0.9, 0.8]),
            "labels": torch.tensor([1, 2])}  # fmt: skip
     new = {"boxes": torch.tensor([[21.0, 20, 40, 40], [0, 0, 10, 10], [50, 50, 60, 60]]),
@@ -200,7 +193,7 @@ def test_compare_detections_names_a_different_detection():
 
 
 def test_step_table_against_torchvision_only():
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "Affine+fold", "--vs-torchvision"])
     ms = 1e-3
     tv_stages, md_stages = {s: 10 * ms for s in STAGES}, {s: 5 * ms for s in STAGES}
@@ -243,7 +236,7 @@ def test_step_table_against_torchvision_only():
 
 
 def test_norm_cost_against_no_norm_and_gn_over_frozenbn():
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     ms = 1e-3
     backbone = {"FrozenBN": [12] * 3, "Affine": [11] * 3, "Affine+fold": [10, 10.5, 9.5], "GN": [15] * 3}
     backbone["none"] = [10] * 3
@@ -296,7 +289,7 @@ def test_norm_cost_against_no_norm_and_gn_over_frozenbn():
 def test_torchvision_channels_last_baseline_report_and_json():
     from minidet.tvref import DetectionMatch
 
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "FrozenBN,Affine+fold", "--vs-torchvision"])
     same, moved = DetectionMatch(5, 5), DetectionMatch(5, 5, unmatched_label=32)
     differs = {"FrozenBN": [], "Affine+fold": [2, 3]}  # pool batches (batch 1: image seeds) that differ

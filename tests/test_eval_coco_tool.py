@@ -8,7 +8,6 @@ own detections into ground truth, so that the AP to reproduce is not 0.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from minidet.timing import STAGES
+from toolmod import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "eval_coco.py"
@@ -368,15 +368,8 @@ def test_dataset_and_checkpoint_categories_must_match(weights, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("eval_coco_tool", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 def test_arguments(capsys):
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     args = tool.parse_args(["--config-file", "c.yaml", "--ann", "a.json", "--images", "d", "--output", "o",
                             "MODEL.DEVICE", "cuda", "--resume", "INPUT.MIN_SIZE_TEST", "-1"])  # fmt: skip
     assert args.resume and args.opts == ["MODEL.DEVICE", "cuda", "INPUT.MIN_SIZE_TEST", "-1"]
@@ -392,7 +385,7 @@ def test_arguments(capsys):
 
 
 def test_timing_summary_leaves_out_warmup_batches():
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     recs = [
         {"seq": s, "n": 2, "data": 0.2, "model": 4.0 * (s + 1), "encode": 0.1, "stages": {"backbone": 4.0 * (s + 1)}}
         for s in range(3)
