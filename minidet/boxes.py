@@ -75,6 +75,7 @@ def batched_nms(
     offset: int = 0,
     inclusive: bool = False,
     topk: int | None = None,
+    tv_tie_order: bool = True,
 ) -> torch.Tensor:
     """NMS within each group id; kept indices sorted by decreasing score.
 
@@ -94,6 +95,9 @@ def batched_nms(
     (one NMS over group-shifted boxes, or one NMS per group) runs, as ``batched_nms`` does.
     The per-group strategy ends with an unstable sort, which orders kept boxes of equal
     score in a way that depends on the whole set: when kept boxes tie, the full set runs.
+    ``tv_tie_order=False`` skips that: kept boxes of equal score stay in index order, which
+    changes no box of the leading ``topk`` (the full set still runs when the ``topk``-th kept
+    box ties with the next one), only the order inside runs of equal scores.
     """
     if offset:
         boxes = boxes + torch.tensor([0.0, 0.0, offset, offset], dtype=boxes.dtype, device=boxes.device)
@@ -112,7 +116,7 @@ def batched_nms(
         boxes = boxes + shift[:, None]
     ranked = scores.sort(descending=True).values
     if per_group:
-        return _topk_per_group(boxes, scores, groups, thresh, topk, ranked)
+        return _topk_per_group(boxes, scores, groups, thresh, topk, ranked, tv_tie_order)
     m = 2 * topk
     while m < n:
         sel = torch.where(scores >= ranked[m - 1])[0]  # index order kept: the stable sort agrees
@@ -124,7 +128,13 @@ def batched_nms(
 
 
 def _topk_per_group(
-    boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float, topk: int, ranked: torch.Tensor
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    groups: torch.Tensor,
+    thresh: float,
+    topk: int,
+    ranked: torch.Tensor,
+    tv_tie_order: bool = True,
 ) -> torch.Tensor:
     """``batched_nms(..., topk)`` with torchvision's per-group strategy (one NMS per group id).
 
@@ -133,7 +143,9 @@ def _topk_per_group(
     result and is not run again. torchvision ends with an unstable sort of all kept boxes by
     score, which orders equal scores in a way that depends on the whole kept set: when kept
     boxes tie, the groups not yet complete run in full and the same sort runs on the full
-    kept set, giving exactly torchvision's result.
+    kept set, giving exactly torchvision's result. Without ``tv_tie_order`` the rounds' results
+    are ordered by a stable sort instead, and only a tie across the ``topk``-th kept box (which
+    decides the leading set) needs the full run.
     """
     n = len(scores)
     order = torch.argsort(groups, stable=True)  # by group, each group in index order
@@ -143,9 +155,9 @@ def _topk_per_group(
     def nms_of(idx: torch.Tensor) -> torch.Tensor:
         return idx[_tv_nms(boxes[idx], scores[idx], thresh)]
 
-    def by_score(kept: list[torch.Tensor]) -> torch.Tensor:  # torchvision's final step
+    def by_score(kept: list[torch.Tensor], stable: bool = False) -> torch.Tensor:  # torchvision's final step
         keep = torch.cat(kept).sort().values if kept else groups.new_zeros(0)
-        return keep[scores[keep].sort(descending=True)[1]]
+        return keep[scores[keep].sort(descending=True, stable=stable)[1]]
 
     m = 2 * topk
     while m < n:
@@ -160,11 +172,13 @@ def _topk_per_group(
             if len(part) == len(idx):
                 done[g] = k
             kept.append(k)
-        result = by_score(kept)
+        result = by_score(kept, stable=not tv_tie_order)
         s = scores[result]
-        if bool((s[1:] == s[:-1]).any()):
+        if tv_tie_order and bool((s[1:] == s[:-1]).any()):
             break  # equal scores among the kept boxes: only the full kept set orders them as torchvision does
         if len(result) >= topk:
+            if len(result) > topk and bool(s[topk] == s[topk - 1]):
+                break  # the topk-th kept box ties with the next: torchvision's order decides which is in
             return result
         m *= 4
     return by_score([done[g] if g in done else nms_of(idx) for g, idx in enumerate(members)])

@@ -169,6 +169,11 @@ _C.MODEL.RPN.PRE_NMS_TOPK_TEST = 1000
 _C.MODEL.RPN.POST_NMS_TOPK_TEST = 1000
 _C.MODEL.RPN.NMS_THRESH = 0.7
 _C.MODEL.RPN.MIN_SIZE = 1e-3
+# Order proposals of exactly equal objectness as torchvision's batched NMS does (an unstable
+# sort over every level's kept boxes: a full NMS of each level whenever kept scores tie).
+# Off: equal scores stay in level/rank order; the proposal set and every detection are the
+# same either way (each proposal's detections are computed independently of its position).
+_C.MODEL.RPN.TORCHVISION_TIE_ORDER = False
 
 _C.MODEL.ROI_HEADS = CfgNode()
 _C.MODEL.ROI_HEADS.NUM_CLASSES = 91
@@ -208,6 +213,11 @@ _C.INPUT.MAX_PIXELS = 100_000_000
 
 _C.TEST = CfgNode()
 _C.TEST.IMS_PER_BATCH = 1
+# The network runs on at most this many images of a batch at a time; 0: one image on CPU (a
+# batch's activations far exceed the caches, and every stage is compute-bound there, so a
+# whole batch runs slower per image), the whole batch on CUDA. The batch is padded as one
+# either way, so each image's detections are those of the whole batch.
+_C.TEST.CHUNK_IMAGES = 0
 # Record per-stage times (CUDA-synchronized on GPU).
 _C.TEST.TIMING = True
 # Mixed precision for the network layers: "" (off, float32), "bf16" or "fp16" (CUDA; bf16 also
@@ -250,5 +260,7 @@ def validate_cfg(cfg: CfgNode) -> None:
         raise ConfigError(f"MODEL.FROZEN_BN_EPS must be >= 0; got {m.FROZEN_BN_EPS}")
     if cfg.TEST.AMP not in ("", "bf16", "fp16"):
         raise ConfigError(f"TEST.AMP must be '', 'bf16' or 'fp16'; got {cfg.TEST.AMP!r}")
+    if cfg.TEST.CHUNK_IMAGES < 0:
+        raise ConfigError(f"TEST.CHUNK_IMAGES must be >= 0 (0: automatic); got {cfg.TEST.CHUNK_IMAGES}")
     if cfg.INPUT.MIN_SIZE_TEST <= 0 or cfg.INPUT.MAX_SIZE_TEST <= 0:
         raise ConfigError("INPUT.MIN_SIZE_TEST and INPUT.MAX_SIZE_TEST must be positive")

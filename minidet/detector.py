@@ -61,6 +61,7 @@ class MaskRCNN(nn.Module):
         legacy: bool = False,
         amp_dtype: torch.dtype | None = None,
         convention: str = "",
+        chunk_images: int = 0,
     ) -> None:
         super().__init__()
         self.backbone, self.fpn, self.rpn = backbone, fpn, rpn
@@ -82,6 +83,7 @@ class MaskRCNN(nn.Module):
         self.d2 = convention == "detectron2"
         self.channels_last = False  # set by prepare_model with the weights in that layout
         self.amp_dtype: torch.dtype | None = amp_dtype
+        self.chunk_images = chunk_images
         self.timer = StageTimer(enabled=False)
 
     @property
@@ -184,13 +186,42 @@ class MaskRCNN(nn.Module):
     def _to_layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
+    def chunk_size(self, n: int) -> int:
+        """Images per network run for a batch of ``n`` (``chunk_images``; 0: one on CPU, all on GPU)."""
+        c = self.chunk_images or (n if self.device.type == "cuda" else 1)
+        return max(1, min(c, n))
+
     @torch.inference_mode()
     def forward(self, images: list) -> list[dict[str, torch.Tensor]]:
+        """Detections per image: a dict of boxes (in original-image pixels), scores, labels, masks.
+
+        The batch is resized and padded as one; the network then runs on chunks of
+        ``chunk_size`` images (stage times add up over the chunks).
+        """
         t = self.timer
         with t.stage("preprocess"):
             batch, sizes, orig, scales = self.preprocess(images)
         if self.channels_last:
             batch = batch.contiguous(memory_format=torch.channels_last)
+        step = self.chunk_size(len(images))
+        dets, mask_probs = [], []
+        for i in range(0, len(images), step):
+            part = slice(i, i + step)
+            d, m = self._detect(batch[part], sizes[part], orig[part], scales[part])
+            dets += d
+            mask_probs += m
+        return self._paste(dets, mask_probs if self.mask_head is not None else None, sizes, orig)
+
+    def _detect(
+        self,
+        batch: torch.Tensor,
+        sizes: list[tuple[int, int]],
+        orig: list[tuple[int, int]],
+        scales: list[float],
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], list[torch.Tensor]]:
+        """The network on one padded chunk: per image (boxes, scores, labels) in the resized
+        frame (Detectron: original frame) and the mask probabilities (M, M) of its class."""
+        t = self.timer
         with t.stage("backbone"), self._amp():
             feats = self.backbone(batch)
         with t.stage("fpn"), self._amp():
@@ -230,7 +261,7 @@ class MaskRCNN(nn.Module):
                     self.bg_last,
                     self.legacy,
                 )
-        mask_probs = None
+        mask_probs: list[torch.Tensor] = []
         if self.mask_head is not None:
             with t.stage("mask_head"):
                 if self.legacy:
@@ -246,7 +277,17 @@ class MaskRCNN(nn.Module):
                     probs = select_class_masks(mask_logits, torch.cat([d[2] for d in dets]))
                 else:
                     probs = batch.new_zeros((0, 28, 28))
-                mask_probs = probs.split([len(b) for b in rois])
+                mask_probs = list(probs.split([len(b) for b in rois]))
+        return dets, mask_probs
+
+    def _paste(
+        self,
+        dets: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        mask_probs: list[torch.Tensor] | None,
+        sizes: list[tuple[int, int]],
+        orig: list[tuple[int, int]],
+    ) -> list[dict[str, torch.Tensor]]:
+        t = self.timer
         results = []
         with t.stage("paste"):
             for i, ((boxes, scores, labels), (h, w), (oh, ow)) in enumerate(zip(dets, sizes, orig)):
@@ -301,6 +342,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         m.RPN.MIN_SIZE,
         legacy=legacy,
         style=m.CONVENTION,
+        tv_tie_order=m.RPN.TORCHVISION_TIE_ORDER,
     )
     scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     bh = m.ROI_BOX_HEAD
@@ -350,5 +392,6 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         legacy=legacy,
         amp_dtype={"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP],
         convention=m.CONVENTION,
+        chunk_images=cfg.TEST.CHUNK_IMAGES,
     )
     return model.eval()

@@ -60,6 +60,8 @@ class RPN(nn.Module):
     IoU >= ``nms_thresh``, and ``post_nms_topk`` per level before the overall cut.
     ``style="detectron2"``: exact-area anchors centred at 0 at fixed strides, and boxes
     kept only when wider and taller than ``min_size`` (strictly).
+    ``tv_tie_order``: proposals of exactly equal score in torchvision's (unstable-sort) order
+    rather than in level/rank order; the same proposals either way (``boxes.batched_nms``).
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class RPN(nn.Module):
         legacy: bool = False,
         min_level: int = 2,
         style: str = "",
+        tv_tie_order: bool = False,
     ) -> None:
         super().__init__()
         self.head = RPNHead(in_channels, len(aspect_ratios), conv_depth)
@@ -93,6 +96,7 @@ class RPN(nn.Module):
         self.post_nms_topk = post_nms_topk
         self.nms_thresh = nms_thresh
         self.min_size = min_size
+        self.tv_tie_order = tv_tie_order
         self._grid_cache: dict[tuple, torch.Tensor] = {}
 
     def grid_anchors(self, level: int, grid: tuple[int, int], stride: tuple[int, int], device) -> torch.Tensor:
@@ -176,7 +180,8 @@ class RPN(nn.Module):
             else:
                 keep = nonempty(b, self.min_size)
             b, s, lv = b[keep], scores[i][keep], levels[keep]
-            keep = batched_nms(b, s, lv, self.nms_thresh, topk=self.post_nms_topk)[: self.post_nms_topk]
+            keep = batched_nms(b, s, lv, self.nms_thresh, topk=self.post_nms_topk, tv_tie_order=self.tv_tie_order)
+            keep = keep[: self.post_nms_topk]
             proposals.append(b[keep])
         return proposals
 

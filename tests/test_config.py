@@ -54,6 +54,7 @@ def test_wrong_type_and_missing_base(tmp_path):
         (["MODEL.RESNETS.DEPTH", 34], "DEPTH"),
         (["INPUT.FORMAT", "RGBA"], "INPUT.FORMAT"),
         (["MODEL.CATEGORY_LAYOUT", "voc"], "CATEGORY_LAYOUT"),
+        (["TEST.CHUNK_IMAGES", -1], "TEST.CHUNK_IMAGES"),
     ],
 )
 def test_validate_names_the_key(opts, match):
@@ -85,3 +86,14 @@ def test_fast_configs_are_the_base_with_the_exact_speed_options(version):
     base.merge_from_list(["MODEL.NORM", "Affine", "MODEL.FOLD_NORM", True, "MODEL.CHANNELS_LAST", True])
     assert fast == base
     validate_cfg(fast)
+
+
+def test_chunk_and_tie_order_reach_the_model():
+    cfg = minidet.get_cfg()
+    model = minidet.build_model(cfg)
+    assert model.chunk_size(16) == 1 and model.chunk_size(0) == 1  # CPU: one image at a time
+    assert not model.rpn.tv_tie_order
+    cfg.merge_from_list(["TEST.CHUNK_IMAGES", 4, "MODEL.RPN.TORCHVISION_TIE_ORDER", True])
+    model = minidet.build_model(cfg)
+    assert [model.chunk_size(n) for n in (1, 3, 16)] == [1, 3, 4]
+    assert model.rpn.tv_tie_order

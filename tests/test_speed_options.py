@@ -146,6 +146,29 @@ def test_nms_topk_equals_full_nms(n, tie_levels):
                 assert scores[full[len(fast)]] < scores[full[k - 1]]
 
 
+@pytest.mark.parametrize("n", [1001, 2600])  # torchvision's per-group strategy (its unstable final sort)
+@pytest.mark.parametrize("tie_levels", [0, 40, 1000])
+def test_nms_topk_stable_tie_order(n, tie_levels):
+    """``tv_tie_order=False``: the same leading ``k`` boxes as torchvision and the same scores in
+    the same places; only boxes of equal score may be in another order (index order here, or
+    torchvision's where the full set runs: few boxes, or a tie across the ``k``-th kept box)."""
+    gen = torch.Generator().manual_seed(7 * n + tie_levels)
+    for trial in range(12):
+        boxes, scores, groups = _nms_case(gen, n, 2 + trial, tie_levels, clustered=trial % 2 == 0)
+        full = tv_batched_nms(boxes, scores, groups, 0.5)
+        for k in (1, 60, 300, 1000):
+            fast = batched_nms(boxes, scores, groups, 0.5, topk=k, tv_tie_order=False)
+            lead = min(k, len(full))
+            assert len(fast) >= lead
+            assert set(fast[:lead].tolist()) == set(full[:lead].tolist()), (trial, k)
+            assert torch.equal(scores[fast], scores[full[: len(fast)]])
+            s = scores[fast]
+            if not bool((s[1:] == s[:-1]).any()):
+                assert torch.equal(fast, full[: len(fast)])
+            tied = s[1:] == s[:-1]  # equal scores: index order, or torchvision's where the full set ran
+            assert bool((fast[1:][tied] > fast[:-1][tied]).all()) or torch.equal(fast, full[: len(fast)])
+
+
 @pytest.mark.parametrize("n", [900, 2600])
 def test_nms_topk_detectron_rule(n):
     """+1 sizes and suppression at IoU >= t: the top-k path equals the full path."""
