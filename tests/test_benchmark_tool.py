@@ -126,6 +126,22 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     assert (img < 250).any(axis=2).mean() > 0.05  # something is drawn
 
 
+@pytest.mark.slow
+def test_benchmark_batch_throughput_against_batch_1(tmp_path):
+    out_json = tmp_path / "bench.json"
+    args = ["--size", "160", "--image", "120x160", "--iters", "2", "--warmup", "0", "--no-memory"]
+    proc = _run(*args, "--norms", "Affine+fold", "--batch", "1,3", "--json", str(out_json), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    runs = {r["label"]: r for r in json.loads(out_json.read_text())["runs"]}
+    assert list(runs) == ["Affine+fold b1", "Affine+fold b3"]
+    assert runs["Affine+fold b1"]["vs_batch1"] is None
+    b = runs["Affine+fold b3"]["vs_batch1"]
+    one, three = runs["Affine+fold b1"], runs["Affine+fold b3"]
+    assert b["throughput_ratio"] == pytest.approx(three["images_per_s"] / one["images_per_s"])
+    assert b["paired_min"] <= b["paired_median"] <= b["paired_max"]
+    assert f"Affine+fold b3: throughput {b['throughput_ratio']:.3f}x batch 1's" in proc.stdout
+
+
 def test_benchmark_arguments(capsys):
     tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "GN,Affine+fold,none", "--depths", "50,101", "--batch", "1,16", "--size", "512"])

@@ -653,9 +653,19 @@ def analyze(args: argparse.Namespace, runners: list[Runner]) -> list[dict]:
                 "vs_torchvision": None,
                 "norm_share_of_backbone": None,
                 "vs_none": None,
+                "vs_batch1": None,
             }
         )
     for row, r in zip(rows, runners):
+        one = next((x for x in runners if (x.variant, x.depth, x.batch) == (r.variant, r.depth, 1)), None)
+        if r.batch > 1 and one is not None:  # throughput over the same model's at batch 1, same rounds
+            paired = [a * r.batch / b for a, b in zip(one.walls, r.walls)]  # batch-1 time / per-image time
+            row["vs_batch1"] = {
+                "throughput_ratio": _ratio(statistics.median(one.walls), statistics.median(r.walls) / r.batch),
+                "paired_median": statistics.median(paired),
+                "paired_min": min(paired),
+                "paired_max": max(paired),
+            }
         group = [(o, x) for o, x in zip(rows, runners) if (x.depth, x.batch) == (r.depth, r.batch)]
         by = {x.variant: o for o, x in group}
         base = by.get("FrozenBN")
@@ -857,6 +867,13 @@ def report(args: argparse.Namespace, rows: list[dict]) -> str:
                     "channels-last (float summation order)"
                     + (f"; first change: {cl['first_change']}" if cl["first_change"] else "")
                 )
+    for row in rows:
+        b = row["vs_batch1"]
+        if b:
+            out.append(
+                f"{row['label']}: throughput {b['throughput_ratio']:.3f}x batch 1's (images/s, ratio of medians; "
+                f"per iteration {b['paired_median']:.3f}, {b['paired_min']:.3f} to {b['paired_max']:.3f})"
+            )
     out += step_table(rows)
     for row in rows:
         if row["norm_share_of_backbone"] is not None and row["variant"] in ("FrozenBN", "Affine"):
