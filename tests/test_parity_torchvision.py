@@ -43,17 +43,17 @@ def _predictor(version, path, **overrides):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "norm,fold,channels_last,roi_align,chunk",
+    "norm,fold,channels_last,roi_align,chunk,tv_ties",
     [
-        ("FrozenBN", False, False, "torchvision", 0),  # 0: automatic, one image at a time on CPU
-        ("FrozenBN", False, False, "torchvision", 3),  # the whole batch in one run
-        ("FrozenBN", False, False, "gather", 0),
-        ("Affine", False, False, "gather", 0),
-        ("FrozenBN", True, False, "gather", 0),
-        ("Affine", True, True, "gather", 2),
+        ("FrozenBN", False, False, "torchvision", 0, False),  # chunk 0: automatic, one image at a time on CPU
+        ("FrozenBN", False, False, "torchvision", 3, True),  # the whole batch in one run; torchvision's tie order
+        ("FrozenBN", False, False, "gather", 0, False),
+        ("Affine", False, False, "gather", 0, False),
+        ("FrozenBN", True, False, "gather", 0, False),
+        ("Affine", True, True, "gather", 2, False),
     ],
 )
-def test_same_detections_as_torchvision(reference, norm, fold, channels_last, roi_align, chunk):
+def test_same_detections_as_torchvision(reference, norm, fold, channels_last, roi_align, chunk, tv_ties):
     version, path, imgs, ref = reference
     opts = {
         "MODEL.NORM": norm,
@@ -61,6 +61,7 @@ def test_same_detections_as_torchvision(reference, norm, fold, channels_last, ro
         "MODEL.CHANNELS_LAST": channels_last,
         "MODEL.ROI_ALIGN_IMPL": roi_align,
         "TEST.CHUNK_IMAGES": chunk,
+        "MODEL.RPN.TORCHVISION_TIE_ORDER": tv_ties,
     }
     predictor = _predictor(version, path, **opts)
     assert not predictor.load_report.missing and not predictor.load_report.unexpected
