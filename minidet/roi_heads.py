@@ -145,7 +145,7 @@ class MultiScaleRoIAlign(nn.Module):
         cat = torch.cat(boxes)
         idx = torch.cat([torch.full((len(b), 1), i, dtype=cat.dtype, device=cat.device) for i, b in enumerate(boxes)])
         rois = torch.cat([idx, cat], dim=1)
-        n, c = features[0].shape[:2]
+        c = features[0].shape[1]
         s = self.output_size[0]
         if len(rois) == 0:
             return features[0].new_zeros((0, c, s, s))
@@ -181,17 +181,13 @@ class MultiScaleRoIAlign(nn.Module):
         if self.sampling_ratio > 0:
             return roi_align_gather(*args, rois, s, scale, (self.sampling_ratio,) * 2, self.aligned)
         # adaptive sampling: one call per distinct (gh, gw) grid
-        grids = _adaptive_grids(rois, s, scale, self.aligned)
-        keys = grids[:, 0] * 100000 + grids[:, 1]
-        uniq = torch.unique(keys)
-        if len(uniq) == 1:
-            gh, gw = (int(v) for v in grids[0])
-            return roi_align_gather(*args, rois, s, scale, (gh, gw), self.aligned)
+        grids, which = torch.unique(_adaptive_grids(rois, s, scale, self.aligned), dim=0, return_inverse=True)
+        if len(grids) == 1:
+            return roi_align_gather(*args, rois, s, scale, tuple(grids[0].tolist()), self.aligned)
         out = table.new_empty((len(rois), s, s, c))
-        for key in uniq.tolist():
-            sel = torch.where(keys == key)[0]
-            gh, gw = (int(v) for v in grids[sel[0]])
-            out.index_copy_(0, sel, roi_align_gather(*args, rois[sel], s, scale, (gh, gw), self.aligned))
+        for j, grid in enumerate(grids.tolist()):
+            sel = torch.where(which == j)[0]
+            out.index_copy_(0, sel, roi_align_gather(*args, rois[sel], s, scale, tuple(grid), self.aligned))
         return out
 
 
