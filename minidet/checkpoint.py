@@ -8,11 +8,13 @@ reconstruction; nothing in a checkpoint is executed (see SECURITY.md).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import pickle
 import re
 import warnings
+import zipfile
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,12 +33,20 @@ WEIGHTS_HELP = "official weights are listed in weights/README.md (URLs and sha25
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable or does not fit the model; one-line message.
 
-    ``refused`` names the global (``module.name``) a refused pickle asked for, else None.
+    ``refused`` names the global (``module.name``) a refused pickle asked for, else None;
+    ``content`` is True when a reader parsed the file and what it holds is wrong.
     """
 
-    def __init__(self, message: str, refused: str | None = None) -> None:
+    def __init__(self, message: str, refused: str | None = None, content: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
+        self.content = content
+
+
+class StateDict(dict):
+    """A checkpoint's entries by name; ``author`` is the ``__author__`` of a detectron2 wrapper, else None."""
+
+    author: str | None = None
 
 
 @dataclass
@@ -45,11 +55,18 @@ class LoadReport:
 
     path: str
     format: str
+    layout: str = ""  # torchvision files: "v1 legacy", "v1" or "v2" (key layout)
     loaded: int = 0
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)  # checkpoint names (after renaming)
     mismatched: list[tuple[str, tuple, tuple]] = field(default_factory=list)  # name, ckpt shape, model shape
     ignored: list[str] = field(default_factory=list)  # checkpoint names dropped by design
+
+    @property
+    def summary(self) -> str:
+        """One line: ``/x/tv.pth (torchvision format, v1 legacy key layout, 313 tensors)``."""
+        layout = f", {self.layout} key layout" if self.layout else ""
+        return f"{os.path.abspath(self.path)} ({self.format} format{layout}, {self.loaded} tensors)"
 
     def __str__(self) -> str:
         lines = [f"loaded {self.loaded} tensors from {self.path} (format: {self.format})"]
@@ -85,42 +102,81 @@ def _one_line(e: BaseException) -> str:
     return text or e.__class__.__name__
 
 
+def _zip_without_pickle(path: str) -> str | None:
+    """For a zip archive that is no ``torch.save`` file (no ``data.pkl`` record): what it holds."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return None
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return None
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more if names else "nothing"
+
+
 def _torch_load_error(path: str, e: Exception) -> CheckpointError:
     """One line from a ``torch.load`` failure: the refused global, the unpickler's complaint, or
     the first sentence of anything else (torch's texts run over several lines and paragraphs)."""
-    text = str(e)
+    text = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", str(e))  # c10's source location
     head = f"{path}: cannot read as a torch checkpoint"
     refused = re.search(r"GLOBAL ([\w.]+)", text)
     if refused:
         what = f"the pickle asks for {refused[1]}, outside torch's weights_only allow-list (nothing was run)"
         return CheckpointError(f"{head}: refused: {what}", refused[1])
+    held = _zip_without_pickle(path)
+    if held is not None:
+        return CheckpointError(f"{head}: a zip archive but not a torch.save file (no data.pkl; it holds {held})")
     detail = re.search(r"WeightsUnpickler error:\s*(.+?)\s*(?:\n\n|$)", text, re.S)
     if detail:
         return CheckpointError(f"{head}: not a torch.save file, or a corrupt one ({' '.join(detail[1].split())})")
-    return CheckpointError(f"{head}: {_one_line(e).split('. ')[0].rstrip('.')}")
+    return CheckpointError(f"{head}: {' '.join(text.split()).split('. ')[0].rstrip('.') or type(e).__name__}")
 
 
-def read_torch_file(path: str) -> dict[str, torch.Tensor]:
+def _refuse_safetensors(path: str) -> None:
+    """Refuse a safetensors file by its content (8-byte little-endian header length, then JSON):
+    torch reads it only through the ``safetensors`` package, which minidet does not depend on."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= os.path.getsize(path) - 8:
+        raise CheckpointError(
+            f"{path}: the .safetensors format is not supported; convert it where the safetensors package is "
+            f"installed: torch.save(safetensors.torch.load_file({path!r}), {os.path.splitext(path)[0] + '.pth'!r})",
+            content=True,
+        )
+
+
+def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
+    """The dict of weights in a loaded file: unwrap ``{wrapper: {...}}``; keep detectron2's ``__author__``."""
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: expected a dict of tensors, got {type(obj).__name__}", content=True)
+    out = StateDict(obj)
+    for key in wrappers:
+        if isinstance(obj.get(key), dict):
+            out = StateDict(obj[key])
+            if key == "model" and "__author__" in obj:  # detectron2: {'model': ..., '__author__': ...}
+                out.author = str(obj["__author__"])[:80]
+            break
+    if not out:
+        raise CheckpointError(f"{path}: holds no weights (an empty dict)", content=True)
+    return out
+
+
+def read_torch_file(path: str) -> StateDict:
     """Read a ``torch.save`` state dict safely; unwrap ``{"model"|"state_dict": ...}``."""
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
-    try:
-        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": noise around a one-line error
+    _refuse_safetensors(path)
+    try:  # from an open file: torch.load would take a path named .safetensors for one, whatever it holds
+        with warnings.catch_warnings(), open(path, "rb") as f:  # warnings: noise around a one-line error
             warnings.simplefilter("ignore")
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            obj = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure here means "not a safe torch file"
         raise _torch_load_error(path, e) from None
-    if isinstance(obj, dict) and "model" in obj and isinstance(obj["model"], dict):
-        obj = obj["model"]
-    elif isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-        obj = obj["state_dict"]
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path}: expected a dict of tensors, got {type(obj).__name__}")
-    if not obj:
-        raise CheckpointError(f"{path}: holds no weights (an empty dict)")
+    obj = _state_dict(obj, path, ("model", "state_dict"))
     bad = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]
     if bad:
-        raise CheckpointError(f"{path}: entry {bad[0]!r} is not a tensor ({type(obj[bad[0]]).__name__})")
+        raise CheckpointError(f"{path}: entry {bad[0]!r} is not a tensor ({type(obj[bad[0]]).__name__})", content=True)
     return obj
 
 
@@ -134,7 +190,8 @@ def _numpy_global(name: str):
     }[name]
 
 
-# the only globals a pickle of numpy arrays needs; anything else is refused unexecuted
+# the only globals a pickle of numpy arrays needs; anything else is refused unexecuted. An
+# OrderedDict is built from the pickle's own (already safe) items and runs no code of the file.
 _PICKLE_ALLOWED = {
     ("numpy.core.multiarray", "_reconstruct"),
     ("numpy._core.multiarray", "_reconstruct"),
@@ -143,6 +200,7 @@ _PICKLE_ALLOWED = {
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
     ("_codecs", "encode"),
+    ("collections", "OrderedDict"),
 }
 
 
@@ -163,18 +221,21 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
             import codecs
 
             return codecs.encode
+        if module == "collections":
+            return collections.OrderedDict
         return _numpy_global(name)
 
 
-def read_pickle_file(path: str) -> dict:
+def read_pickle_file(path: str) -> StateDict:
     """Read a Caffe2 Detectron ``.pkl`` (Python-2 protocol-2 pickle) without running code.
 
-    Only numpy array reconstruction is allowed (``encoding='latin1'`` maps py2 byte strings
-    1:1). Returns the blob dict: ``obj['blobs']`` for detection models, the flat dict for
-    ImageNet init files, ``obj['model']`` for detectron2 pickles.
+    Only numpy array reconstruction (and ``OrderedDict``) is allowed (``encoding='latin1'`` maps
+    py2 byte strings 1:1). Returns the blob dict: ``obj['blobs']`` for detection models, the flat
+    dict for ImageNet init files, ``obj['model']`` for detectron2 pickles.
     """
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
+    _refuse_safetensors(path)
     try:
         with open(path, "rb") as f:
             obj = _NumpyOnlyUnpickler(f, encoding="latin1").load()
@@ -184,31 +245,23 @@ def read_pickle_file(path: str) -> dict:
         ) from None
     except Exception as e:  # noqa: BLE001 - truncated/garbage files raise many types
         raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {_one_line(e)}") from None
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path}: expected a dict of blobs, got {type(obj).__name__}")
-    if isinstance(obj.get("model"), dict):  # detectron2: {'model': ..., '__author__': ...}
-        obj = obj["model"]
-    elif isinstance(obj.get("blobs"), dict):
-        obj = obj["blobs"]
-    if not obj:
-        raise CheckpointError(f"{path}: holds no weights (an empty dict)")
-    return obj
+    return _state_dict(obj, path, ("model", "blobs"))
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
-def read_checkpoint(path: str) -> dict:
+def read_checkpoint(path: str) -> StateDict:
     """Read any supported checkpoint file with the safe reader its content calls for.
 
-    A zip archive is a ``torch.save`` file whatever its name. Another file is a pickle: a
-    ``.pkl`` is read by the numpy-only unpickler first, anything else by ``torch.load``
-    (legacy non-zip torch files) first; if that reader fails the other one is tried (both run
-    no code). When both fail, the first reader's error is reported, unless the second one refused
-    a global or the first one only refused a numpy global that the numpy-only reader allows.
+    A zip archive is a ``torch.save`` file whatever its name; a safetensors file is refused.
+    Another file is a pickle: a ``.pkl`` is read by the numpy-only unpickler first, anything else
+    by ``torch.load`` (legacy non-zip torch files) first; if that reader fails the other one is
+    tried (both run no code). When both fail, the more telling error is reported (``_rank``).
     """
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
+    _refuse_safetensors(path)
     with open(path, "rb") as f:
         head = f.read(4)
     if head == _ZIP_MAGIC:
@@ -223,14 +276,18 @@ def read_checkpoint(path: str) -> dict:
     try:
         return second(path)
     except CheckpointError as e:
-        if not _telling(error) and (_telling(e) or error.refused is not None):
+        if _rank(e) > _rank(error):
             error = e
     raise error
 
 
-def _telling(e: CheckpointError) -> bool:
-    """A refusal of a global that no reader allows: what is really wrong with the file."""
-    return e.refused is not None and not _allowed_global(e.refused)
+def _rank(e: CheckpointError) -> int:
+    """How much a reader's error says about the file: a refused global that no reader allows (3),
+    a file read whose content is wrong (2), a file the reader cannot parse (1), a refused global
+    that the other reader allows (0)."""
+    if e.refused is not None:
+        return 0 if _allowed_global(e.refused) else 3
+    return 2 if e.content else 1
 
 
 # --------------------------------------------------------------------------- torchvision
@@ -288,6 +345,21 @@ def is_torchvision(keys) -> bool:
 
 def is_minidet(keys) -> bool:
     return any(k.startswith("backbone.stem.") for k in keys)
+
+
+# the published COCO_V1 file's names (modules before torchvision's ``_version = 2``)
+_TV_LEGACY = re.compile(
+    r"^(backbone\.fpn\.(inner|layer)_blocks\.\d\.(weight|bias)|rpn\.head\.conv\.(weight|bias)"
+    r"|roi_heads\.mask_head\.mask_fcn\d\.)"
+)
+_TV_V2 = re.compile(r"^(backbone\.fpn\.inner_blocks\.\d\.1\.|roi_heads\.box_head\.\d\.0\.)")
+
+
+def torchvision_layout(keys) -> str:
+    """``"v1 legacy"`` (the published COCO_V1 key layout), ``"v2"`` (normed FPN, conv box head) or ``"v1"``."""
+    if any(_TV_LEGACY.match(k) for k in keys):
+        return "v1 legacy"
+    return "v2" if any(_TV_V2.match(k) for k in keys) else "v1"
 
 
 # --------------------------------------------------------------------------- Detectron (Caffe2)
@@ -445,16 +517,26 @@ def match_state(
     src: dict[str, torch.Tensor],
     report: LoadReport,
     bn_eps: float,
+    names: dict[str, str] | None = None,
 ) -> None:
     """Copy ``src`` (minidet names) into ``model`` by whole names; fill ``report``.
 
     Norm modules are filled from the statistics the checkpoint carries: batch-norm
     ``weight/bias/running_mean/running_var`` (with ``bn_eps``) or an already folded
     ``scale/shift`` (Caffe2 AffineChannel, taken as exact: FrozenBN gets identity
-    statistics and eps 0). GroupNorm takes ``weight/bias``.
+    statistics and eps 0). GroupNorm takes ``weight/bias``. A tensor that is not floating point
+    where the model's is is refused, named as in the file (``names``: minidet -> checkpoint name).
     """
     src = dict(src)
     norms = {n: m for n, m in model.named_modules() if isinstance(m, (FrozenBN, Affine, nn.GroupNorm))}
+    own = {k: v for k, v in model.state_dict().items() if not _is_norm_key(k, norms)}
+    floating = {k for k, v in own.items() if v.is_floating_point()} | {f"{p}.{s}" for p in norms for s in _STAT_NAMES}
+    bad = next((k for k, v in src.items() if k in floating and not v.is_floating_point()), None)
+    if bad is not None:
+        raise CheckpointError(
+            f"{report.path}: {(names or {}).get(bad, bad)} holds {src[bad].dtype} values where the model has "
+            "floating-point weights (truncated by a conversion?)"
+        )
     for path, mod in norms.items():
         got = {s: src.pop(f"{path}.{s}") for s in _STAT_NAMES if f"{path}.{s}" in src}
         full = f"{path}.{{{', '.join(sorted(got))}}}"
@@ -493,7 +575,6 @@ def match_state(
         else:
             raise CheckpointError(f"{report.path}: incomplete norm parameters for {full}")
         report.loaded += len(got)
-    own = {k: v for k, v in model.state_dict().items() if not _is_norm_key(k, norms)}
     for name, tensor in own.items():
         if name in ("pixel_mean", "pixel_std"):
             continue
@@ -521,8 +602,34 @@ def _model_convention(model: nn.Module) -> str:
     return "detectron2" if getattr(model, "d2", False) else "torchvision"
 
 
+# What a file's format fixes in the arithmetic: (format, layout) -> {config key: the value the weights
+# need}. torchvision runs the published v1 file (legacy key layout) with FrozenBN eps 0; a minidet
+# state dict can come from any configuration.
+FORMAT_CONFIG: dict[tuple[str, str], dict[str, object]] = {
+    ("torchvision", "v1 legacy"): {"MODEL.CONVENTION": "torchvision", "MODEL.FROZEN_BN_EPS": 0.0},
+    ("torchvision", "v1"): {"MODEL.CONVENTION": "torchvision"},
+    ("torchvision", "v2"): {"MODEL.CONVENTION": "torchvision"},
+    ("detectron", ""): {"MODEL.CONVENTION": "detectron"},
+    ("detectron2", ""): {"MODEL.CONVENTION": "detectron2"},
+    ("minidet", ""): {},
+}
+
+
+def check_format_config(report: LoadReport, config: dict[str, object]) -> None:
+    """Fail naming the key and the value it needs where ``config`` (key -> value) conflicts with
+    what the file's format fixes (``FORMAT_CONFIG``)."""
+    for key, need in FORMAT_CONFIG[report.format, report.layout].items():
+        have = config[key]
+        if have != need:
+            what = f"{report.format} checkpoint" + (f" ({report.layout} key layout)" if report.layout else "")
+            folder = FORMAT_CONFIG[report.format, report.layout]["MODEL.CONVENTION"]
+            raise CheckpointError(
+                f"{report.path}: a {what} needs {key} {need}, the config has {have}; see configs/{folder}/"
+            )
+
+
 def _to_tensors(src: dict, path: str) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Arrays as tensors (numbers only); the names of entries that are not arrays."""
+    """Arrays as tensors (dense real numbers only); the names of entries that are not arrays."""
     out, dropped = {}, []
     for k, v in src.items():
         if isinstance(v, np.ndarray):
@@ -532,6 +639,11 @@ def _to_tensors(src: dict, path: str) -> tuple[dict[str, torch.Tensor], list[str
         elif not isinstance(v, torch.Tensor):
             dropped.append(k)
             continue
+        elif v.layout != torch.strided:
+            kind = str(v.layout).removeprefix("torch.")
+            raise CheckpointError(f"{path}: entry {k!r} is a {kind} tensor; weights must be dense (save .to_dense())")
+        elif v.is_meta:
+            raise CheckpointError(f"{path}: entry {k!r} is a meta tensor: a shape without values")
         elif v.is_complex():
             raise CheckpointError(f"{path}: entry {k!r} is a tensor of {v.dtype}, not of real numbers")
         out[k] = v
@@ -544,27 +656,32 @@ def load_checkpoint(
     bn_eps: float,
     allow_missing: bool = False,
     reader: Callable[[str], dict] | None = None,
+    convention: str | None = None,
 ) -> LoadReport:
     """Load ``path`` into ``model``; raise CheckpointError unless every weight is filled.
 
     Files are read by :func:`read_checkpoint` (``torch.save`` zip archives with torch's
-    weights-only loader, ``.pkl`` pickles with the numpy-only unpickler). Refused as well:
-    arrays that are not numbers, NaN or infinite weights, another ResNet depth.
+    weights-only loader, ``.pkl`` pickles with the numpy-only unpickler). ``bn_eps`` and
+    ``convention`` (default: the model's) are the config's ``MODEL.FROZEN_BN_EPS`` and
+    ``MODEL.CONVENTION``, checked against what the file's format needs (``FORMAT_CONFIG``).
+    Refused as well: arrays that are not dense real numbers, integer tensors for float weights,
+    NaN or infinite weights, another ResNet depth.
     """
     src = (reader or read_checkpoint)(path)
     keys = list(src)
+    author = getattr(src, "author", None)
     src, dropped = _to_tensors(src, path)
     if not src:
         raise CheckpointError(f"{path}: holds no weights (no arrays among {len(keys)} entries)")
+    layout = ""
     if is_detectron(keys):
-        check_detectron_variant(model, src, path)
         fmt, rename = "detectron", rename_detectron
-    elif is_detectron2(keys):
+    elif is_detectron2(keys) or author is not None:
         fmt, rename = "detectron2", rename_detectron2
     elif dropped:
         raise CheckpointError(f"{path}: not a checkpoint of known layout (entry {dropped[0]!r} is no array)")
     elif is_torchvision(keys):
-        fmt, rename = "torchvision", rename_torchvision
+        fmt, rename, layout = "torchvision", rename_torchvision, torchvision_layout(keys)
     elif is_minidet(keys):
         fmt, rename = "minidet", lambda k: k
     else:
@@ -573,8 +690,13 @@ def load_checkpoint(
             "expected a torchvision maskrcnn_resnet50_fpn[_v2], Detectron or detectron2 checkpoint, "
             "or a minidet state dict"
         )
-    report = LoadReport(path=path, format=fmt, ignored=dropped)
+    report = LoadReport(path=path, format=fmt, layout=layout, ignored=dropped)
+    config = {"MODEL.CONVENTION": convention or _model_convention(model), "MODEL.FROZEN_BN_EPS": bn_eps}
+    check_format_config(report, config)
+    if fmt == "detectron":
+        check_detectron_variant(model, src, path)
     renamed: dict[str, torch.Tensor] = {}
+    names: dict[str, str] = {}
     for k, v in src.items():
         new = rename(k)
         if new is None:
@@ -583,27 +705,23 @@ def load_checkpoint(
         if v.is_floating_point() and not bool(torch.isfinite(v).all()):
             raise CheckpointError(f"{path}: {k} holds NaN or infinite values; the file is corrupt")
         renamed[new] = v.float() if v.is_floating_point() else v
+        names[new] = k
     _check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
-    match_state(model, renamed, report, bn_eps)
+    match_state(model, renamed, report, bn_eps, names)
     logger.info("%s", report)
-    # which config family the weights belong to, when the model is built for another one
-    convention = _model_convention(model)
-    hint = ""
-    if fmt != "minidet" and fmt != convention:
-        hint = f"; this is a {fmt} checkpoint but MODEL.CONVENTION is {convention}: see configs/{fmt}/"
     if report.mismatched:
         name, a, b = report.mismatched[0]
         more = f" (and {len(report.mismatched) - 1} more)" if len(report.mismatched) > 1 else ""
-        if name.startswith("box_predictor.cls_score.") and not hint:
+        hint = ""
+        if name.startswith("box_predictor.cls_score."):
             hint = (
                 f"; the checkpoint has {a[0]} class logits: MODEL.ROI_HEADS.NUM_CLASSES and "
                 "MODEL.CATEGORY_LAYOUT belong to the weights"
             )
         raise CheckpointError(f"{path}: shape mismatch for {name}: checkpoint {a} vs model {b}{more}{hint}")
     if report.missing and not allow_missing:
-        raise CheckpointError(
-            f"{path}: {len(report.missing)} model weights not in checkpoint: {_group(report.missing)}{hint}"
-        )
+        n = len(report.missing)
+        raise CheckpointError(f"{path}: {n} model weights not in checkpoint: {_group(report.missing)}")
     if report.unexpected:
         logger.warning("%s: %d unexpected keys ignored: %s", path, len(report.unexpected), _group(report.unexpected))
     return report

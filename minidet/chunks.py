@@ -5,11 +5,13 @@ of the images it finished, the images it skipped (with the reason), their detect
 whatever else the caller keeps per chunk (timings). A run that stops loses at most the chunk in
 progress; the next run (``R + 1``) reads which images are done and does only the others. The
 folder's ``manifest.json`` records what the chunks were made from, so that a resumed run cannot
-mix results of a different model, config or dataset.
+mix results of a different model, config or dataset: files in it are recorded by
+:func:`file_identity`, so that a checkpoint replaced at the same path is told apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -25,6 +27,25 @@ _CHUNK_RE = re.compile(r"^run(\d+)-rank(\d+)-(\d+)\.json$")
 
 class ChunkError(RuntimeError):
     """The chunk folder does not fit the run (another run's results, an unreadable chunk)."""
+
+
+def file_identity(path: str) -> dict | None:
+    """``{"path", "size", "mtime", "sha256"}`` of a file (read in 1 MiB blocks); None if ``path``
+    is not a file (e.g. ``MODEL.WEIGHTS none``). Two identities are the same file when their
+    digests are equal: a copied or touched file has a new mtime, not new content."""
+    if not path or not os.path.isfile(path):
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime, "sha256": digest.hexdigest()}
+
+
+def _digest(v) -> str | None:
+    """The digest of a manifest value that is a :func:`file_identity`, else None."""
+    return v.get("sha256") if isinstance(v, dict) else None
 
 
 def chunk_name(run: int, rank: int, index: int) -> str:
@@ -63,6 +84,9 @@ class ChunkStore:
                     old = json.load(f)
             except (OSError, ValueError) as e:
                 raise ChunkError(f"{path}: cannot read the earlier run's manifest ({e})") from None
+            changed = _changed_file(old, manifest)
+            if changed:
+                raise ChunkError(f"cannot resume: {changed}")
             diff = _first_difference(old, manifest)
             if diff:
                 raise ChunkError(f"cannot resume: the earlier run in {self.folder} differs: {diff}")
@@ -94,10 +118,22 @@ class ChunkStore:
         return {i for c in self.read_all() for i in c["image_ids"]}
 
 
+def _changed_file(old: dict, new: dict) -> str:
+    """The first manifest entry that is a :func:`file_identity` whose content changed (or went)."""
+    for key in sorted(set(old) | set(new)):
+        a, b = _digest(old.get(key)), _digest(new.get(key))
+        if a == b:
+            continue
+        path = (new if b else old)[key]["path"]
+        then, now = (f"{d[:16]}..." if d else "(no file)" for d in (a, b))
+        return f"the {key} {path} changed since the earlier run (sha256 {then} then, {now} now)"
+    return ""
+
+
 def _first_difference(old: dict, new: dict) -> str:
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
-        if a == b:
+        if a == b or (_digest(a) and _digest(a) == _digest(b)):  # the same file content, maybe touched
             continue
         if isinstance(a, str) and isinstance(b, str) and "\n" in a + b:
             for la, lb in itertools.zip_longest(a.splitlines(), b.splitlines(), fillvalue=""):

@@ -5,7 +5,9 @@ Only the ``build_*`` functions read a config; modules take plain arguments.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from typing import Any
 
 import yaml
@@ -25,15 +27,7 @@ class CfgNode(_YacsNode):
 
     def merge_from_file(self, cfg_filename: str) -> None:
         """Merge a yaml file (and, first, the chain of ``_BASE_`` files it names)."""
-        for path in _base_chain(cfg_filename):
-            with open(path) as f:
-                try:
-                    data = yaml.safe_load(f) or {}
-                except yaml.YAMLError as e:
-                    raise ConfigError(f"{path}: not valid YAML ({e.__class__.__name__})") from None
-            if not isinstance(data, dict):
-                raise ConfigError(f"{path}: expected a mapping of config keys at top level")
-            data.pop("_BASE_", None)
+        for path, data in _base_chain(cfg_filename):
             try:
                 _merge_dict(self, data, [])
             except ConfigError as e:
@@ -55,25 +49,124 @@ class CfgNode(_YacsNode):
             node[parts[-1]] = value
 
 
-def _base_chain(path: str, seen: tuple[str, ...] = ()) -> list[str]:
-    """Files to merge in order: the deepest ``_BASE_`` first, ``path`` last."""
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a larger file is another kind of file
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in first:
+                    line = first[key].start_mark.line + 1
+                    raise _DuplicateKey(None, None, f"key {key} given twice in one mapping (first on line {line})",
+                                        key_node.start_mark)  # fmt: skip
+                first[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def _at(path: str, line: int, column: int) -> str:
+    """``path:line:column``, both counted from 1 (``line``, ``column`` from 0, as in yaml marks)."""
+    return f"{path}:{line + 1}:{column + 1}"
+
+
+def _at_index(path: str, text: str, index: int) -> str:
+    """``path:line:column`` of character ``index`` of ``text``."""
+    line_start = text.rfind("\n", 0, index) + 1
+    return _at(path, text.count("\n", 0, index), index - line_start)
+
+
+def _yaml_reason(e: yaml.YAMLError) -> str:
+    """PyYAML's complaint on one line, tabs explained."""
+    if isinstance(e, _DuplicateKey):
+        return str(e.problem)
+    problem = str(getattr(e, "problem", None) or e)
+    if "'\\t'" in problem:
+        return "not valid YAML: a tab character (YAML allows no tabs here: indent with spaces)"
+    context, mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context and mark is not None:
+        context = f"{context} from line {mark.line + 1}"
+    return " ".join(f"not valid YAML: {problem}{f' ({context})' if context else ''}".split())
+
+
+def _load_yaml(path: str) -> tuple[dict, yaml.Node | None]:
+    """The top-level mapping of the config file ``path`` and its ``_BASE_`` value's node."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{path}: is a folder, not a config file")
+    if not os.path.exists(path):
+        raise ConfigError(f"config file not found: {path}")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: not a regular file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        head = raw[: e.start].decode("utf-8-sig")  # the valid text before the first bad byte
+        raise ConfigError(f"{_at_index(path, head, len(head))}: not UTF-8 text (byte 0x{raw[e.start]:02x})") from None
+    loader = None
+    try:
+        loader = _StrictLoader(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = _at(path, mark.line, mark.column) if mark is not None else path
+        raise ConfigError(f"{where}: {_yaml_reason(e)}") from None
+    except yaml.reader.ReaderError as e:
+        raise ConfigError(f"{_at_index(path, text, e.position)}: not valid YAML: character U+{e.character:04X}: "
+                          f"{e.reason}") from None  # fmt: skip
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: {_yaml_reason(e)}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if data is None:
+        return {}, None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys at top level")
+    base = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "_BASE_"), None)
+    return data, base
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` on one line, cut to about ``limit`` characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _base_chain(path: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
+    """(file, its mapping without ``_BASE_``) to merge in order: the deepest ``_BASE_`` first."""
     path = os.path.abspath(path)
     if path in seen:
         raise ConfigError(f"{path}: _BASE_ cycle")
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file not found: {path}")
-    with open(path) as f:
-        try:
-            data = yaml.safe_load(f) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({e.__class__.__name__})") from None
-    base = data.get("_BASE_") if isinstance(data, dict) else None
+    data, node = _load_yaml(path)
+    base = data.pop("_BASE_", None)
     if base is None:
-        return [path]
+        return [(path, data)]
+    if not isinstance(base, str) or not base:
+        where = _at(path, node.start_mark.line, node.start_mark.column) if node is not None else path
+        kind = {list: "a list", dict: "a mapping", bool: "a boolean", int: "a number", float: "a number"}
+        what = f"{kind.get(type(base), type(base).__name__)}: {_short(base)}" if base != "" else "an empty string"
+        raise ConfigError(f"{where}: _BASE_ must name one file (a string); got {what}")
     base_path = base if os.path.isabs(base) else os.path.join(os.path.dirname(path), base)
-    if not os.path.isfile(base_path):
+    if not os.path.exists(base_path):
         raise ConfigError(f"{path}: _BASE_ file not found: {base}")
-    return _base_chain(base_path, (*seen, path)) + [path]
+    if os.path.isdir(base_path):
+        raise ConfigError(f"{path}: _BASE_ {base} is a folder, not a config file")
+    return _base_chain(base_path, (*seen, path)) + [(path, data)]
 
 
 def _coerce(value: Any, original: Any, key: str) -> Any:
@@ -230,37 +323,145 @@ def get_cfg() -> CfgNode:
     return _C.clone()
 
 
+# What every non-boolean key may hold: a tuple of choices, or an interval ("[" / "]" closed, "(" / ")"
+# open), prefixed with "N x" for a list of N values or "n x" for a list of one or more. The kind
+# (integer or number) is that of the default. Upper bounds on sizes and counts only catch typos.
+RULES: dict[str, tuple | str] = {
+    "MODEL.DEVICE": ("cpu", "cuda", "cuda:N"),
+    "MODEL.NORM": NORM_CHOICES,
+    "MODEL.ROI_ALIGN_IMPL": ("gather", "torchvision"),
+    "MODEL.FROZEN_BN_EPS": "[0, 1)",
+    "MODEL.GN_NUM_GROUPS": "[1, 1024]",
+    "MODEL.GN_EPS": "[0, 1)",
+    "MODEL.PIXEL_MEAN": "3 x (-inf, inf)",
+    "MODEL.PIXEL_STD": "3 x (0, inf)",
+    "MODEL.CATEGORY_LAYOUT": CATEGORY_LAYOUTS,
+    "MODEL.CONVENTION": CONVENTIONS,
+    "MODEL.RESNETS.DEPTH": (50, 101),
+    "MODEL.RESNETS.NUM_GROUPS": "[1, 256]",
+    "MODEL.RESNETS.WIDTH_PER_GROUP": "[1, 1024]",
+    "MODEL.FPN.OUT_CHANNELS": "[1, 4096]",
+    "MODEL.ANCHOR_GENERATOR.SIZES": "5 x (0, 16384]",  # one per level, P2 to P6
+    "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS": "n x (0, inf)",
+    "MODEL.RPN.CONV_DEPTH": "[0, 16]",
+    "MODEL.RPN.PRE_NMS_TOPK_TEST": "[1, 1000000]",
+    "MODEL.RPN.POST_NMS_TOPK_TEST": "[1, 1000000]",
+    "MODEL.RPN.NMS_THRESH": "(0, 1]",
+    "MODEL.RPN.MIN_SIZE": "[0, inf)",
+    "MODEL.ROI_HEADS.NUM_CLASSES": "[1, 100000]",
+    "MODEL.ROI_HEADS.SCORE_THRESH_TEST": "[0, 1]",
+    "MODEL.ROI_HEADS.NMS_THRESH_TEST": "(0, 1]",
+    "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": "[1, 100000]",
+    "MODEL.ROI_HEADS.MIN_BOX_SIZE": "[0, inf)",
+    "MODEL.ROI_BOX_HEAD.NUM_CONV": "[0, 16]",
+    "MODEL.ROI_BOX_HEAD.CONV_DIM": "[1, 4096]",
+    "MODEL.ROI_BOX_HEAD.NUM_FC": "[0, 8]",
+    "MODEL.ROI_BOX_HEAD.FC_DIM": "[1, 16384]",
+    "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": "[1, 32]",
+    "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": "[0, 64]",  # 0: adaptive
+    "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": "4 x (0, inf)",
+    "MODEL.ROI_MASK_HEAD.NUM_CONV": "[0, 16]",
+    "MODEL.ROI_MASK_HEAD.CONV_DIM": "[1, 4096]",
+    "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": "[1, 32]",
+    "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": "[0, 64]",
+    "MODEL.ROI_MASK_HEAD.THRESHOLD": "[0, 1]",
+    "INPUT.MIN_SIZE_TEST": "[1, 16384]",
+    "INPUT.MAX_SIZE_TEST": "[1, 16384]",
+    "INPUT.FORMAT": ("RGB", "BGR"),
+    "INPUT.PIXEL_RANGE": "(0, inf)",
+    "INPUT.SIZE_DIVISIBILITY": "[1, 1024]",
+    "INPUT.MAX_PIXELS": "[0, inf)",  # 0: no limit
+    "TEST.IMS_PER_BATCH": "[1, 1024]",
+    "TEST.CHUNK_IMAGES": "[0, inf)",  # 0: automatic
+    "TEST.AMP": ("", "bf16", "fp16"),
+}
+
+
+def _leaves(node: _YacsNode, prefix: str = "") -> dict[str, Any]:
+    """Every key of ``node`` that holds a value, by its full name."""
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, _YacsNode) else {f"{prefix}{k}": v})
+    return out
+
+
+def _interval(rule: str) -> tuple[str, float, float, str]:
+    """``"N x [lo, hi)"`` -> (``"N"`` or ``""``, lo, hi, the interval as written)."""
+    count, _, interval = rule.rpartition(" x ")
+    lo, hi = (float(s) for s in interval[1:-1].split(","))
+    return count, lo, hi, interval
+
+
+def _in(value: Any, interval: str, lo: float, hi: float, integer: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return False
+    above = value > lo if interval[0] == "(" else value >= lo
+    below = value < hi if interval[-1] == ")" else value <= hi
+    return math.isfinite(value) and above and below
+
+
+def _allows(rule: tuple | str, value: Any, default: Any) -> bool:
+    if isinstance(rule, tuple):  # a choice "cuda:N" stands for cuda:0, cuda:1, ...
+        choices = (re.escape(str(c)).replace(":N", ":[0-9]+") for c in rule)
+        return type(value) is type(default) and any(re.fullmatch(c, str(value)) for c in choices)
+    count, lo, hi, interval = _interval(rule)
+    if not count:
+        return _in(value, interval, lo, hi, type(default) is int)
+    if not isinstance(value, (list, tuple)):
+        return False
+    n_ok = len(value) > 0 if count == "n" else len(value) == int(count)
+    return n_ok and all(_in(v, interval, lo, hi, False) for v in value)
+
+
+def _describe(rule: tuple | str, default: Any) -> str:
+    """The rule in words: "one of a, b, c", "an integer >= 1", "4 numbers, each > 0"..."""
+    if isinstance(rule, tuple):
+        names = [str(c) if c != "" else "''" for c in rule]
+        return f"{names[0]} or {names[1]}" if len(names) == 2 else f"one of {', '.join(names)}"
+    count, lo, hi, interval = _interval(rule)
+    if lo == -math.inf and hi == math.inf:
+        where = "finite"
+    elif hi == math.inf:
+        where = f"{'>' if interval[0] == '(' else '>='} {interval[1:].split(',')[0]}"
+    else:
+        where = f"in {interval}"
+    if not count:
+        return f"{'an integer' if type(default) is int else 'a number'} {where}"
+    n = "one or more" if count == "n" else count
+    return f"{n} finite numbers" if where == "finite" else f"{n} numbers, each {where}"
+
+
 def validate_cfg(cfg: CfgNode) -> None:
-    """Check values that yacs' type checks cannot; raise ConfigError naming the key."""
+    """Check every key against ``RULES`` and the keys against each other; raise ConfigError naming the key."""
+    values = _leaves(cfg)
+    for key, default in _leaves(_C).items():
+        rule, value = RULES.get(key, (True, False) if isinstance(default, bool) else None), values[key]
+        if rule is not None and not _allows(rule, value, default):
+            shown = _short(list(value) if isinstance(value, tuple) else value)
+            raise ConfigError(f"{key} must be {_describe(rule, default)}; got {shown}")
     m = cfg.MODEL
-    if m.NORM not in NORM_CHOICES:
-        raise ConfigError(f"MODEL.NORM must be one of {', '.join(NORM_CHOICES)}; got {m.NORM!r}")
     if m.FOLD_NORM and m.NORM == "GN":
         raise ConfigError("MODEL.FOLD_NORM applies to FrozenBN/Affine only; GroupNorm cannot be folded")
-    if m.RESNETS.DEPTH not in (50, 101):
-        raise ConfigError(f"MODEL.RESNETS.DEPTH must be 50 or 101; got {m.RESNETS.DEPTH}")
-    if m.CATEGORY_LAYOUT not in CATEGORY_LAYOUTS:
-        raise ConfigError(
-            f"MODEL.CATEGORY_LAYOUT must be one of {', '.join(CATEGORY_LAYOUTS)}; got {m.CATEGORY_LAYOUT!r}"
-        )
-    if m.CONVENTION not in CONVENTIONS:
-        raise ConfigError(f"MODEL.CONVENTION must be one of {', '.join(CONVENTIONS)}; got {m.CONVENTION!r}")
-    if m.ROI_ALIGN_IMPL not in ("gather", "torchvision"):
-        raise ConfigError(f"MODEL.ROI_ALIGN_IMPL must be gather or torchvision; got {m.ROI_ALIGN_IMPL!r}")
-    if cfg.INPUT.FORMAT not in ("RGB", "BGR"):
-        raise ConfigError(f"INPUT.FORMAT must be RGB or BGR; got {cfg.INPUT.FORMAT!r}")
-    for key in ("PIXEL_MEAN", "PIXEL_STD"):
-        if len(m[key]) != 3:
-            raise ConfigError(f"MODEL.{key} needs 3 values; got {list(m[key])}")
-    if any(s <= 0 for s in m.PIXEL_STD):
-        raise ConfigError(f"MODEL.PIXEL_STD must be positive; got {list(m.PIXEL_STD)}")
     if m.ROI_BOX_HEAD.NUM_CONV == 0 and m.ROI_BOX_HEAD.NUM_FC == 0:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
-    if m.FROZEN_BN_EPS < 0:
-        raise ConfigError(f"MODEL.FROZEN_BN_EPS must be >= 0; got {m.FROZEN_BN_EPS}")
-    if cfg.TEST.AMP not in ("", "bf16", "fp16"):
-        raise ConfigError(f"TEST.AMP must be '', 'bf16' or 'fp16'; got {cfg.TEST.AMP!r}")
-    if cfg.TEST.CHUNK_IMAGES < 0:
-        raise ConfigError(f"TEST.CHUNK_IMAGES must be >= 0 (0: automatic); got {cfg.TEST.CHUNK_IMAGES}")
-    if cfg.INPUT.MIN_SIZE_TEST <= 0 or cfg.INPUT.MAX_SIZE_TEST <= 0:
-        raise ConfigError("INPUT.MIN_SIZE_TEST and INPUT.MAX_SIZE_TEST must be positive")
+    if m.ROI_HEADS.NUM_CLASSES < 2 and m.CATEGORY_LAYOUT != "coco80":
+        raise ConfigError(
+            f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CATEGORY_LAYOUT {m.CATEGORY_LAYOUT}: "
+            f"it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}"
+        )
+    if m.NORM == "GN":  # GroupNorm splits the channels of every normalized layer into equal groups
+        normalized = {
+            "the ResNet stem": 64,
+            "MODEL.RESNETS.NUM_GROUPS x WIDTH_PER_GROUP": m.RESNETS.NUM_GROUPS * m.RESNETS.WIDTH_PER_GROUP,
+            "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0,
+            **{
+                f"MODEL.{h}.CONV_DIM": m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
+                for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD")
+            },
+        }
+        for what, channels in normalized.items():
+            if channels % m.GN_NUM_GROUPS:
+                raise ConfigError(
+                    f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm normalizes: "
+                    f"{what} is {channels}"
+                )

@@ -92,6 +92,8 @@ def load_coco_annotations(path: str) -> COCO:
         if not _is_int(cat["id"]) or cat["id"] in category_ids:
             raise EvaluationError(f"{path}: categories[{i}]: id {cat['id']!r} is not an integer or appears twice")
         category_ids.add(cat["id"])
+    if not category_ids:
+        raise EvaluationError(f"{path}: no categories (the 'categories' list is empty); nothing to evaluate")
     ann_ids: set[int] = set()
     for i, ann in enumerate(data["annotations"]):
         missing = [k for k in _GT_KEYS if not isinstance(ann, dict) or k not in ann]
@@ -191,9 +193,9 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
 
     Every entry needs an ``image_id`` of the annotation file, an integer ``category_id``, a
     finite ``score``, and the same of ``bbox`` ([x, y, w, h], w and h >= 0) and
-    ``segmentation`` (RLE ``{"size": [H, W], "counts": ...}`` of the image's size) as the
-    first entry. Uncompressed RLE counts are compressed in place. Returns the IoU types the
-    file allows; raises :class:`EvaluationError` naming ``source`` and the entry.
+    ``segmentation`` (RLE ``{"size": [H, W], "counts": ...}`` of the image's size, whose runs
+    add up to H*W) as the first entry. Uncompressed RLE counts are compressed in place. Returns
+    the IoU types the file allows; raises :class:`EvaluationError` naming ``source`` and the entry.
     """
     if not isinstance(results, list):
         raise EvaluationError(f"{source}: COCO results must be a JSON list of detections, got {type(results).__name__}")
@@ -205,6 +207,7 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
     if not types:
         raise EvaluationError(f"{source}: entry 0 has neither 'bbox' nor 'segmentation'; nothing to evaluate")
     fields = [_RESULT_FIELD[t] for t in types]
+    strings: list[tuple[int, str, int, int]] = []  # compressed RLE counts: (entry, counts, H, W)
     for i, r in enumerate(results):
         where = f"{source}: entry {i}"
         if not isinstance(r, dict):
@@ -225,11 +228,16 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
             if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
                 raise EvaluationError(f"{where}: bbox must be [x, y, width, height] with width, height >= 0; got {b!r}")
         if "segmentation" in fields:
-            _check_rle(r, coco_gt.imgs[image_id], where)
+            image = coco_gt.imgs[image_id]
+            counts = _check_rle(r, image, where)
+            if counts is not None:
+                strings.append((i, counts, image["height"], image["width"]))
+    _check_rle_strings(strings, source)
     return types
 
 
-def _check_rle(r: dict, image: dict, where: str) -> None:
+def _check_rle(r: dict, image: dict, where: str) -> str | None:
+    """Check one entry's RLE; returns its compressed counts string, whose runs are checked later."""
     seg = r["segmentation"]
     if not (isinstance(seg, dict) and "size" in seg and "counts" in seg):
         raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}}")
@@ -247,8 +255,80 @@ def _check_rle(r: dict, image: dict, where: str) -> None:
             raise EvaluationError(f"{where}: uncompressed RLE counts must be non-negative integers summing to H*W")
         compressed = mask_utils.frPyObjects(seg, size[0], size[1])
         r["segmentation"] = {"size": size, "counts": compressed["counts"].decode("ascii")}
-    elif not isinstance(counts, str):
+        return None
+    if not isinstance(counts, str):
         raise EvaluationError(f"{where}: segmentation counts must be an RLE string or a list of run lengths")
+    return counts
+
+
+def _check_rle_strings(entries: list[tuple[int, str, int, int]], source: str, batch: int = 4096) -> None:
+    """Compressed counts ``(entry, counts, H, W)`` must decode to runs covering H*W pixels: of
+    another total, pycocotools' decode leaves pixels uninitialized or fails naming no entry."""
+    for k in range(0, len(entries), batch):
+        part = entries[k : k + batch]
+        totals = rle_string_totals([c for _, c, _, _ in part])
+        for (i, counts, h, w), total in zip(part, totals.tolist()):
+            if total == h * w:
+                continue
+            where = f"{source}: entry {i}: segmentation counts"
+            if total == NOT_RLE:
+                text = counts if len(counts) <= 20 else counts[:20] + "..."
+                raise EvaluationError(f"{where} {text!r} is not a compressed COCO RLE string")
+            what = "a run below 0" if total == NEGATIVE_RUN else f"runs covering {total} pixels"
+            raise EvaluationError(f"{where} do not decode to the image's {h} x {w} pixels ({what})")
+
+
+NOT_RLE, NEGATIVE_RUN = -1, -2  # rle_string_totals of a string that is not RLE, that has a negative run
+
+
+def rle_string_totals(strings: Sequence[str]) -> np.ndarray:
+    """The pixels covered by the runs of each compressed COCO RLE ``counts`` string (int64);
+    :data:`NOT_RLE` for a string that is not one, :data:`NEGATIVE_RUN` where a run is below 0.
+
+    The format: each run length is a little-endian sequence of 5-bit groups stored as characters
+    ``chr(48 + g)``, bit 0x20 of a character meaning "more groups follow" and bit 0x10 of the last
+    one the sign; from the fourth run on, a run is stored as its difference to the run two before.
+    All strings are decoded together (numpy), not one by one.
+    """
+    n = len(strings)
+    out = np.zeros(n, np.int64)
+    ascii_ = [s.isascii() for s in strings]
+    texts = [s if a else "" for s, a in zip(strings, ascii_)]
+    lens = np.fromiter(map(len, texts), np.int64, n)
+    bad = ~np.array(ascii_, bool)
+    if lens.sum():
+        c = np.frombuffer("".join(texts).encode("ascii"), np.uint8) - np.uint8(48)  # below "0": wraps to > 63
+        offsets = np.cumsum(lens)
+        last = (offsets - 1)[lens > 0]  # the last character of each string
+
+        def entry(index: np.ndarray) -> np.ndarray:  # the string of characters at ``index``
+            return np.searchsorted(offsets, index, side="right")
+
+        end = (c & 0x20) == 0  # the last character of a run length
+        bad[entry(np.flatnonzero(c > 63))] = True
+        bad[entry(last[~end[last]])] = True  # the string ends inside a run length
+        end[last] = True  # so that no run length reaches into the next string
+        ends = np.flatnonzero(end)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        glen = ends - starts + 1
+        bad[entry(starts[glen > 8])] = True  # over 40 bits: more than any image has pixels
+        shift = 5 * np.minimum(np.arange(c.size) - np.repeat(starts, glen), 8)
+        val = np.add.reduceat((c & 0x1F).astype(np.int64) << shift, starts)
+        val -= np.where(c[ends] & 0x10, np.int64(1) << (5 * np.minimum(glen, 8)), 0)
+        run_entry = entry(starts)
+        first = np.flatnonzero(np.concatenate([[True], run_entry[1:] != run_entry[:-1]]))
+        j = np.arange(val.size) - np.repeat(first, np.diff(np.append(first, val.size)))  # run index in its string
+        runs = val.copy()
+        for sel in (np.flatnonzero(j % 2 == 1), np.flatnonzero((j % 2 == 0) & (j > 0))):
+            if sel.size:  # undo the differences: odd runs add up from run 1, even ones from run 2
+                cs = np.cumsum(val[sel])
+                e = run_entry[sel]
+                seg = np.flatnonzero(np.concatenate([[True], e[1:] != e[:-1]]))
+                runs[sel] = cs - np.repeat((cs - val[sel])[seg], np.diff(np.append(seg, sel.size)))
+        out[run_entry[first]] = np.add.reduceat(runs, first)
+        out[np.unique(run_entry[runs < 0])] = NEGATIVE_RUN
+    out[bad] = NOT_RLE
+    return out
 
 
 def load_results(path: str, coco_gt: COCO) -> tuple[list[dict], tuple[str, ...]]:

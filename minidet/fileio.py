@@ -1,4 +1,5 @@
-"""Atomic file output: readers never see a half-written file; a killed writer leaves only a temp file."""
+"""Output files and folders: atomic writes (readers never see a half-written file; a killed writer
+leaves only a temp file), output folders checked before a run, and a lock against two runs at once."""
 
 from __future__ import annotations
 
@@ -10,11 +11,44 @@ import secrets
 from collections.abc import Iterator
 from typing import IO, Any
 
-_TEMP_RE = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}\.tmp$")
+try:
+    import fcntl
+except ImportError:  # not on Linux/macOS: runs are not locked
+    fcntl = None
+
+# ".md-<pid>-<8 hex>.tmp": fixed length whatever the target's name (a 250-byte name must still
+# fit the file system's 255); ".<name>.<pid>.<8 hex>.tmp" is what earlier versions wrote
+_TEMP_RE = re.compile(r"^\.(md-\d+-[0-9a-f]{8}|.+\.\d+\.[0-9a-f]{8})\.tmp$")
+LOCK_NAME = ".minidet.lock"
+_LOCK_FDS: set[int] = set()  # the lock files this process holds
 
 
-def _temp_name(name: str) -> str:
-    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+def _forget_locks() -> None:  # in a forked child (a DataLoader worker): the lock stays with the parent alone
+    for fd in _LOCK_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks)
+
+
+class OutputError(OSError):
+    """An output file or folder cannot be written; ``str(err)`` is one line naming it (never a temp file)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(" ".join(message.split()))
+        self.errno = errno
+
+
+def _temp_name(name: str = "") -> str:
+    """A temporary name for a file written into a folder; ``name`` (the target's) is not part of it."""
+    return f".md-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or type(e).__name__
 
 
 def remove_temp_files(folder: str) -> list[str]:
@@ -37,19 +71,26 @@ def atomic_open(path: str, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file beside ``path``; on a clean exit it is renamed to ``path``.
 
     ``mode`` is ``"w"`` (text, UTF-8) or ``"wb"``. If the block raises, the temporary file is
-    removed and ``path`` keeps its previous content (or stays absent).
+    removed and ``path`` keeps its previous content (or stays absent). A failure to create the
+    temporary file or to rename it raises :class:`OutputError` naming ``path``.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes only; mode must be 'w' or 'wb', got {mode!r}")
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, _temp_name(name))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, _temp_name())
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write ({_why(e)})", e.errno) from None
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as e:
+            raise OutputError(f"{path}: cannot write ({_why(e)})", e.errno) from None
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
@@ -65,3 +106,96 @@ def write_json(path: str, obj: Any, indent: int | None = None) -> None:
     with atomic_open(path, "w") as f:
         json.dump(obj, f, indent=indent)
         f.write("\n")
+
+
+class OutputDir:
+    """An output folder, checked before a run: created if needed, a folder, files can be created
+    and renamed in it. Raises :class:`OutputError` naming ``flag`` (e.g. ``--output``) otherwise.
+
+    With ``lock``, :data:`LOCK_NAME` in the folder is locked (``flock``) until :meth:`close` or the
+    end of the process, however it ends: a second run on the same folder is refused, one killed
+    does not block the next (forked children do not hold it). :meth:`close` removes the lock file,
+    and the folders it created if the run left them empty.
+    """
+
+    def __init__(self, path: str, flag: str = "--output", lock: bool = True) -> None:
+        self.path, self.flag = path, flag
+        self._fd: int | None = None
+        self._created: list[str] = []
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise OutputError(f"{flag} {path}: exists and is not a folder")
+        missing, head = [], os.path.abspath(path)
+        while not os.path.lexists(head):
+            missing.append(head)
+            head = os.path.dirname(head)
+        try:
+            os.makedirs(path, exist_ok=True)
+            self._probe()
+        except OSError as e:
+            what = "cannot create the folder" if missing and not os.path.isdir(path) else "cannot write in the folder"
+            raise OutputError(f"{flag} {path}: {what} ({_why(e)})", e.errno) from None
+        if lock:
+            self._lock()
+            self._created = missing
+
+    def _probe(self) -> None:
+        a, b = (os.path.join(self.path, _temp_name()) for _ in range(2))
+        os.close(os.open(a, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            os.replace(a, b)
+        finally:
+            for p in (a, b):
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
+
+    def _lock(self) -> None:
+        if fcntl is None:
+            return
+        path = os.path.join(self.path, LOCK_NAME)
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise OutputError(f"{self.flag} {self.path}: cannot create {LOCK_NAME} ({_why(e)})", e.errno) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise OutputError(
+                    f"{self.flag} {self.path}: another minidet run (pid {pid}) is writing into this folder; "
+                    "wait for it to end or choose another folder"
+                ) from None
+            except OSError:  # a file system without flock: run unlocked
+                os.close(fd)
+                return
+            try:  # the lock file may have been removed by the holder we waited for: lock the current one
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        _LOCK_FDS.add(fd)
+
+    def close(self) -> None:
+        """Release the lock, remove the lock file and the folders created here if still empty."""
+        if self._fd is not None and self._fd in _LOCK_FDS:  # not in a forked child
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.path, LOCK_NAME))  # while still locked: no run can be in between
+            _LOCK_FDS.discard(self._fd)
+            os.close(self._fd)
+        self._fd = None
+        for folder in self._created:  # innermost first
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        self._created = []
+
+    def __enter__(self) -> OutputDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -8,21 +8,42 @@ orientation (so a rotated phone JPEG comes out the way viewers show it), drops a
 channel, expands grayscale and palette images to three channels and converts CMYK JPEGs,
 while keeping 16-bit samples, which are then rounded to 8 bits here (``v / 257``).
 
-The pixel limit is checked from the file header where the format is simple to parse
-(PNG, JPEG, BMP, GIF, WebP, TIFF), so a small file announcing a gigantic image is refused
-before any memory is allocated; other formats are checked after decoding.
+A file is judged by its first bytes before it is read whole: a file that is not in a known
+image format, whose header announces more than the pixel limit (PNG, JPEG, BMP, GIF, WebP,
+TIFF), or that is far larger than any image of that size (more than
+:data:`MAX_BYTES_PER_PIXEL` bytes per pixel plus :data:`METADATA_BYTES`) is refused without
+allocating memory for it; the pixel limit of other formats is checked after decoding.
+
+What the native decoders print on file descriptor 2 (libjpeg's "Corrupt JPEG data", libpng's
+warnings) is captured during decoding and becomes one warning naming the file, or part of the
+error when decoding fails; set :data:`SHOW_NATIVE_MESSAGES` to let it through unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
+import stat
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 
 import cv2
 import numpy as np
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 DEFAULT_MAX_PIXELS = 100_000_000
+# A file larger than this for the pixel count its header announces (or, without one, for the
+# pixel limit) is refused before it is read: 16 bytes per pixel is 4 channels of 32-bit samples,
+# twice the largest layout decoded here (16-bit RGBA); compressed data is smaller than raw
+# samples; 64 MiB leaves room for metadata (EXIF, ICC, XMP, previews), real files carry a few MB.
+MAX_BYTES_PER_PIXEL = 16
+METADATA_BYTES = 64 * 2**20
+HEAD_BYTES = 64 * 1024  # read first, to sniff the format and parse the header
+# True: the native decoders' own messages reach file descriptor 2 as they are (a tool's --debug)
+SHOW_NATIVE_MESSAGES = False
 
 
 class ImageReadError(Exception):
@@ -37,16 +58,20 @@ class ImageReadError(Exception):
         return (type(self), (self.path, self.reason))
 
 
-def read_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def read_image(
+    path: str, max_pixels: int = DEFAULT_MAX_PIXELS, on_warning: Callable[[str], None] | None = None
+) -> np.ndarray:
     """Read an image file as an HxWx3 uint8 BGR array in its displayed orientation.
 
     ``max_pixels`` > 0 refuses images with more than that many pixels (``INPUT.MAX_PIXELS``);
     0 disables the check. Raises :class:`ImageReadError` for any problem with the file.
+    A file that decoded although its decoder complained (a corrupt but readable JPEG) calls
+    ``on_warning("<path>: <what>")``; by default that is printed as ``warning: ...`` on stderr.
     """
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = _read_checked(f, path, max_pixels)
     except FileNotFoundError:
         raise ImageReadError(path, "file not found") from None
     except IsADirectoryError:
@@ -55,30 +80,125 @@ def read_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
         raise ImageReadError(path, "permission denied") from None
     except OSError as e:
         raise ImageReadError(path, f"cannot read file ({e.strerror or e})") from None
-    return read_image_bytes(data, path, max_pixels)
+    return read_image_bytes(data, path, max_pixels, on_warning)
 
 
-def read_image_bytes(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Decode encoded image bytes like :func:`read_image`; ``name`` is used in error messages."""
+def _read_checked(f, name: str, max_pixels: int) -> bytes:
+    """The whole file, once its first bytes show an image of acceptable size and file size."""
+    head = f.read(HEAD_BYTES)
+    if not head:
+        raise ImageReadError(name, "empty file (0 bytes)")
+    if sniff_format(head) is None:
+        raise ImageReadError(name, "not a recognized image format")
+    st = os.fstat(f.fileno())
+    regular = stat.S_ISREG(st.st_mode)
+    size = header_size(_FileView(f, st.st_size, head) if regular else head)
+    if size is not None:
+        _check_pixels(name, size[0], size[1], max_pixels)
+    pixels = size[0] * size[1] if size is not None else max_pixels
+    limit = MAX_BYTES_PER_PIXEL * pixels + METADATA_BYTES if pixels > 0 else None
+    if regular:
+        if limit is not None and st.st_size > limit:
+            raise ImageReadError(name, _too_large(st.st_size, size, pixels))
+        f.seek(0)
+        return f.read()
+    chunks, total = [head], len(head)  # a pipe or a device: read on, up to the limit
+    while chunk := f.read(1 << 20):
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise ImageReadError(name, _too_large(total, size, pixels))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(nbytes: int, size: tuple[int, int] | None, pixels: int) -> str:
+    what = f"a {size[1]} x {size[0]} image ({pixels} pixels)" if size else f"INPUT.MAX_PIXELS ({pixels} pixels)"
+    return (
+        f"file is {nbytes} bytes, implausibly large for {what}: images take at most "
+        f"{MAX_BYTES_PER_PIXEL} bytes per pixel + {METADATA_BYTES >> 20} MiB of metadata; not read"
+    )
+
+
+def read_image_bytes(
+    data: bytes,
+    name: str,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    on_warning: Callable[[str], None] | None = None,
+) -> np.ndarray:
+    """Decode encoded image bytes like :func:`read_image`; ``name`` is used in messages."""
     data = bytes(data)
     if not data:
         raise ImageReadError(name, "empty file (0 bytes)")
     fmt = sniff_format(data)
+    if fmt is None:
+        raise ImageReadError(name, "not a recognized image format")
     size = header_size(data)
     if size is not None:
         _check_pixels(name, size[0], size[1], max_pixels)
     try:
-        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH)
+        img, native = _imdecode(np.frombuffer(data, np.uint8))
     except cv2.error as e:
         raise ImageReadError(name, f"cannot decode image ({getattr(e, 'err', '') or e})") from None
     if img is None:
-        if fmt is None:
-            raise ImageReadError(name, "not a recognized image format")
         if fmt == "HEIF/AVIF":
             raise ImageReadError(name, "HEIF/AVIF images are not supported; convert to JPEG or PNG")
-        raise ImageReadError(name, f"cannot decode {fmt} data (truncated or corrupt)")
+        said = f": {native}" if native else ""
+        raise ImageReadError(name, f"cannot decode {fmt} data (truncated or corrupt){said}")
+    if native:
+        (on_warning or _print_warning)(f"{name}: {fmt} decoder warning, decoded anyway: {native}")
     _check_pixels(name, img.shape[0], img.shape[1], max_pixels)
     return _to_bgr8(img, name)
+
+
+@contextlib.contextmanager
+def native_messages(show: bool) -> Iterator[None]:
+    """Within the block, the native decoders' own messages reach fd 2 unchanged if ``show``
+    (a tool's ``--debug``), else they are captured (the default); the old setting is restored."""
+    global SHOW_NATIVE_MESSAGES
+    old, SHOW_NATIVE_MESSAGES = SHOW_NATIVE_MESSAGES, show
+    try:
+        yield
+    finally:
+        SHOW_NATIVE_MESSAGES = old
+
+
+def _print_warning(message: str) -> None:
+    from tqdm import tqdm  # keeps a progress bar intact; plain text in a DataLoader worker
+
+    tqdm.write(f"warning: {message}", file=sys.stderr)
+
+
+_FD2_LOCK = threading.Lock()  # file descriptor 2 is shared by all threads
+
+
+def _imdecode(buf: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """``cv2.imdecode`` and, on one line, what the native decoders printed on fd 2 meanwhile."""
+    flags = cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH
+    if SHOW_NATIVE_MESSAGES:
+        return cv2.imdecode(buf, flags), ""
+    with _FD2_LOCK:
+        try:
+            saved = os.dup(2)
+        except OSError:  # no fd 2: nothing to capture
+            return cv2.imdecode(buf, flags), ""
+        try:
+            with tempfile.TemporaryFile() as tmp:
+                if sys.stderr is not None:
+                    sys.stderr.flush()
+                os.dup2(tmp.fileno(), 2)
+                try:
+                    img = cv2.imdecode(buf, flags)
+                finally:
+                    os.dup2(saved, 2)
+                tmp.seek(0)
+                text = tmp.read(4096).decode("utf-8", "replace")
+        except OSError:  # no temporary file: decode without capturing
+            return cv2.imdecode(buf, flags), ""
+        finally:
+            os.close(saved)
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    native = "; ".join(line for line in lines if line)
+    return img, native if len(native) <= 300 else native[:297] + "..."
 
 
 def _check_pixels(name: str, height: int, width: int, max_pixels: int) -> None:
@@ -89,8 +209,12 @@ def _check_pixels(name: str, height: int, width: int, max_pixels: int) -> None:
 
 def _to_bgr8(img: np.ndarray, name: str) -> np.ndarray:
     """Normalize a decoded array to contiguous HxWx3 uint8 BGR."""
-    if img.dtype == np.uint16:
-        img = ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    if img.dtype == np.uint16:  # in bands of rows: the uint32 temporaries stay small
+        out = np.empty(img.shape, np.uint8)
+        rows = max(1, (1 << 22) // max(1, img[0].size))
+        for i in range(0, img.shape[0], rows):
+            out[i : i + rows] = (img[i : i + rows].astype(np.uint32) + 128) // 257
+        img = out
     elif img.dtype != np.uint8:
         raise ImageReadError(name, f"unsupported sample type {img.dtype} (only 8- and 16-bit images)")
     if img.ndim == 3 and img.shape[2] == 1:
@@ -123,14 +247,19 @@ def sniff_format(data: bytes) -> str | None:
         return "TIFF"
     if data.startswith((b"\x00\x00\x00\x0cjP  ", b"\xff\x4f\xff\x51")):
         return "JPEG 2000"
-    if len(data) > 2 and data[0:1] == b"P" and data[1:2] in b"123456" and data[2:3].isspace():
-        return "PNM"
+    if len(data) > 2 and data[0:1] == b"P" and data[1:2] in b"1234567Ff" and data[2:3].isspace():
+        return "PNM"  # P1-P6, PAM (P7) and PFM (PF, Pf)
+    if data.startswith(b"\x59\xa6\x6a\x95"):
+        return "Sun raster"
+    if data.startswith((b"#?RADIANCE", b"#?RGBE")):
+        return "Radiance HDR"
     if data[4:8] == b"ftyp" and data[8:12] in (b"heic", b"heix", b"mif1", b"msf1", b"avif", b"avis"):
         return "HEIF/AVIF"
     return None
 
 
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_JPEG_MAX_MARKERS = 65536  # far more than a real file has before its frame header
 
 
 def header_size(data: bytes) -> tuple[int, int] | None:
@@ -138,14 +267,47 @@ def header_size(data: bytes) -> tuple[int, int] | None:
 
     Returns None for other formats, malformed headers, or a zero dimension. The size is
     the stored one, before any EXIF rotation (which does not change the pixel count).
+    ``data`` is the file's bytes, or any object with ``len``, indexing and slicing like them.
     """
     try:
-        size = _parse_header(data)
+        size = _parse_header(data, sniff_format(data[:32]))
     except (IndexError, ValueError):
         return None
     if size is None or size[0] <= 0 or size[1] <= 0:
         return None
     return size
+
+
+class _FileView:
+    """A regular file's bytes for the header parsers (``len``, ``view[i]``, ``view[a:b]``), read
+    in windows of :data:`HEAD_BYTES`, the first being ``head``; after 64 more (4 MiB) a read
+    raises ValueError, so a header that is not found costs little."""
+
+    def __init__(self, f, size: int, head: bytes) -> None:
+        self.f, self.size = f, size
+        self.start, self.window, self.reads = 0, head, 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: int | slice):
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(self.size)
+            return self._read(start, max(0, stop - start))
+        if key < 0:
+            key += self.size
+        if not 0 <= key < self.size:
+            raise IndexError(key)
+        return self._read(key, 1)[0]
+
+    def _read(self, start: int, n: int) -> bytes:
+        if not (self.start <= start and start + n <= self.start + len(self.window)):
+            self.reads += 1
+            if self.reads > 64:
+                raise ValueError("header not found in the first windows read")
+            self.f.seek(start)
+            self.start, self.window = start, self.f.read(max(n, HEAD_BYTES))
+        return self.window[start - self.start : start - self.start + n]
 
 
 def _u(data: bytes, start: int, n: int, order: str) -> int:
@@ -155,8 +317,7 @@ def _u(data: bytes, start: int, n: int, order: str) -> int:
     return int.from_bytes(chunk, order)
 
 
-def _parse_header(data: bytes) -> tuple[int, int] | None:
-    fmt = sniff_format(data)
+def _parse_header(data: bytes, fmt: str | None) -> tuple[int, int] | None:
     if fmt == "PNG" and data[12:16] == b"IHDR":
         return _u(data, 20, 4, "big"), _u(data, 16, 4, "big")
     if fmt == "JPEG":
@@ -177,8 +338,8 @@ def _parse_header(data: bytes) -> tuple[int, int] | None:
 
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     i = 2
-    while i + 4 <= len(data):
-        if data[i] != 0xFF:
+    for _ in range(_JPEG_MAX_MARKERS):
+        if i + 4 > len(data) or data[i] != 0xFF:
             return None
         marker = data[i + 1]
         if marker == 0xFF:  # fill byte
@@ -231,33 +392,77 @@ def _is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def list_images(inputs: list[str]) -> list[str]:
-    """Expand files, folders and glob patterns into a list of image paths.
+# why a folder or glob entry is not listed: (one, several); other entries are skipped for their
+# extension ("" when they have none)
+_SKIP_LABELS = {
+    "dangling": ("dangling link", "dangling links"),
+    "loop": ("symlink loop", "symlink loops"),
+    "folder": ("folder named like an image", "folders named like an image"),
+    "special": ("special file named like an image", "special files named like an image"),
+    "": ("file without extension", "files without extension"),
+}
 
-    A folder contributes its image files (extensions in :data:`IMAGE_EXTENSIONS`, any case;
-    not recursive; sorted by name). A glob pattern contributes the matching image files,
-    sorted. A file named explicitly is kept whatever its extension, so a bad file is
-    reported by :func:`read_image` rather than silently skipped. Repeats are dropped.
-    Raises FileNotFoundError naming the first input that yields no image.
+
+def _skip_reason(path: str) -> str | None:
+    """Why ``path`` (a folder's entry or a glob match) is not an image to read; None for an image
+    file, and for what is not worth a word (a hidden file, a subfolder with a plain name)."""
+    import errno
+
+    name = os.path.basename(path)
+    ext = os.path.splitext(name)[1].lower()
+    if ext not in IMAGE_EXTENSIONS and name.startswith("."):
+        return None
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            os.stat(path)
+        except OSError as e:
+            return "loop" if e.errno == errno.ELOOP else "dangling"
+    if os.path.isdir(path):
+        return "folder" if ext in IMAGE_EXTENSIONS else None
+    if ext not in IMAGE_EXTENSIONS:
+        return ext
+    return None if os.path.isfile(path) else "special"
+
+
+def describe_skipped(reasons: list[str]) -> str:
+    """``"2 dangling links, 1 .gif (not an image extension: .jpg, ...)"`` for the reasons of :func:`find_images`."""
+    counts: dict[str, int] = {}
+    for r in sorted(reasons, key=lambda r: (r[:1] in ("", "."), r)):  # the kinds first, then the extensions
+        counts[r] = counts.get(r, 0) + 1
+    parts = [f"{n} {_SKIP_LABELS[r][n > 1] if r in _SKIP_LABELS else r}" for r, n in counts.items()]
+    if any(r[:1] in ("", ".") for r in counts):
+        parts[-1] += f" (not an image extension: {', '.join(IMAGE_EXTENSIONS)})"
+    return ", ".join(parts)
+
+
+def find_images(inputs: list[str]) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
+    """:func:`list_images`, and what it left out: ``{folder or pattern: [(path, reason), ...]}``.
+
+    A reason is a key of ``_SKIP_LABELS`` or the extension of a file that is not an image; see
+    :func:`describe_skipped`. Hidden files and plain subfolders are left out without a word.
     """
     found: list[str] = []
+    skipped: dict[str, list[tuple[str, str]]] = {}
     for item in inputs:
         item = os.fspath(item)
+        if os.path.lexists(item) and not (os.path.isdir(item) and not _is_image_name(item)):
+            found.append(item)  # named explicitly: kept whatever it is (a folder x.jpg too); read_image reports it
+            continue
         if os.path.isdir(item):
-            names = sorted(n for n in os.listdir(item) if _is_image_name(n))
-            paths = [os.path.join(item, n) for n in names]
-            paths = [p for p in paths if os.path.isfile(p)]
-            if not paths:
-                raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in folder: {item}")
-        elif os.path.lexists(item):
-            paths = [item]
+            entries = [os.path.join(item, n) for n in sorted(os.listdir(item))]
         elif _has_glob_magic(item):
-            paths = sorted(p for p in glob.glob(item) if os.path.isfile(p) and _is_image_name(p))
-            if not paths:
-                raise FileNotFoundError(f"no image files match: {item}")
+            entries = sorted(glob.glob(item))
         else:
             raise FileNotFoundError(f"no such file or folder: {item}")
-        found.extend(paths)
+        images = [p for p in entries if _is_image_name(p) and os.path.isfile(p)]
+        if not images and os.path.isdir(item):
+            raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in folder: {item}")
+        if not images:
+            raise FileNotFoundError(f"no image files match: {item}")
+        found.extend(images)
+        gone = [(p, r) for p in entries if (r := _skip_reason(p)) is not None]
+        if gone:
+            skipped[item] = gone
     unique: list[str] = []
     seen: set[str] = set()
     for p in found:
@@ -265,4 +470,17 @@ def list_images(inputs: list[str]) -> list[str]:
         if key not in seen:
             seen.add(key)
             unique.append(p)
-    return unique
+    return unique, skipped
+
+
+def list_images(inputs: list[str]) -> list[str]:
+    """Expand files, folders and glob patterns into a list of image paths.
+
+    A folder contributes its image files (extensions in :data:`IMAGE_EXTENSIONS`, any case;
+    not recursive; sorted by name). A glob pattern contributes the matching image files,
+    sorted. A file named explicitly is kept whatever its extension, so a bad file is
+    reported by :func:`read_image` rather than silently skipped; so is a folder named like an
+    image (``x.jpg``; ``x.jpg/`` is a folder to list). Repeats are dropped.
+    Raises FileNotFoundError naming the first input that yields no image.
+    """
+    return find_images(inputs)[0]

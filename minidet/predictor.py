@@ -17,13 +17,31 @@ from .timing import StageTimer
 logger = logging.getLogger("minidet")
 
 
-def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
-    """Build the model, load ``weights`` (default ``MODEL.WEIGHTS``), fold norms, move to device."""
-    model = build_model(cfg)
+NO_WEIGHTS = "none"  # MODEL.WEIGHTS value (any case) that runs the network with random weights
+
+
+def weights_path(cfg: CfgNode, weights: str | None = None) -> str | None:
+    """The checkpoint to load (``weights``, default ``MODEL.WEIGHTS``); None for ``none``.
+
+    An empty value is an error: random weights give detections that look real.
+    """
     path = cfg.MODEL.WEIGHTS if weights is None else weights
+    if not str(path).strip():
+        raise CheckpointError(
+            "MODEL.WEIGHTS is empty; name a checkpoint file, or set MODEL.WEIGHTS none to run with random "
+            "weights (e.g. for benchmarks)"
+        )
+    return None if str(path).strip().lower() == NO_WEIGHTS else str(path)
+
+
+def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
+    """Build the model, load ``weights`` (default ``MODEL.WEIGHTS``; ``none``: random weights),
+    fold norms, move to device. The report is None without weights."""
+    model = build_model(cfg)
+    path = weights_path(cfg, weights)
     report = None
-    if path:
-        report = load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS)
+    if path is not None:
+        report = load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS, convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:
         n = fold_norms(model)
         logger.info("folded %d norm layers into their convs", n)
@@ -46,12 +64,16 @@ class Predictor:
     returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels`` (N,)
     int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks``
     (N, H, W) bool (with ``MODEL.MASK_ON``) and ``timings`` (stage -> seconds for this call).
+    ``weights_summary`` names what was loaded, for the tools' start line.
     """
 
     def __init__(self, cfg: CfgNode) -> None:
         self.cfg = cfg.clone()
         self.cfg.freeze()
         self.model, self.load_report = prepare_model(self.cfg)
+        self.weights_summary: str = (
+            self.load_report.summary if self.load_report is not None else "none (random weights: MODEL.WEIGHTS none)"
+        )
         # boxes are pixel-inclusive (width = x2 - x1 + 1) under Detectron's convention
         self.box_offset: int = 1 if self.cfg.MODEL.CONVENTION == "detectron" else 0
         layout = self.cfg.MODEL.CATEGORY_LAYOUT

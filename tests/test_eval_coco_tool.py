@@ -170,26 +170,29 @@ def test_run_writes_results_metrics_timing(reference):
 
 
 def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path):
-    """Ground truth = the reference run's detections: the same model must score box AP 1,
-    and metrics.json must equal pycocotools on the written results."""
+    """Ground truth = the reference run's detections on its N images, the real annotations on the
+    others: with --max-images N the same model must score box AP 1 (the evaluation covers the
+    images run, not the whole file), and metrics.json must equal pycocotools on the written results."""
     out, _ = reference
     from pycocotools import mask as mask_utils
 
     src = _load(ANN)
     ids = set(_first_ids())
-    anns = [
-        {**r, "id": k + 1, "iscrowd": 0, "area": float(mask_utils.area(r["segmentation"]))}
-        for k, r in enumerate(_load(out / "coco_instances_results.json"))
+    own = [
+        {**r, "iscrowd": 0, "area": float(mask_utils.area(r["segmentation"]))}
+        for r in _load(out / "coco_instances_results.json")
     ]
+    others = [a for a in src["annotations"] if a["image_id"] not in ids]
     gt = {
-        "images": [im for im in src["images"] if im["id"] in ids],
-        "annotations": anns,
+        "images": src["images"],
+        "annotations": [{**a, "id": k + 1} for k, a in enumerate(own + others)],
         "categories": src["categories"],
     }
     ann = tmp_path / "own.json"
     ann.write_text(json.dumps(gt))
-    res = _run(*_model_args(tmp_path / "own", weights, ann=ann), cwd=tmp_path)
+    res = _run(*_model_args(tmp_path / "own", weights, "--max-images", str(N), ann=ann), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
+    assert _load(tmp_path / "own" / "images.json")["evaluated"] == sorted(ids)
     metrics = _load(tmp_path / "own" / "metrics.json")
     assert metrics["bbox"]["AP"] == 1.0 and metrics["bbox"]["AP50"] == 1.0
     assert metrics["segm"]["AP50"] > 0.5  # an empty mask (random weights) matches nothing, not even itself
@@ -233,8 +236,11 @@ def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path)
 
 
 def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path):
-    """SIGKILL (no handler runs, nothing is saved on the way out) after the first chunk: the chunks
-    written so far are whole, and --resume finishes with the same files as an uninterrupted run."""
+    """SIGKILL (no handler runs, nothing is saved on the way out) after the first chunk: no process
+    of the run survives it (its DataLoader worker included), the chunks written so far are whole,
+    and --resume finishes with the same files as an uninterrupted run."""
+    from procs import descendants, survivors
+
     ref_out, _ = reference
     out = tmp_path / "out"
     args = _model_args(out, weights, "--max-images", str(N), "--chunk-size", "1")
@@ -243,9 +249,15 @@ def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path):
         deadline = time.monotonic() + 300
         while not list((out / "chunks").glob("run001-*.json")) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
+        procs = descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()
+    assert len(procs) == 1  # the loader's worker (--workers 1)
+    left = survivors(procs)
+    for pid in left:  # not left behind on a failure either
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], "a process of the killed run is still running"
     chunks = sorted((out / "chunks").glob("run001-*.json"))
     done = sum(len(_load(p)["image_ids"]) for p in chunks)  # every chunk there is complete JSON
     assert 1 <= done < N

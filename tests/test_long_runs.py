@@ -17,6 +17,7 @@ import pytest
 from minidet import fileio
 from minidet.chunks import ChunkStore, merge_chunks
 from minidet.fileio import atomic_write, remove_temp_files, write_json
+from procs import descendants, survivors
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT.parent / "shared" / "data" / "coco_tiny"
@@ -158,8 +159,10 @@ def test_a_write_killed_midway_leaves_the_old_file_and_a_temp_that_nothing_reads
             break
         time.sleep(0.02)
     assert proc.poll() is None, "the writer ended before it could be killed"
+    procs = descendants(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
+    assert survivors(procs) == []  # no process of the killed writer lives on
 
     assert target.read_bytes() == before and json.loads(before)["image_ids"] == [8]
     assert len(temps) == 1 and temps[0].exists() and temps[0].stat().st_size > 4096

@@ -265,8 +265,8 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
 def prepare_without_norm(cfg, weights: str):
     """``minidet.prepare_model`` for ``MODEL.NORM ""``: built as FrozenBN, stripped, then loaded."""
     cfg = cfg.clone()
-    cfg.merge_from_list(["MODEL.NORM", "FrozenBN", "MODEL.FOLD_NORM", False, "MODEL.WEIGHTS", ""])
-    model, _ = minidet.prepare_model(cfg, weights="")
+    cfg.merge_from_list(["MODEL.NORM", "FrozenBN", "MODEL.FOLD_NORM", False, "MODEL.WEIGHTS", "none"])
+    model, _ = minidet.prepare_model(cfg)
     strip_norms(model)
     return model, load_checkpoint(model, weights, bn_eps=cfg.MODEL.FROZEN_BN_EPS)
 

@@ -4,7 +4,7 @@ Usage::
 
     python tools/eval_coco.py --config-file CFG --ann ANN.json --images DIR --output OUT \\
         [--max-images N] [--workers 2] [--warmup 2] [--chunk-size 50] [--resume] [--debug] [KEY VALUE ...]
-    python tools/eval_coco.py --ann ANN.json --results RESULTS.json [MORE.json ...] --output OUT
+    python tools/eval_coco.py --ann ANN.json --results RESULTS.json [MORE.json ...] --output OUT [--only-result-images]
     torchrun --nproc_per_node N tools/eval_coco.py --config-file CFG ...   # shards the images
 
 The first form runs the model over the annotation file's images (the first ``N`` by id with
@@ -23,6 +23,10 @@ Results are saved as the run goes in ``OUT/chunks/`` (every ``--chunk-size`` ima
 process). A run that stops (Ctrl-C, a crash, a killed worker) keeps them; the same command
 with ``--resume`` does only the missing images and writes the same results and metrics files
 (``timing.json`` then describes the images timed in all runs, and the wall time of the last).
+The chunks' manifest records the config, the dataset and the checkpoint file's size, mtime and
+SHA-256: a resumed run whose checkpoint has other content (a file replaced at the same path) is
+refused; one only touched or copied resumes. The DataLoader workers die with their process,
+however it ends (on Linux, by ``PR_SET_PDEATHSIG``; SIGKILL included).
 
 An image that is missing, truncated, unreadable, not the annotated size or one the model cannot
 take (e.g. too elongated for the resize) is reported on one ``error: <file>: ... (skipped)`` line,
@@ -31,9 +35,13 @@ annotation or results file stops the run with one ``error:`` line and exit statu
 with the traceback); an interrupted run exits with 130 (Ctrl-C), 143 (SIGTERM) or 2 (an error).
 
 The second form evaluates detections made elsewhere: each file may carry ``bbox``,
-``segmentation`` or both; ``metrics.json`` gets what they allow. Under torchrun each process
-takes every N-th image and writes its own chunks; rank 0 then merges them, evaluates and writes
-the files. ``OUT`` must be a folder all processes see (on several nodes: a shared file system).
+``segmentation`` or both; ``metrics.json`` gets what they allow. COCOeval counts every image of
+the annotation file: a file with detections of only some of them is told on stderr
+(``warning: RESULTS.json: results cover 10 of 80 annotated images; ...``), and
+``--only-result-images`` evaluates those images alone (the first form always evaluates the
+images it ran, e.g. the first N with ``--max-images``). Under torchrun each process takes every
+N-th image and writes its own chunks; rank 0 then merges them, evaluates and writes the files.
+``OUT`` must be a folder all processes see (on several nodes: a shared file system).
 """
 
 from __future__ import annotations
@@ -58,9 +66,9 @@ from tqdm import tqdm
 
 from minidet import dist
 from minidet.checkpoint import CheckpointError
-from minidet.chunks import ChunkError, ChunkStore, merge_chunks
-from minidet.config import ConfigError
-from minidet.data import ImageFiles, coco_image_files, collate
+from minidet.chunks import ChunkError, ChunkStore, file_identity, merge_chunks
+from minidet.config import ConfigError, validate_cfg
+from minidet.data import ImageFiles, coco_image_files, collate, worker_init_fn
 from minidet.evaluation import (
     IOU_TYPES,
     METRIC_NAMES,
@@ -71,7 +79,9 @@ from minidet.evaluation import (
     load_coco_annotations,
     load_results,
 )
-from minidet.fileio import remove_temp_files, write_json
+from minidet.fileio import OutputDir, remove_temp_files, write_json
+from minidet.imageio import native_messages
+from minidet.predictor import weights_path
 from minidet.timing import format_table, summarize
 
 RESULTS_FILE = "coco_instances_results.json"
@@ -86,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--images", metavar="DIR", help="folder of the annotation file's images")
     p.add_argument("--output", required=True, metavar="OUT", help="output folder (created if needed)")
     p.add_argument("--results", nargs="+", metavar="RESULTS.json", help="evaluate these COCO results files instead")
+    p.add_argument("--only-result-images", action="store_true",
+                   help="with --results: evaluate only the images that have detections in the file")  # fmt: skip
     p.add_argument("--max-images", type=int, metavar="N", help="only the first N images (by id)")
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process (0: none)")
     p.add_argument("--warmup", type=int, default=2, help="batches per process left out of the timing statistics")
@@ -120,13 +132,29 @@ def _metric_line(iou_type: str, m: dict) -> str:
     return f"eval_coco: {iou_type} " + " ".join(f"{k} {m[k]:.4f}" for k in METRIC_NAMES)
 
 
+def _report_coverage(path: str, results: list[dict], n_images: int, only_those: bool) -> set[int]:
+    """The images ``results`` has detections of; says so on stderr when that is not all of them."""
+    ids = {r["image_id"] for r in results}
+    if len(ids) < n_images:
+        what = (
+            "only those are evaluated (--only-result-images)" if only_those else
+            f"the other {n_images - len(ids)} count as images without detections "
+            f"(--only-result-images evaluates the {len(ids)} alone)"
+        )  # fmt: skip
+        print(f"warning: {path}: results cover {len(ids)} of {n_images} annotated images; {what}", file=sys.stderr)
+    return ids
+
+
 def evaluate_results_files(args: argparse.Namespace) -> int:
-    """The ``--results`` form: validate the files, run COCOeval, write ``metrics.json``."""
+    """The ``--results`` form: validate the files, say how many images they cover, run COCOeval
+    (over every image of the annotation file, or those with detections), write ``metrics.json``."""
     coco_gt = load_coco_annotations(args.ann)
     by_type: dict[str, tuple[str, list]] = {}
     known = set(coco_gt.getCatIds())
+    covered: dict[str, set[int]] = {}  # results file -> the images it has detections of
     for path in args.results:
         results, types = load_results(path, coco_gt)
+        covered[path] = _report_coverage(path, results, len(coco_gt.imgs), args.only_result_images)
         unknown = [r["category_id"] for r in results if r["category_id"] not in known]
         if unknown:  # COCOeval evaluates the annotation file's categories only
             print(
@@ -141,7 +169,8 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
     metrics, tables = {}, {}
     for t in IOU_TYPES:
         if t in by_type:
-            m, tab = coco_metrics(coco_gt, by_type[t][1], [t])
+            ids = covered[by_type[t][0]] if args.only_result_images else None
+            m, tab = coco_metrics(coco_gt, by_type[t][1], [t], ids)
             metrics.update(m)
             tables.update(tab)
     os.makedirs(args.output, exist_ok=True)
@@ -163,9 +192,13 @@ class Run:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        if args.only_result_images:
+            raise EvaluationError("--only-result-images applies to --results (a model run evaluates the images it ran)")
         cfg = minidet.get_cfg()
         cfg.merge_from_file(args.config_file)
         cfg.merge_from_list(args.opts)
+        validate_cfg(cfg)  # every value in range before anything is read or loaded
+        weights = weights_path(cfg)  # "" is an error; None for "none"
         self.coco_gt = load_coco_annotations(args.ann)
         check_categories(self.coco_gt, cfg.MODEL.CATEGORY_LAYOUT, args.ann)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
@@ -183,6 +216,7 @@ class Run:
         state: dict = {}
         if self.info.is_main:  # one process decides, so that every rank shards the same list
             try:
+                manifest["checkpoint"] = file_identity(weights)  # a file replaced at the same path
                 state = {"run": self.store.open(manifest, args.resume), "done": sorted(self.store.done_ids())}
                 remove_temp_files(args.output)  # of a run killed while writing the final files
             except (ChunkError, OSError) as e:
@@ -197,6 +231,8 @@ class Run:
             print(f"eval_coco: resuming: {len(done)} of {len(files)} images done, {len(todo)} to go")
         self.shard = todo[self.info.rank :: self.info.world_size]
         self.predictor = minidet.Predictor(cfg)
+        if self.info.is_main:
+            print(f"eval_coco: weights {self.predictor.weights_summary}")
         self.evaluator = COCOEvaluator(self.coco_gt, self.predictor.box_offset)
         self.written: list[str] = []
 
@@ -209,6 +245,7 @@ class Run:
             batch_size=self.cfg.TEST.IMS_PER_BATCH,
             num_workers=args.workers,
             collate_fn=collate,
+            worker_init_fn=worker_init_fn(),  # workers die with this process, even by SIGKILL
         )
         bar = tqdm(
             total=len(self.shard),
@@ -410,10 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.debug:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
-    try:
-        if args.results:
-            return evaluate_results_files(args)
-        return evaluate_model(args)
+    try:  # OUT locked for the run (by rank 0; an empty OUT made here is removed); libjpeg / libpng lines
+        # only with --debug (loader workers inherit the setting)
+        with prepare_folders(args), native_messages(args.debug):
+            if args.results:
+                return evaluate_results_files(args)
+            return evaluate_model(args)
     except SETUP_ERRORS as e:
         return _fail(str(e), args.debug)
     except KeyboardInterrupt:
@@ -424,6 +463,16 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
     finally:
         dist.shutdown()
+
+
+def prepare_folders(args: argparse.Namespace) -> OutputDir:
+    """Check ``--images`` and ``--output`` once, before anything is loaded, and lock ``--output``
+    against a second run; under torchrun only rank 0 (``RANK`` in the environment) takes the lock,
+    the other ranks write into the same folder."""
+    if args.images is not None and not os.path.isdir(args.images):
+        what = "not a folder" if os.path.exists(args.images) else "no such folder"
+        raise NotADirectoryError(f"--images {args.images}: {what}")
+    return OutputDir(args.output, "--output", lock=dist.from_env().is_main)
 
 
 if __name__ == "__main__":

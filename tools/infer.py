@@ -9,8 +9,13 @@ Usage::
 Trailing ``KEY VALUE`` pairs override the config, e.g. ``MODEL.DEVICE cuda``.
 
 For each input ``DIR/<stem>.jpg`` (drawing) and ``DIR/<stem>.json`` are written; two inputs
-with the same stem get ``<stem>_1`` etc. An image that cannot be read or run is reported on
-one ``error: <file>: <what>`` line and skipped; the exit status is then 1. Bad configs,
+with the same stem get ``<stem>_1`` etc. An output folder where one of these would replace an
+input file, one that cannot be created or written, or one another run is writing into (a lock
+file ``DIR/.minidet.lock`` is held during the run) is refused before the model loads. A folder
+input's entries that are not image files (other extensions, dangling links, symlink loops,
+folders named like images) are counted on one ``infer: skipped ...`` line. An image that
+cannot be read or run (a folder named ``x.jpg`` given as an input too) is reported on one
+``error: <file>: <what>`` line and skipped; the exit status is then 1. Bad configs,
 weights or arguments stop the run with one ``error:`` line and exit status 2 (``--debug``
 adds the traceback); Ctrl-C stops it with exit status 130, every output already written being
 complete (files are written to a temporary name and renamed). At the end a per-stage timing
@@ -20,6 +25,7 @@ table is printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -38,9 +44,9 @@ import numpy as np
 from tqdm import tqdm
 
 from minidet.checkpoint import CheckpointError
-from minidet.config import ConfigError
-from minidet.fileio import atomic_write
-from minidet.imageio import ImageReadError, list_images, read_image
+from minidet.config import ConfigError, validate_cfg
+from minidet.fileio import OutputDir, OutputError, atomic_write
+from minidet.imageio import ImageReadError, describe_skipped, find_images, native_messages, read_image
 from minidet.rle import encode_masks, xyxy_to_xywh
 from minidet.timing import format_table, summarize
 from minidet.vis import draw_instances
@@ -89,6 +95,52 @@ def unique_stems(paths: list[str]) -> list[str]:
     return stems
 
 
+class InputGuard:
+    """The input files, to make sure no output replaces one (same path, through links, a hard link
+    or a case-insensitive file system)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.by_id: dict[tuple[int, int], str] = {}
+        self.by_name = {os.path.realpath(p): p for p in paths}
+        for p in paths:
+            for key in _file_ids(p):
+                self.by_id.setdefault(key, p)
+
+    def input_at(self, out_path: str) -> str | None:
+        """The input file that writing ``out_path`` would replace, or None."""
+        for key in _file_ids(out_path):
+            if key in self.by_id:
+                return self.by_id[key]
+        return self.by_name.get(os.path.realpath(out_path))
+
+    def check_folder(self, folder: str, stems: list[str]) -> None:
+        """Raise :class:`OutputError` naming ``--output`` and the first input an output would replace."""
+        for stem in stems:
+            for ext in (".jpg", ".json"):
+                hit = self.input_at(os.path.join(folder, stem + ext))
+                if hit is not None:
+                    raise OutputError(
+                        f"--output {folder}: {stem}{ext} would replace the input file {hit}; choose another folder"
+                    )
+
+    def write(self, path: str, data: bytes) -> None:
+        """:func:`atomic_write`, unless ``path`` is one of the inputs (checked again as each file is written)."""
+        hit = self.input_at(path)
+        if hit is not None:
+            raise OutputError(f"{path}: is the input file {hit}; not written")
+        atomic_write(path, data)
+
+
+def _file_ids(path: str) -> list[tuple[int, int]]:
+    """(device, inode) of ``path`` and, for a link, of its target; none for what does not exist."""
+    ids = []
+    for stat in (os.lstat, os.stat):
+        with contextlib.suppress(OSError):
+            st = stat(path)
+            ids.append((st.st_dev, st.st_ino))
+    return ids
+
+
 def dumps_record(doc: dict) -> str:
     """JSON text of a record with one instance per line (compact but still diff-friendly)."""
     head = json.dumps({k: v for k, v in doc.items() if k != "instances"})[:-1]
@@ -130,12 +182,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.debug:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    # the output folder's lock: released however the run ends; libjpeg / libpng lines only with --debug
+    with contextlib.ExitStack() as held, native_messages(args.debug):
+        return _run(args, held)
+
+
+def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
+    """The run; ``held`` keeps the output folder (and its lock) until :func:`main` returns."""
     try:
         cfg = minidet.get_cfg()
         cfg.merge_from_file(args.config_file)
         cfg.merge_from_list(args.opts)
-        paths = list_images(args.input)
-        os.makedirs(args.output, exist_ok=True)
+        validate_cfg(cfg)  # every value in range before anything is read or loaded
+        paths, skipped = find_images(args.input)
+        for source, entries in skipped.items():
+            print(f"infer: skipped {len(entries)} entries in {source}: {describe_skipped([r for _, r in entries])}")
+        stems = unique_stems(paths)
+        inputs = InputGuard(paths)
+        inputs.check_folder(args.output, stems)  # before anything is created or loaded
+        held.enter_context(OutputDir(args.output, "--output"))
         predictor = minidet.Predictor(cfg)
     except (ConfigError, CheckpointError, OSError) as e:
         return _fail(str(e), args.debug)
@@ -145,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - any other setup failure: still one line without --debug
         hint = "" if args.debug else " (rerun with --debug for the traceback)"
         return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
+    print(f"infer: weights {predictor.weights_summary}")
 
-    stems = unique_stems(paths)
     records: list[dict[str, float]] = []
     failed = 0
     n_instances = 0
@@ -166,13 +231,13 @@ def main(argv: list[str] | None = None) -> int:
                 ok, jpg = cv2.imencode(".jpg", vis, [cv2.IMWRITE_JPEG_QUALITY, 90])
                 if not ok:
                     raise RuntimeError("cannot encode the visualization as JPEG")
-                atomic_write(os.path.join(args.output, f"{stem}.jpg"), jpg.tobytes())
-                atomic_write(os.path.join(args.output, f"{stem}.json"), dumps_record(doc).encode("utf-8"))
+                inputs.write(os.path.join(args.output, f"{stem}.jpg"), jpg.tobytes())
+                inputs.write(os.path.join(args.output, f"{stem}.json"), dumps_record(doc).encode("utf-8"))
             except Exception as e:  # noqa: BLE001 - one bad image must not stop the batch
                 failed += 1
                 if args.debug:
                     traceback.print_exc()
-                what = str(e) if isinstance(e, ImageReadError) else f"{path}: {type(e).__name__}: {e}"
+                what = str(e) if isinstance(e, (ImageReadError, OutputError)) else f"{path}: {type(e).__name__}: {e}"
                 tqdm.write(f"error: {' '.join(what.split())}", file=sys.stderr)
                 continue
             n_instances += len(doc["instances"])
