@@ -1,0 +1,154 @@
+"""Golden outputs: save every detection of a fixed set of cases, then check a later commit gives the same bits.
+
+Usage::
+
+    python tools/golden.py save DIR     # on the commit before a change (e.g. in a `git worktree`)
+    python tools/golden.py check DIR    # on the changed tree: every tensor must be torch.equal
+
+``save`` writes the checkpoints (a torchvision v1 file in the published key layout, a v2 file, synthetic
+Detectron R-50-FPN BN and GN pickles, a synthetic detectron2 pickle), the input images and, per case, the
+complete outputs (boxes, scores, labels, category ids, masks per image) into ``DIR``. ``check`` runs the
+same cases on the same files and compares. Each family runs with FrozenBN, Affine and Affine + FOLD_NORM +
+CHANNELS_LAST (GN and GN + CHANNELS_LAST for the GN file), on one image and on a 3-image batch with
+``TEST.CHUNK_IMAGES`` 0 and 3. The saved outputs compare two commits; they are never committed as expected
+values. Building the checkpoints needs the test helpers in ``tests/`` (only ``save`` builds them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+try:
+    import minidet
+except ImportError:  # a source checkout that is not installed
+    sys.path.insert(0, str(ROOT))
+    import minidet
+
+CONFIGS = ROOT / "configs"
+SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]
+FAST = ["MODEL.NORM", "Affine", "MODEL.FOLD_NORM", True, "MODEL.CHANNELS_LAST", True]
+BN_VARIANTS = {"FrozenBN": ["MODEL.NORM", "FrozenBN"], "Affine": ["MODEL.NORM", "Affine"], "Affine+fold+cl": FAST}
+GN_VARIANTS = {"GN": [], "GN+cl": ["MODEL.CHANNELS_LAST", True]}
+# family: (config, checkpoint file in DIR, norm variants)
+FAMILIES = {
+    "tv_v1": ("torchvision/maskrcnn_resnet50_fpn.yaml", "tv_v1_legacy.pth", BN_VARIANTS),
+    "tv_v2": ("torchvision/maskrcnn_resnet50_fpn_v2.yaml", "tv_v2.pth", BN_VARIANTS),
+    "detectron_bn": ("detectron/e2e_mask_rcnn_R-50-FPN_1x.yaml", "detectron_R-50-FPN.pkl", BN_VARIANTS),
+    "detectron_gn": ("detectron/e2e_mask_rcnn_R-50-FPN_2x_gn.yaml", "detectron_R-50-FPN_gn.pkl", GN_VARIANTS),
+    "detectron2": ("detectron2/mask_rcnn_R_50_FPN_3x.yaml", "detectron2_R_50.pkl", BN_VARIANTS),
+}
+# batch: (indices of the input images, TEST.CHUNK_IMAGES)
+BATCHES = {"b1": ([0], 0), "b3_chunk0": ([0, 1, 2], 0), "b3_chunk3": ([0, 1, 2], 3)}
+IMAGE_SHAPES = [(240, 320), (300, 200), (180, 420)]
+KEYS = ("boxes", "scores", "labels", "category_ids", "masks")
+
+
+def write_inputs(folder: Path) -> None:
+    """The checkpoints and images of every case (built with the test helpers of this commit)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import numpy as np
+
+    from detectron_ckpt import make_blobs, write_detectron_pkl
+    from minidet.synthetic import structured_image
+    from minidet.tvref import build_tv
+    from test_detectron2 import d2_weights
+    from tvref import legacy_v1_state_dict
+
+    torch.save(legacy_v1_state_dict(build_tv(1, 320, 512, seed=0).state_dict()), folder / FAMILIES["tv_v1"][1])
+    torch.save(build_tv(2, 320, 512, seed=1).state_dict(), folder / FAMILIES["tv_v2"][1])
+    write_detectron_pkl(str(folder / FAMILIES["detectron_bn"][1]), make_blobs("R-50-FPN", seed=2))
+    write_detectron_pkl(str(folder / FAMILIES["detectron_gn"][1]), make_blobs("R-50-FPN_gn", seed=3))
+    with open(folder / FAMILIES["detectron2"][1], "wb") as f:
+        pickle.dump({"model": d2_weights(50, seed=4), "__author__": "golden"}, f)
+    images = [np.ascontiguousarray(structured_image(h, w, seed=10 + i)) for i, (h, w) in enumerate(IMAGE_SHAPES)]
+    torch.save([torch.from_numpy(im) for im in images], folder / "images.pt")
+
+
+def run_case(folder: Path, family: str, opts: list, batch: str) -> list[dict[str, torch.Tensor]]:
+    config, ckpt, _ = FAMILIES[family]
+    indices, chunk = BATCHES[batch]
+    cfg = minidet.get_cfg()
+    cfg.merge_from_file(str(CONFIGS / config))
+    cfg.merge_from_list(["MODEL.WEIGHTS", str(folder / ckpt), *SIZE, *opts, "TEST.CHUNK_IMAGES", chunk])
+    predictor = minidet.Predictor(cfg)
+    images = torch.load(folder / "images.pt")
+    with torch.inference_mode():
+        outs = predictor.predict_batch([images[i].numpy() for i in indices])
+    return [{k: o[k] for k in KEYS if k in o} for o in outs]
+
+
+def cases():
+    for family, (_, _, variants) in FAMILIES.items():
+        for variant, opts in variants.items():
+            for batch in BATCHES:
+                yield f"{family}.{variant}.{batch}", family, opts, batch
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+        return out.stdout.strip() + ("+changes" if dirty else "")
+    except OSError:
+        return "?"
+
+
+def first_difference(saved: list[dict], now: list[dict]) -> str:
+    """'' when every tensor is torch.equal, else where the first difference is."""
+    if len(saved) != len(now):
+        return f"{len(saved)} images saved, {len(now)} now"
+    for i, (a, b) in enumerate(zip(saved, now)):
+        if sorted(a) != sorted(b):
+            return f"image {i}: keys {sorted(a)} saved, {sorted(b)} now"
+        for k in KEYS:
+            if k in a and not (a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k])):
+                return f"image {i}: {k} differs (shape {tuple(a[k].shape)} saved, {tuple(b[k].shape)} now)"
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="golden.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("mode", choices=("save", "check"))
+    p.add_argument("dir", type=Path)
+    args = p.parse_args(argv)
+    folder = args.dir
+    torch.set_num_threads(int(os.environ.get("GOLDEN_THREADS", torch.get_num_threads())))
+    if args.mode == "save":
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "images.pt").exists():
+            write_inputs(folder)
+    elif not (folder / "meta.pt").exists():
+        print(f"error: {folder} holds no saved golden outputs (run `golden.py save {folder}` first)", file=sys.stderr)
+        return 2
+    failed, n = 0, 0
+    for name, family, opts, batch in cases():
+        outs = run_case(folder, family, opts, batch)
+        n_det = sum(len(o["scores"]) for o in outs)
+        if args.mode == "save":
+            torch.save(outs, folder / f"{name}.pt")
+            print(f"saved   {name}: {n_det} detections")
+        else:
+            diff = first_difference(torch.load(folder / f"{name}.pt"), outs)
+            failed += bool(diff)
+            print(f"{'DIFFERS' if diff else 'equal  '} {name}: {n_det} detections{': ' + diff if diff else ''}")
+        n += 1
+    if args.mode == "save":
+        torch.save({"commit": _commit(), "cases": n}, folder / "meta.pt")
+        print(f"golden: saved {n} cases from commit {_commit()} in {folder}")
+        return 0
+    saved = torch.load(folder / "meta.pt")
+    print(f"golden: {n - failed} of {n} cases bit-identical ({saved['commit']} saved, {_commit()} now)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
