@@ -13,9 +13,12 @@ from typing import Any
 import yaml
 from yacs.config import CfgNode as _YacsNode
 
+from .categories import LAYOUTS as CATEGORY_LAYOUTS
+from .imageio import DEFAULT_MAX_PIXELS
+from .poolers import ROI_ALIGN_IMPLS
+
 NORM_CHOICES = ("FrozenBN", "Affine", "GN")
 CONVENTIONS = ("torchvision", "detectron", "detectron2")
-CATEGORY_LAYOUTS = ("coco91", "coco81", "coco80")
 
 
 class ConfigError(ValueError):
@@ -67,7 +70,7 @@ class _StrictLoader(yaml.SafeLoader):
                 if key in first:
                     line = first[key].start_mark.line + 1
                     raise _DuplicateKey(None, None, f"key {key} given twice in one mapping (first on line {line})",
-                                        key_node.start_mark)  # fmt: skip
+                                        key_node.start_mark)
                 first[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
@@ -127,7 +130,7 @@ def _load_yaml(path: str) -> tuple[dict, yaml.Node | None]:
         raise ConfigError(f"{where}: {_yaml_reason(e)}") from None
     except yaml.reader.ReaderError as e:
         raise ConfigError(f"{_at_index(path, text, e.position)}: not valid YAML: character U+{e.character:04X}: "
-                          f"{e.reason}") from None  # fmt: skip
+                          f"{e.reason}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: {_yaml_reason(e)}") from None
     finally:
@@ -302,7 +305,7 @@ _C.INPUT.FORMAT = "RGB"
 _C.INPUT.PIXEL_RANGE = 255.0
 _C.INPUT.SIZE_DIVISIBILITY = 32
 # Refuse images with more pixels than this (0 = no limit) instead of exhausting memory.
-_C.INPUT.MAX_PIXELS = 100_000_000
+_C.INPUT.MAX_PIXELS = DEFAULT_MAX_PIXELS
 
 _C.TEST = CfgNode()
 _C.TEST.IMS_PER_BATCH = 1
@@ -329,7 +332,7 @@ def get_cfg() -> CfgNode:
 RULES: dict[str, tuple | str] = {
     "MODEL.DEVICE": ("cpu", "cuda", "cuda:N"),
     "MODEL.NORM": NORM_CHOICES,
-    "MODEL.ROI_ALIGN_IMPL": ("gather", "torchvision"),
+    "MODEL.ROI_ALIGN_IMPL": ROI_ALIGN_IMPLS,
     "MODEL.FROZEN_BN_EPS": "[0, 1)",
     "MODEL.GN_NUM_GROUPS": "[1, 1024]",
     "MODEL.GN_EPS": "[0, 1)",

@@ -215,7 +215,7 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
         for key in ("image_id", "category_id", "score", *fields):
             if key not in r:
                 raise EvaluationError(f"{where}: no {key!r} (every entry needs 'image_id', 'category_id', 'score'"
-                                      f"{''.join(', ' + repr(f) for f in fields)})")  # fmt: skip
+                                      f"{''.join(', ' + repr(f) for f in fields)})")
         image_id = r["image_id"]
         if not _is_int(image_id) or image_id not in coco_gt.imgs:
             raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")

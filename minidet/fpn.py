@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .norm import Conv2d
+from .layers import Conv2d
+from .norm import NormFn
 
 
 class FPN(nn.Module):
@@ -22,7 +21,7 @@ class FPN(nn.Module):
         self,
         in_channels: dict[str, int],
         out_channels: int,
-        norm: Callable[[int], nn.Module | None],
+        norm: NormFn,
     ) -> None:
         super().__init__()
         self.in_features = list(in_channels)  # res2..res5, fine to coarse

@@ -18,7 +18,10 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+
+from .layers import Conv2d
+
+NormFn = Callable[[int], nn.Module | None]  # channels -> a norm layer, or None for no norm
 
 
 class FrozenBN(nn.Module):
@@ -93,10 +96,10 @@ class Affine(nn.Module):
         return str(self.num_channels)
 
 
-def get_norm(norm: str | Callable[[int], nn.Module] | None, channels: int, **kwargs) -> nn.Module | None:
+def get_norm(norm: str | NormFn | None, channels: int, **kwargs) -> nn.Module | None:
     """The norm factory: ``"FrozenBN" | "Affine" | "GN" | "" | None | callable``.
 
-    kwargs: ``eps`` (FrozenBN, GN), ``num_groups`` (GN, default 32).
+    kwargs: ``eps`` (FrozenBN, default 1e-5), ``num_groups`` (GN, default 32), ``gn_eps`` (GN, default 1e-5).
     """
     if norm is None or norm == "":
         return None
@@ -109,77 +112,6 @@ def get_norm(norm: str | Callable[[int], nn.Module] | None, channels: int, **kwa
     if norm == "GN":
         return nn.GroupNorm(kwargs.get("num_groups", 32), channels, eps=kwargs.get("gn_eps", 1e-5))
     raise ValueError(f"unknown norm {norm!r}; choose one of FrozenBN, Affine, GN, ''")
-
-
-class Conv2d(nn.Conv2d):
-    """``nn.Conv2d`` with an optional ``norm``, an optional addend and ReLU applied after it.
-
-    ``forward(x, add=None)`` computes ``relu(norm(conv(x)) + add)`` (each part when present).
-    The conv->norm pairing is structural (``self.norm``), which is what folding uses.
-    With ``self.fuse`` (set by ``fuse_convs``) and no norm left, a float32 CPU call outside
-    autocast that PyTorch would run on oneDNN anyway runs as one oneDNN convolution with the
-    addition and the ReLU as post-ops: the same kernel and the same arithmetic (bit-identical
-    results), one pass over the output instead of three. Small inputs for which PyTorch
-    picks its own kernels stay unfused.
-    """
-
-    def __init__(self, *args, norm: nn.Module | None = None, relu: bool = False, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.norm = norm
-        self.relu = relu
-        self.fuse = False
-
-    def _fusable(self, x: torch.Tensor, add: torch.Tensor | None) -> bool:
-        return (
-            self.fuse
-            and self.norm is None
-            and x.dtype == torch.float32
-            and x.device.type == "cpu"
-            and self.weight.dtype == torch.float32
-            and (add is None or (add.dtype == torch.float32 and add.device.type == "cpu"))
-            and not torch.is_autocast_enabled("cpu")
-            and _onednn_backend(x, self)
-        )
-
-    def forward(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        if self._fusable(x, add):
-            args = (self.weight, self.bias, self.padding, self.stride, self.dilation, self.groups)
-            if add is None:
-                return torch.ops.mkldnn._convolution_pointwise(x, *args, "relu" if self.relu else "none", [], "")
-            return torch.ops.mkldnn._convolution_pointwise.binary(
-                x, add, *args, "add", None, "relu" if self.relu else None, [], ""
-            )
-        x = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-        if self.norm is not None:
-            x = self.norm(x)
-        if add is not None:
-            x = x + add
-        return F.relu_(x) if self.relu else x
-
-
-def _onednn_backend(x: torch.Tensor, conv: nn.Conv2d) -> bool:
-    """Whether PyTorch runs this convolution with oneDNN (its choice depends on sizes and threads)."""
-    select = getattr(torch._C, "_select_conv_backend", None)
-    if select is None:
-        return False
-    backend = select(
-        x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, False, (0, 0), conv.groups, None
-    )
-    return backend == torch._C._ConvBackend.Mkldnn
-
-
-def fuse_convs(model: nn.Module, enabled: bool = True) -> int:
-    """Let every ``Conv2d`` of ``model`` run fused (see ``Conv2d``) where it can; returns the count.
-
-    Needs oneDNN (``torch.backends.mkldnn``); without it nothing changes.
-    """
-    enabled = enabled and torch.backends.mkldnn.is_available()
-    n = 0
-    for m in model.modules():
-        if isinstance(m, Conv2d):
-            m.fuse = enabled
-            n += int(enabled and m.norm is None)
-    return n
 
 
 @torch.no_grad()

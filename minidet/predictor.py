@@ -9,9 +9,10 @@ import torch
 
 from .categories import category_ids, class_names
 from .checkpoint import CheckpointError, LoadReport, load_checkpoint
-from .config import CfgNode
+from .config import CfgNode, ConfigError
 from .detector import MaskRCNN, build_model
-from .norm import fold_norms, fuse_convs
+from .layers import fuse_convs
+from .norm import fold_norms
 from .timing import StageTimer
 
 logger = logging.getLogger("minidet")
@@ -48,12 +49,9 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
     fuse_convs(model, cfg.MODEL.FUSE_CONVS)
     device = torch.device(cfg.MODEL.DEVICE)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise CheckpointError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")
+        raise ConfigError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")
     model.to(device)
-    if cfg.MODEL.CHANNELS_LAST:
-        model.to(memory_format=torch.channels_last)
-        model.channels_last = True
-    model.timer = StageTimer(enabled=cfg.TEST.TIMING, device=device)
+    model.set_runtime(timer=StageTimer(enabled=cfg.TEST.TIMING, device=device), channels_last=cfg.MODEL.CHANNELS_LAST)
     return model.eval(), report
 
 

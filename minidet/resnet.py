@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .norm import Conv2d
-
-NormFn = Callable[[int], nn.Module | None]
+from .layers import Conv2d
+from .norm import NormFn
 
 BLOCKS_PER_STAGE = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
 

@@ -2,26 +2,81 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
-from .boxes import batched_nms, clip_boxes, decode_boxes, detectron2_cell_anchors, detectron_cell_anchors, nonempty
-from .norm import Conv2d
+from .boxes import PLAIN_BOX_RULE, BoxRule, nonempty
+from .layers import Conv2d
+
+# The anchor generators: one level's cell anchors centred at the origin (torchvision, detectron2)
+# or at the first cell's centre (Detectron): (size, aspect_ratios, stride) -> (A, 4) float32.
 
 
-def cell_anchors(size: float, aspect_ratios: Sequence[float]) -> torch.Tensor:
-    """(A, 4) anchors centred at 0 for one size, rounded to integers (torchvision's form).
-
-    For aspect ratio r = h / w: h = size * sqrt(r), w = size / sqrt(r).
-    """
-    ratios = torch.as_tensor(aspect_ratios, dtype=torch.float32)
-    h_ratios = torch.sqrt(ratios)
-    w_ratios = 1 / h_ratios
-    ws = w_ratios * size
+def torchvision_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
+    """torchvision: for aspect ratio r = h / w, h = size * sqrt(r), w = size / sqrt(r), rounded to integers."""
+    h_ratios = torch.sqrt(torch.as_tensor(aspect_ratios, dtype=torch.float32))
+    ws = 1 / h_ratios * size
     hs = h_ratios * size
     return (torch.stack([-ws, -hs, ws, hs], dim=1) / 2).round()
+
+
+def detectron2_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
+    """detectron2's ``DefaultAnchorGenerator``: exact areas; for r = h / w, w = sqrt(size^2 / r),
+    h = r * w, computed in double, stored as float32."""
+    out = []
+    for r in aspect_ratios:
+        w = math.sqrt(size * size / r)
+        h = r * w
+        out.append([-w / 2.0, -h / 2.0, w / 2.0, h / 2.0])
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def detectron_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
+    """Detectron's ``generate_anchors`` for one FPN level.
+
+    A ``stride`` x ``stride`` base box [0, 0, stride-1, stride-1] is reshaped to each
+    aspect ratio r = h / w at constant area (sides rounded half-to-even), then scaled by
+    ``size / stride``; boxes stay centred at ((stride-1)/2, (stride-1)/2) with +1 sizes.
+    """
+    ctr = 0.5 * (stride - 1)
+    out = []
+    for r in aspect_ratios:
+        ws = float(np.round(np.sqrt(stride * stride / r)))
+        hs = float(np.round(ws * r))
+        ws, hs = ws * size / stride, hs * size / stride
+        out.append([ctr - 0.5 * (ws - 1), ctr - 0.5 * (hs - 1), ctr + 0.5 * (ws - 1), ctr + 0.5 * (hs - 1)])
+    return torch.tensor(out, dtype=torch.float32)
+
+
+# The proposal filters: which clipped proposals (R, 4) stay, given RPN.MIN_SIZE, the image's resize
+# factor and the padded input size (H, W) -> (R,) bool.
+
+
+def keep_min_size(boxes: torch.Tensor, min_size: float, scale: float, padded_size: tuple[int, int]) -> torch.Tensor:
+    """torchvision: width and height >= ``min_size``."""
+    return nonempty(boxes, min_size)
+
+
+def keep_above_min_size(boxes: torch.Tensor, min_size: float, scale: float, padded_size) -> torch.Tensor:
+    """detectron2: width and height > ``min_size`` (strictly)."""
+    return ((boxes[:, 2] - boxes[:, 0]) > min_size) & ((boxes[:, 3] - boxes[:, 1]) > min_size)
+
+
+def keep_original_pixels(boxes: torch.Tensor, min_size: float, scale: float, padded_size) -> torch.Tensor:
+    """Detectron: +1 sizes of at least max(``min_size``, 1) original-image pixels, centre inside the input."""
+    ph, pw = padded_size
+    ws, hs = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    min_size = max(min_size, 1.0)
+    return (
+        (ws / scale + 1 >= min_size)
+        & (hs / scale + 1 >= min_size)
+        & (boxes[:, 0] + (ws + 1) / 2.0 < pw)
+        & (boxes[:, 1] + (hs + 1) / 2.0 < ph)
+    )
 
 
 class RPNHead(nn.Module):
@@ -50,18 +105,21 @@ class RPNHead(nn.Module):
 class RPN(nn.Module):
     """Proposals per image from the FPN levels.
 
-    Per level, the ``pre_nms_topk`` highest logits are kept, decoded against their
-    anchors (weights 1,1,1,1), clipped, filtered by ``min_size``, and NMS-ed per level at
-    ``nms_thresh``; the ``post_nms_topk`` best over all levels are returned.
+    Per level, the ``pre_nms_topk`` highest logits are kept, decoded against their anchors
+    (weights 1,1,1,1), clipped, filtered, and NMS-ed per level at ``nms_thresh``; the
+    ``post_nms_topk`` best over all levels are returned. The weight family's arithmetic comes in
+    as plain arguments:
 
-    ``legacy=True`` is Detectron's arithmetic: its quantized anchors at fixed strides
-    2^level, +1 box sizes, clipping to the padded input, a minimum size of one
-    original-image pixel with the box centre inside the input, NMS suppressing at
-    IoU >= ``nms_thresh``, and ``post_nms_topk`` per level before the overall cut.
-    ``style="detectron2"``: exact-area anchors centred at 0 at fixed strides, and boxes
-    kept only when wider and taller than ``min_size`` (strictly).
-    ``tv_tie_order``: proposals of exactly equal score in torchvision's (unstable-sort) order
-    rather than in level/rank order; the same proposals either way (``boxes.batched_nms``).
+    - ``anchor_generator``: one level's cell anchors, ``(size, aspect_ratios, stride) -> (A, 4)``;
+      ``fixed_strides``: anchors at strides 2^level (else padded size // grid size, torchvision's).
+    - ``rank_by_logit``: rank by logits (detectron2; sigmoid can tie saturated scores).
+    - ``box_rule``: +1 sizes and inclusive NMS (``boxes.BoxRule``).
+    - ``clip_to_padded``: clip to the padded input instead of each image.
+    - ``proposal_filter``: ``(boxes, min_size, scale, padded_size) -> keep`` (``keep_min_size``,
+      ``keep_above_min_size``, ``keep_original_pixels``).
+    - ``topk_per_level``: ``post_nms_topk`` per level before the overall cut (Detectron).
+    - ``tv_tie_order``: proposals of exactly equal score in torchvision's (unstable-sort) order
+      rather than in level/rank order; the same proposals either way (``boxes.batched_nms``).
     """
 
     def __init__(
@@ -74,29 +132,26 @@ class RPN(nn.Module):
         post_nms_topk: int = 1000,
         nms_thresh: float = 0.7,
         min_size: float = 1e-3,
-        legacy: bool = False,
+        *,
         min_level: int = 2,
-        style: str = "",
+        anchor_generator: Callable[..., torch.Tensor] = torchvision_cell_anchors,
+        fixed_strides: bool = False,
+        rank_by_logit: bool = False,
+        box_rule: BoxRule = PLAIN_BOX_RULE,
+        clip_to_padded: bool = False,
+        proposal_filter: Callable[..., torch.Tensor] = keep_min_size,
+        topk_per_level: bool = False,
         tv_tie_order: bool = False,
     ) -> None:
         super().__init__()
         self.head = RPNHead(in_channels, len(aspect_ratios), conv_depth)
-        self.legacy = legacy
-        self.d2 = style == "detectron2"
         self.strides = [2 ** (min_level + i) for i in range(len(anchor_sizes))]
-        if self.d2:
-            self.cell_anchors = [detectron2_cell_anchors(s, aspect_ratios) for s in anchor_sizes]
-        elif legacy:
-            self.cell_anchors = [
-                detectron_cell_anchors(st, s, aspect_ratios) for st, s in zip(self.strides, anchor_sizes)
-            ]
-        else:
-            self.cell_anchors = [cell_anchors(s, aspect_ratios) for s in anchor_sizes]
-        self.pre_nms_topk = pre_nms_topk
-        self.post_nms_topk = post_nms_topk
-        self.nms_thresh = nms_thresh
-        self.min_size = min_size
-        self.tv_tie_order = tv_tie_order
+        self.cell_anchors = [anchor_generator(s, aspect_ratios, st) for s, st in zip(anchor_sizes, self.strides)]
+        self.pre_nms_topk, self.post_nms_topk = pre_nms_topk, post_nms_topk
+        self.nms_thresh, self.min_size = nms_thresh, min_size
+        self.fixed_strides, self.rank_by_logit, self.box_rule = fixed_strides, rank_by_logit, box_rule
+        self.clip_to_padded, self.proposal_filter = clip_to_padded, proposal_filter
+        self.topk_per_level, self.tv_tie_order = topk_per_level, tv_tie_order
         self._grid_cache: dict[tuple, torch.Tensor] = {}
 
     def grid_anchors(self, level: int, grid: tuple[int, int], stride: tuple[int, int], device) -> torch.Tensor:
@@ -116,20 +171,11 @@ class RPN(nn.Module):
             self._grid_cache[key] = a
         return a
 
-    def forward(
-        self,
-        features: list[torch.Tensor],
-        padded_size: tuple[int, int],
-        image_sizes: list[tuple[int, int]],
-        image_scales: list[float] | None = None,
-    ) -> list[torch.Tensor]:
-        """Proposals in input (resized) coordinates: a list of (R_i, 4), sorted by score.
-
-        ``image_sizes`` are the resized, unpadded sizes; ``image_scales`` the resize factors
-        (used by the legacy minimum-size rule).
-        """
+    def forward(self, features: list[torch.Tensor], images) -> list[torch.Tensor]:
+        """Proposals in the resized frame, one (R_i, 4) per image of ``images`` (a
+        ``transform.ImageBatch``: padded size, resized sizes, resize factors), sorted by score."""
         logits, deltas = self.head(features)
-        return self.select(logits, deltas, padded_size, image_sizes, image_scales)
+        return self.select(logits, deltas, tuple(images.tensor.shape[-2:]), images.sizes, images.scales)
 
     def select(
         self,
@@ -139,14 +185,18 @@ class RPN(nn.Module):
         image_sizes: list[tuple[int, int]],
         image_scales: list[float] | None = None,
     ) -> list[torch.Tensor]:
-        """Proposal selection from the head's per-level outputs (computed in float32)."""
+        """Proposal selection from the head's per-level outputs (computed in float32).
+
+        ``image_sizes`` are the resized, unpadded sizes; ``image_scales`` the resize factors
+        (read by the proposal filter; default 1).
+        """
         logits = [x.float() for x in logits]
         deltas = [x.float() for x in deltas]
         n = logits[0].shape[0]
         sel_scores, sel_deltas, sel_anchors, sel_levels = [], [], [], []
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
             a, h, w = lg.shape[1:]
-            if self.legacy or self.d2:
+            if self.fixed_strides:
                 stride = (self.strides[lvl], self.strides[lvl])
             else:  # padded size // grid size, as torchvision computes it
                 stride = (padded_size[0] // h, padded_size[1] // w)
@@ -160,47 +210,29 @@ class RPN(nn.Module):
             sel_anchors.append(anchors[idx])
             sel_levels.append(torch.full((k,), lvl, dtype=torch.int64, device=lg.device))
         scores = torch.cat(sel_scores, dim=1)
-        if not self.d2:  # detectron2 ranks by logits; sigmoid can tie saturated scores
+        if not self.rank_by_logit:
             scores = torch.sigmoid(scores)
         # one decode for all levels (row by row: the same values as per level)
         deltas_all = torch.cat(sel_deltas, dim=1).reshape(-1, 4)
         anchors_all = torch.cat(sel_anchors, dim=1).reshape(-1, 4)
-        boxes = decode_boxes(deltas_all, anchors_all, (1.0, 1.0, 1.0, 1.0), int(self.legacy)).view(n, -1, 4)
+        boxes = self.box_rule.decode(deltas_all, anchors_all, (1.0, 1.0, 1.0, 1.0)).view(n, -1, 4)
         levels = torch.cat(sel_levels)
-        if self.legacy:
-            return [
-                self._select_legacy(boxes[i], scores[i], levels, padded_size, image_scales[i])
-                for i in range(len(image_sizes))
-            ]
-        proposals = []
-        for i, (hh, ww) in enumerate(image_sizes):
-            b = clip_boxes(boxes[i], hh, ww)
-            if self.d2:
-                keep = ((b[:, 2] - b[:, 0]) > self.min_size) & ((b[:, 3] - b[:, 1]) > self.min_size)
-            else:
-                keep = nonempty(b, self.min_size)
-            b, s, lv = b[keep], scores[i][keep], levels[keep]
-            keep = batched_nms(b, s, lv, self.nms_thresh, topk=self.post_nms_topk, tv_tie_order=self.tv_tie_order)
-            keep = keep[: self.post_nms_topk]
-            proposals.append(b[keep])
-        return proposals
+        scales = image_scales or [1.0] * n
+        return [
+            self.select_image(boxes[i], scores[i], levels, size, padded_size, scales[i])
+            for i, size in enumerate(image_sizes)
+        ]
 
-    def _select_legacy(self, boxes, scores, levels, padded_size, scale: float) -> torch.Tensor:
-        ph, pw = padded_size
-        b = clip_boxes(boxes, ph, pw, offset=1)
-        ws, hs = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
-        min_size = max(self.min_size, 1.0)
-        keep = (
-            (ws / scale + 1 >= min_size)
-            & (hs / scale + 1 >= min_size)
-            & (b[:, 0] + (ws + 1) / 2.0 < pw)
-            & (b[:, 1] + (hs + 1) / 2.0 < ph)
-        )
+    def select_image(self, boxes, scores, levels, image_size, padded_size, scale: float) -> torch.Tensor:
+        """One image's decoded (R, 4) boxes, (R,) scores and levels -> its proposals (P, 4)."""
+        h, w = padded_size if self.clip_to_padded else image_size
+        b = self.box_rule.clip(boxes, h, w)
+        keep = self.proposal_filter(b, self.min_size, scale, padded_size)
         b, s, lv = b[keep], scores[keep], levels[keep]
-        keep = batched_nms(b, s, lv, self.nms_thresh, offset=1, inclusive=True)
-        lv = lv[keep]
-        # rank of each kept box within its level (keep is score-sorted): per-level cap
-        onehot = torch.nn.functional.one_hot(lv, len(self.strides))
-        rank = (onehot.cumsum(0) * onehot).sum(1) - 1
-        keep = keep[rank < self.post_nms_topk][: self.post_nms_topk]
-        return b[keep]
+        topk = None if self.topk_per_level else self.post_nms_topk
+        keep = self.box_rule.nms(b, s, lv, self.nms_thresh, topk=topk, tv_tie_order=self.tv_tie_order)
+        if self.topk_per_level:  # rank of each kept box within its level (keep is score-sorted)
+            onehot = torch.nn.functional.one_hot(lv[keep], len(self.strides))
+            rank = (onehot.cumsum(0) * onehot).sum(1) - 1
+            keep = keep[rank < self.post_nms_topk]
+        return b[keep[: self.post_nms_topk]]

@@ -11,7 +11,6 @@ import os
 import pickle
 import re
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
@@ -21,12 +20,12 @@ import pytest
 import torch
 
 import minidet
+from helpers import config, load_tool, one_error_line, run_tool
 from minidet.checkpoint import CheckpointError, load_checkpoint
-from minidet.synthetic import structured_image
-from test_detectron2 import d2_weights
+from minidet.testing.checkpoints import d2_weights
+from minidet.testing.synthetic import structured_image
 from test_imageio import _forged_png, _with_exif
 from test_infer_tool import FAST as INFER_FAST
-from toolmod import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 INFER = ROOT / "tools" / "infer.py"
@@ -42,43 +41,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 
 
 def _run(tool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    # the tools find minidet by themselves; one thread: many times faster than two OpenMP threads
-    # fighting other jobs for two cores
-    env = {**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(tool), *args]
-    return subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return run_tool(tool, *args, cwd=cwd, threads=1, timeout=900)
 
 
-def _one_error_line(err: str) -> str:
-    """The single line a failed set-up prints (and nothing else, no traceback)."""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
+# tv_state, tv_file (conftest.py): torchvision's initial weights with confident classes: detections to check
 
 
-@pytest.fixture(scope="module")
-def tv_state() -> dict[str, torch.Tensor]:
-    from torchvision.models.detection import maskrcnn_resnet50_fpn
-
-    torch.manual_seed(0)
-    m = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
-    with torch.no_grad():
-        m.roi_heads.box_predictor.cls_score.weight.mul_(30)  # confident classes: detections to check
-    return m.state_dict()
-
-
-@pytest.fixture(scope="module")
-def tv_file(tmp_path_factory, tv_state) -> Path:
-    path = tmp_path_factory.mktemp("ckpt") / "tv.pth"
-    torch.save(tv_state, path)
-    return path
-
-
-def _cfg(config: Path = TV_CONFIG, *opts) -> minidet.config.CfgNode:
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(str(config))
-    cfg.merge_from_list(["MODEL.WEIGHTS", "", *opts])
-    return cfg
+def _cfg(path: Path = TV_CONFIG, *opts) -> minidet.config.CfgNode:
+    return config(path, *opts)
 
 
 @cache
@@ -90,7 +60,7 @@ def _model(config: Path = TV_CONFIG, *opts):
 def _load_error(path: Path, config: Path = TV_CONFIG, *opts) -> str:
     cfg = _cfg(config, *opts)
     with pytest.raises(CheckpointError) as info:
-        load_checkpoint(_model(config, *opts), str(path), cfg.MODEL.FROZEN_BN_EPS)
+        load_checkpoint(_model(config, *opts), str(path), cfg.MODEL.FROZEN_BN_EPS, convention=cfg.MODEL.CONVENTION)
     text = str(info.value)
     assert "\n" not in text and str(path) in text
     return text
@@ -133,7 +103,7 @@ def test_code_execution_payloads_are_refused_unrun(tmp_path, ext):
         path.write_bytes(data)
         text = _load_error(path)
         assert re.search(r"refused: the pickle asks for (posix\.system|os\.system|builtins\.eval|builtins\.exec|"
-                         r"numpy\.testing\._private\.utils\.runstring)", text), (what, text)  # fmt: skip
+                         r"numpy\.testing\._private\.utils\.runstring)", text), (what, text)
         assert "nothing was run" in text, (what, text)
     path = tmp_path / f"evil_zip{ext}"  # a torch.save archive, the usual .pth, carrying the payload
     torch.save({"backbone.body.conv1.weight": torch.zeros(1), "x": _Payload(os.system, f"touch {marker}")}, path)
@@ -174,13 +144,13 @@ def test_file_content_decides_the_reader(tmp_path, tv_file):
     """A torch archive named .pkl and a numpy pickle named .pth both load, by their content."""
     model = _model()
     (tmp_path / "tv.pkl").write_bytes(tv_file.read_bytes())
-    assert load_checkpoint(model, str(tmp_path / "tv.pkl"), 0.0).format == "torchvision"
+    assert load_checkpoint(model, str(tmp_path / "tv.pkl"), 0.0, convention="torchvision").format == "torchvision"
     d2_path = tmp_path / "d2.pth"
     d2_path.write_bytes(pickle.dumps({"model": d2_weights(50)}, 4))
-    assert load_checkpoint(_model(D2_CONFIG), str(d2_path), 1e-5).format == "detectron2"
+    assert load_checkpoint(_model(D2_CONFIG), str(d2_path), 1e-5, convention="detectron2").format == "detectron2"
     text = _load_error(d2_path)  # the same file with a torchvision config
     assert text.endswith("a detectron2 checkpoint needs MODEL.CONVENTION detectron2, the config has torchvision; "
-                         "see configs/detectron2/")  # fmt: skip
+                         "see configs/detectron2/")
 
 
 def test_architecture_mismatches_name_the_key_to_change(tmp_path, tv_state):
@@ -212,7 +182,7 @@ def test_norm_kind_mismatch(tmp_path, tv_file):
     gn = minidet.build_model(_cfg(TV_CONFIG, "MODEL.NORM", "GN"))
     torch.save(gn.state_dict(), tmp_path / "gn.pth")
     assert "backbone.stem.conv1.norm.{bias, weight} has no running statistics (a GroupNorm checkpoint?) but " \
-           "MODEL.NORM is FrozenBN" in _load_error(tmp_path / "gn.pth")  # fmt: skip
+           "MODEL.NORM is FrozenBN" in _load_error(tmp_path / "gn.pth")
     assert "holds batch-norm statistics but MODEL.NORM is GN" in _load_error(tv_file, TV_CONFIG, "MODEL.NORM", "GN")
 
 
@@ -255,11 +225,11 @@ def test_config_errors_one_line_each(tmp_path, capsys):
         path = tmp_path / name
         path.write_text(text.format(base=TV_CONFIG))
         rc, err = _infer_in_process(capsys, tmp_path, path, "MODEL.WEIGHTS", "")
-        assert rc == 2 and message in _one_error_line(err), (name, err)
+        assert rc == 2 and message in one_error_line(err), (name, err)
     rc, err = _infer_in_process(capsys, tmp_path, TV_CONFIG, "MODEL.WEIGHTS", "", "MODEL.RESNETS.DEPTH", "34")
-    assert rc == 2 and "MODEL.RESNETS.DEPTH must be 50 or 101; got 34" in _one_error_line(err)
+    assert rc == 2 and "MODEL.RESNETS.DEPTH must be 50 or 101; got 34" in one_error_line(err)
     rc, err = _infer_in_process(capsys, tmp_path, tmp_path / "absent.yaml")
-    assert rc == 2 and _one_error_line(err) == f"error: config file not found: {tmp_path / 'absent.yaml'}"
+    assert rc == 2 and one_error_line(err) == f"error: config file not found: {tmp_path / 'absent.yaml'}"
     rc, err = _infer_in_process(capsys, tmp_path, tmp_path / "unknown_key.yaml", debug=True)
     assert rc == 2 and "Traceback" in err and err.strip().endswith("unknown config key: MODEL.NROM")
 
@@ -269,7 +239,7 @@ def test_checkpoint_errors_through_the_tool(tmp_path, capsys):
     evil = tmp_path / "evil.pkl"
     evil.write_bytes(pickle.dumps({"blobs": {"x": _Payload(os.system, f"touch {marker}")}}, 2))
     rc, err = _infer_in_process(capsys, tmp_path, TV_CONFIG, "MODEL.WEIGHTS", str(evil))
-    assert rc == 2 and _one_error_line(err).startswith(f"error: {evil}: refused: the pickle asks for ")
+    assert rc == 2 and one_error_line(err).startswith(f"error: {evil}: refused: the pickle asks for ")
     assert not marker.exists()
 
 
@@ -286,7 +256,7 @@ def dataset(tmp_path) -> Path:
         "images": [{"id": i, "file_name": f"{i}.jpg", "height": 20, "width": 30} for i in (1, 2)],
         "annotations": anns,
         "categories": [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}],
-    }))  # fmt: skip
+    }))
     return ann
 
 
@@ -337,13 +307,13 @@ def test_annotation_file_errors_one_line_each(tmp_path, capsys, dataset):
             ["--ann", str(path), "--results", str(tmp_path / "r.json"), "--output", str(tmp_path / "o")],
             ["--config-file", str(TV_CONFIG), "--ann", str(path), "--images", str(tmp_path), "--output",
              str(tmp_path / "o")],
-        ):  # fmt: skip
+        ):
             rc, err = _eval_in_process(capsys, *argv)
-            line = _one_error_line(err)
+            line = one_error_line(err)
             assert rc == 2 and str(path) in line and message in line, (name, line)
     assert not (tmp_path / "o").exists()
     rc, err = _eval_in_process(capsys, "--ann", str(tmp_path / "truncated.json"), "--results", "r.json",
-                               "--output", str(tmp_path / "o"), "--debug")  # fmt: skip
+                               "--output", str(tmp_path / "o"), "--debug")
     assert rc == 2 and "Traceback" in err and "not valid JSON" in err.strip().splitlines()[-1]
 
 
@@ -362,7 +332,7 @@ def test_results_file_errors_one_line_each(tmp_path, capsys, dataset):
         rc, err = _eval_in_process(
             capsys, "--ann", str(dataset), "--results", str(path), "--output", str(tmp_path / "o")
         )
-        line = _one_error_line(err)
+        line = one_error_line(err)
         assert rc == 2 and line.startswith(f"error: {path}: ") and message in line, (name, line)
     # detections of categories the dataset does not have: told in one line, left out, the rest evaluated
     path = tmp_path / "other_category.json"
@@ -434,7 +404,7 @@ def test_infer_on_the_image_corpus(tmp_path, tv_file):
     good, bad = _image_corpus(images)
     out = tmp_path / "out"
     res = _run(INFER, "--config-file", str(TV_CONFIG), "--input", str(images), "--output", str(out),
-               "MODEL.WEIGHTS", str(tv_file), *FAST, cwd=tmp_path)  # fmt: skip
+               "MODEL.WEIGHTS", str(tv_file), *FAST, cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     errors = sorted(line for line in res.stderr.splitlines() if line.startswith("error:"))
@@ -454,7 +424,7 @@ def test_infer_on_the_image_corpus(tmp_path, tv_file):
 
     res = _run(INFER, "--config-file", str(TV_CONFIG), "--input", str(images / "text.jpg"),
                str(images / "sliver.png"), "--output", str(out), "--debug", "MODEL.WEIGHTS", str(tv_file),
-               *FAST, cwd=tmp_path)  # fmt: skip
+               *FAST, cwd=tmp_path)
     assert res.returncode == 1 and res.stderr.count("Traceback") == 2, res.stderr
     assert [line for line in res.stderr.splitlines() if line.startswith("error:")] == [
         f"error: {images / 'text.jpg'}: {bad['text.jpg']}",
@@ -477,10 +447,10 @@ def test_eval_skips_an_image_the_model_cannot_take(tmp_path, tv_file):
         "images": [first, {"id": 1, "file_name": "sliver.png", "height": 1, "width": 4000}],
         "annotations": [a for a in src["annotations"] if a["image_id"] == first["id"]],
         "categories": src["categories"],
-    }))  # fmt: skip
+    }))
     res = _run(EVAL, "--config-file", str(TV_CONFIG), "--ann", str(ann), "--images", str(images),
                "--output", str(tmp_path / "out"), "--workers", "0", "MODEL.WEIGHTS", str(tv_file),
-               "TEST.IMS_PER_BATCH", "2", *FAST, cwd=tmp_path)  # fmt: skip
+               "TEST.IMS_PER_BATCH", "2", *FAST, cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     assert [line for line in res.stderr.splitlines() if line.startswith("error:")] == [

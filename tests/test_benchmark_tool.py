@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import cv2
 import pytest
 
+from helpers import load_tool, run_tool
+from minidet.testing import benchreport
+from minidet.testing.benchreport import Run
 from minidet.timing import DETAILS, STAGES
-from toolmod import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "benchmark.py"
@@ -21,7 +21,7 @@ TOOL = ROOT / "tools" / "benchmark.py"
 FAST = [
     "MODEL.RPN.PRE_NMS_TOPK_TEST", "200", "MODEL.RPN.POST_NMS_TOPK_TEST", "50",
     "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "10",
-]  # fmt: skip
+]
 
 
 # a row of the step table: [label] step torchvision-ms minidet-ms ratio verdict
@@ -32,9 +32,14 @@ STEP_LINE = re.compile(
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ""}  # the tool must find minidet by itself
-    cmd = [sys.executable, str(TOOL), *args]
-    return subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return run_tool(TOOL, *args, cwd=cwd)
+
+
+def _run_record(variant: str, stages: list[dict], details: list[dict], walls: list[float], dets: list[int]) -> Run:
+    """A plain record of one model at R-50, batch 1 (what the tool fills while it times)."""
+    impl = "torchvision" if variant == "torchvision" else "minidet"
+    cpus = [0.1] * len(walls)
+    return Run(variant, impl, variant, 50, 1, "test", stages, details, walls, cpus, dets)
 
 
 @pytest.mark.slow
@@ -157,21 +162,25 @@ def test_benchmark_arguments(capsys):
 def test_detection_drift_matches_by_label_and_iou():
     import torch
 
-    tool = load_tool(TOOL)
+    from minidet.testing.compare import detection_drift
+
     ref = {"boxes": torch.tensor([[0.0, 0, 10, 10], [20, 20, 40, 40]]), "scores": torch.tensor([0.9, 0.8]),
-           "labels": torch.tensor([1, 2])}  # fmt: skip
+           "labels": torch.tensor([1, 2])}
     new = {"boxes": torch.tensor([[21.0, 20, 40, 40], [0, 0, 10, 10], [50, 50, 60, 60]]),
-           "scores": torch.tensor([0.7, 0.9, 0.1]), "labels": torch.tensor([2, 3, 1])}  # fmt: skip
-    d = tool.detection_drift([ref], [new])
+           "scores": torch.tensor([0.7, 0.9, 0.1]), "labels": torch.tensor([2, 3, 1])}
+    d = detection_drift([ref], [new])
     assert (d["detections_fp32"], d["detections_amp"], d["matched"]) == (2, 3, 1)  # box 0 changed label
     assert d["box_diff_px_max"] == pytest.approx(1.0) and d["score_diff_max"] == pytest.approx(0.1)
 
 
-def test_compare_detections_tolerates_paste_grid_flips():
+def test_compare_detections_names_paste_grid_flips_and_excuses_no_mask():
+    """One verdict for the tests and the benchmark: every mask needs IoU >= 0.99. A mask pasted one
+    pixel apart because the two boxes (equal within 2e-3 px) truncate to different paste grids is
+    a difference, which the message names; so is one flipped pixel in a small mask."""
     import torch
     from torchvision.models.detection.roi_heads import expand_boxes
 
-    from minidet.tvref import compare_detections, paste_grid
+    from minidet.testing.compare import assert_same_detections, compare_detections, paste_grid
 
     boxes = torch.rand(200, 4) * 300
     boxes[:, 2:] += boxes[:, :2] + 1
@@ -186,16 +195,30 @@ def test_compare_detections_tolerates_paste_grid_flips():
     ref = {"boxes": box, "scores": torch.tensor([0.5]), "labels": torch.tensor([3]), "masks": masks}
     ours = {**ref, "boxes": other, "masks": masks.roll(1, dims=1)}
     m = compare_detections(ours, ref)
-    assert m.worst_iou == 0.0 and m.grid_flips == 1 and m.problem() == ""
-    same_grid = {**ours, "boxes": box + 1e-5}
-    assert compare_detections(same_grid, ref).problem(pixel_tol=2).startswith("mask IoU 0.0000")
+    assert m.worst_iou == 0.0 and m.low_iou == 1 and m.grid_flips == 1
+    assert m.problem() == (
+        "mask IoU 0.0000: 1 masks below 0.99 (at most 400 pixels differ), 1 of them pasted 1 px apart"
+        " (boxes on different paste grids)"
+    )
+    same_grid = compare_detections({**ours, "boxes": box + 1e-5}, ref)
+    assert same_grid.grid_flips == 0 and same_grid.problem().endswith("(at most 400 pixels differ)")
+    with pytest.raises(AssertionError, match="mask IoU 0.0000"):
+        assert_same_detections(ours, ref)
+
+    small = torch.zeros(1, 40, 40, dtype=torch.bool)
+    small[0, 10:16, 10:23] = True  # 78 pixels: one flipped pixel is IoU 77 / 78 < 0.99
+    flipped = small.clone()
+    flipped[0, 10, 10] = False
+    one = compare_detections({**ref, "masks": flipped}, {**ref, "masks": small})
+    assert one.worst_pixels == 1 and one.problem().startswith("mask IoU 0.9872: 1 masks below 0.99")
+    assert assert_same_detections(ref, ref).problem() == ""
 
 
 def test_compare_detections_names_a_different_detection():
     """A detection replaced by another of the same label is reported as such, not as a 'moved box'."""
     import torch
 
-    from minidet.tvref import compare_detections
+    from minidet.testing.compare import compare_detections
 
     boxes = torch.tensor([[10.0, 10, 50, 50], [100, 100, 140, 150], [300, 20, 330, 60]])
     ref = {"boxes": boxes, "scores": torch.tensor([0.9, 0.5, 0.2]), "labels": torch.tensor([1, 2, 2])}
@@ -209,21 +232,17 @@ def test_compare_detections_names_a_different_detection():
 
 
 def test_step_table_against_torchvision_only():
-    tool = load_tool(TOOL)
-    args = tool.parse_args(["--norms", "Affine+fold", "--vs-torchvision"])
     ms = 1e-3
     tv_stages, md_stages = {s: 10 * ms for s in STAGES}, {s: 5 * ms for s in STAGES}
     tv_stages["paste"], md_stages["paste"] = 40 * ms, 10 * ms
     tv_details = {"rpn_select": 4 * ms, "box_roi_align": 4 * ms, "box_postprocess": 3 * ms, "mask_roi_align": 2 * ms}
     md_details = {"rpn_select": 1 * ms, "box_roi_align": 2 * ms, "box_postprocess": 2 * ms, "mask_roi_align": 2 * ms}
-    runners = []
-    for variant, stages, details in (("torchvision", tv_stages, tv_details), ("Affine+fold", md_stages, md_details)):
-        r = tool.Runner(variant, 50, 1, "w.pth", 1, "test")
-        r.records, r.detail_records = [stages] * 2, [details] * 2
-        r.walls, r.cpus, r.dets = [sum(stages.values())] * 2, [0.1] * 2, [5, 5]
-        runners.append(r)
+    runs = [
+        _run_record(variant, [stages] * 2, [details] * 2, [sum(stages.values())] * 2, [5, 5])
+        for variant, stages, details in (("torchvision", tv_stages, tv_details), ("Affine+fold", md_stages, md_details))
+    ]
 
-    rows = tool.analyze(args, runners)
+    rows = benchreport.analyze(runs)
     fold = rows[1]
     assert fold["stages"]["total"]["median"] == pytest.approx(sum(md_stages.values()))  # details not in the total
     assert list(fold["details"]) == list(DETAILS) and fold["details"]["rpn_select"]["median"] == 1 * ms
@@ -233,8 +252,8 @@ def test_step_table_against_torchvision_only():
     )
     assert vs["steps_met"] == {
         "rpn_select": True, "box_roi_align": True, "box_postprocess": False, "mask_roi_align": False, "paste": True
-    }  # fmt: skip
-    text = tool.report(args, rows).splitlines()
+    }
+    text = benchreport.report(rows).splitlines()
     i = text.index(
         "steps where torchvision does avoidable work (target: minidet at most half of torchvision's time), median ms:"
     )
@@ -246,28 +265,23 @@ def test_step_table_against_torchvision_only():
         ["paste", "40.00", "10.00", "4.00x", "met"],
     ]
     # without torchvision there is no step table
-    alone = tool.analyze(args, runners[1:])
+    alone = benchreport.analyze(runs[1:])
     assert alone[0]["vs_torchvision"] is None and list(alone[0]["details"]) == list(DETAILS)
-    assert not any(ln.startswith("steps where") for ln in tool.report(args, alone).splitlines())
+    assert not any(ln.startswith("steps where") for ln in benchreport.report(alone).splitlines())
 
 
 def test_norm_cost_against_no_norm_and_gn_over_frozenbn():
-    tool = load_tool(TOOL)
     ms = 1e-3
     backbone = {"FrozenBN": [12] * 3, "Affine": [11] * 3, "Affine+fold": [10, 10.5, 9.5], "GN": [15] * 3}
     backbone["none"] = [10] * 3
 
     def rows_of(variants):
-        args = tool.parse_args(["--norms", ",".join(variants)])
-        runners = []
+        runs = []
         for v in variants:
-            r = tool.Runner(v, 50, 1, "w.pth", 1, "test")
-            r.records = [{**{s: 5 * ms for s in STAGES}, "backbone": b * ms} for b in backbone[v]]
-            r.detail_records = [{}] * 3
-            r.walls, r.cpus, r.dets = [sum(rec.values()) for rec in r.records], [0.1] * 3, [100] * 3
-            runners.append(r)
-        rows = tool.analyze(args, runners)
-        return {row["label"]: row for row in rows}, tool.report(args, rows).splitlines()
+            records = [{**{s: 5 * ms for s in STAGES}, "backbone": b * ms} for b in backbone[v]]
+            runs.append(_run_record(v, records, [{}] * 3, [sum(rec.values()) for rec in records], [100] * 3))
+        rows = benchreport.analyze(runs)
+        return {row["label"]: row for row in rows}, benchreport.report(rows).splitlines()
 
     rows, text = rows_of(["FrozenBN", "Affine", "Affine+fold", "GN", "none"])
     assert rows["FrozenBN"]["vs_none"]["norm_cost"] == pytest.approx(0.2)
@@ -303,7 +317,7 @@ def test_norm_cost_against_no_norm_and_gn_over_frozenbn():
 
 
 def test_torchvision_channels_last_baseline_report_and_json():
-    from minidet.tvref import DetectionMatch
+    from minidet.testing.compare import DetectionMatch
 
     tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "FrozenBN,Affine+fold", "--vs-torchvision"])
@@ -329,15 +343,16 @@ def test_torchvision_channels_last_baseline_report_and_json():
     assert calls == [["img2"], ["img3"]]  # only where a variant differs, once per image
     assert runners[1].tv_channels_last == [None] * 4
 
-    rows = json.loads(json.dumps(tool.analyze(args, runners)))  # as --json writes them
+    records = [r.record(args.depth_list, args.batch_list) for r in runners]  # what the tool hands on
+    rows = json.loads(json.dumps(benchreport.analyze(records)))  # as --json writes them
     fb, fold = (rows[i]["vs_torchvision"]["detections"] for i in (1, 2))
     assert fb["tv_channels_last"] == {"images": 0, "changed": 0, "first_change": None}
     assert fb["first_problem_image_seed"] is None
     assert (fold["images"], fold["same"], fold["first_problem_image_seed"]) == (4, 2, 2)
     assert fold["tv_channels_last"] == {
         "images": 2, "changed": 1, "first_change": "no unmatched detection with label 32"
-    }  # fmt: skip
-    text = tool.report(args, rows).splitlines()
+    }
+    text = benchreport.report(rows).splitlines()
     i = text.index(
         "  same detections as torchvision on 4/4 images (worst box 0 px, score 0, mask IoU 1.0000, "
         "at most 0 mask pixels differ)"
@@ -350,7 +365,7 @@ def test_torchvision_channels_last_baseline_report_and_json():
         "first change: no unmatched detection with label 32"
     )
     # not measured (--amp): no counts, no line
-    runners[2].tv_channels_last = None
-    rows = tool.analyze(args, runners)
+    records[2].tv_channels_last = None
+    rows = benchreport.analyze(records)
     assert rows[2]["vs_torchvision"]["detections"]["tv_channels_last"] is None
-    assert not any("torchvision itself changes" in ln for ln in tool.report(args, rows).splitlines())
+    assert not any("torchvision itself changes" in ln for ln in benchreport.report(rows).splitlines())

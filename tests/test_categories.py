@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from minidet.categories import COCO_CATEGORIES, LAYOUTS, category_ids, class_names
-from minidet.config import CATEGORY_LAYOUTS
 
 COCO_IDS = [
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 27, 28,
     31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55,
     56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 67, 70, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 84,
     85, 86, 87, 88, 89, 90,
-]  # fmt: skip
+]
 UNUSED_IDS = [12, 26, 29, 30, 45, 66, 68, 69, 71, 83]
 BY_ID = dict(COCO_CATEGORIES)
 
@@ -26,10 +25,6 @@ def test_coco_table():
     spot.update({67: "dining table", 72: "tv", 77: "cell phone", 89: "hair drier", 90: "toothbrush"})
     for cid, name in spot.items():
         assert BY_ID[cid] == name
-
-
-def test_layouts_match_config():
-    assert set(LAYOUTS) == set(CATEGORY_LAYOUTS)
 
 
 def test_coco91_torchvision():

@@ -5,24 +5,22 @@ import pickle
 
 import pytest
 import torch
-from torchvision.models.detection import maskrcnn_resnet50_fpn, maskrcnn_resnet50_fpn_v2
 
 import minidet
-from minidet.checkpoint import CheckpointError, load_checkpoint, read_torch_file, rename_torchvision
+from helpers import config
+from minidet.checkpoint import CheckpointError, load_checkpoint, rename_torchvision
 from minidet.norm import Affine, FrozenBN
-
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference")
+from minidet.readers import read_torch_file
+from minidet.testing.checkpoints import REFERENCE
 
 
 def _cfg(v2=False, **kw):
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(f"configs/torchvision/maskrcnn_resnet50_fpn{'_v2' if v2 else ''}.yaml")
-    cfg.merge_from_list(["MODEL.WEIGHTS", ""] + [x for kv in kw.items() for x in kv])
-    return cfg
+    path = f"configs/torchvision/maskrcnn_resnet50_fpn{'_v2' if v2 else ''}.yaml"
+    return config(path, *(x for kv in kw.items() for x in kv))
 
 
 def _keys(name):
-    path = os.path.join(SHARED, name)
+    path = os.path.join(REFERENCE, name)
     if not os.path.exists(path):
         pytest.skip(f"needs ../shared/reference/{name}")
     keys = []
@@ -34,11 +32,11 @@ def _keys(name):
 
 
 @pytest.mark.parametrize("v2", [False, True])
-def test_every_torchvision_key_maps_to_a_model_parameter(v2):
-    tv = (maskrcnn_resnet50_fpn_v2 if v2 else maskrcnn_resnet50_fpn)(weights=None, weights_backbone=None)
+def test_every_torchvision_key_maps_to_a_model_parameter(request, v2):
+    tv_state = request.getfixturevalue("tv_v2_state_init" if v2 else "tv_state_init")  # torchvision's own keys
     model = minidet.build_model(_cfg(v2))
     own = set(model.state_dict())
-    mapped = {rename_torchvision(k) for k in tv.state_dict()} - {None}
+    mapped = {rename_torchvision(k) for k in tv_state} - {None}
     assert mapped <= own, sorted(mapped - own)[:5]
     # and nothing of the model is left unfilled (buffers pixel_mean/std are config, not weights)
     assert own - mapped <= {"pixel_mean", "pixel_std"}
@@ -59,22 +57,22 @@ def test_reference_key_lists_cover_both_layouts():
 
 
 @pytest.fixture(scope="module")
-def tv_file(tmp_path_factory):
-    torch.manual_seed(0)
-    tv = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None).eval()
-    with torch.no_grad():
-        tv.backbone.body.bn1.running_var.uniform_(0.5, 2.0)
-        tv.backbone.body.bn1.running_mean.normal_()
+def tv_stats_file(tmp_path_factory, tv_state_init):
+    """(path, state dict): torchvision's initial weights with non-trivial statistics in the stem's norm."""
+    gen = torch.Generator().manual_seed(0)
+    sd = dict(tv_state_init)
+    sd["backbone.body.bn1.running_var"] = torch.empty(64).uniform_(0.5, 2.0, generator=gen)
+    sd["backbone.body.bn1.running_mean"] = torch.randn(64, generator=gen)
     path = tmp_path_factory.mktemp("ckpt") / "tv.pth"
-    torch.save(tv.state_dict(), path)
-    return str(path), tv.state_dict()
+    torch.save(sd, path)
+    return str(path), sd
 
 
 @pytest.mark.parametrize("norm,eps", [("FrozenBN", 0.0), ("Affine", 0.0), ("FrozenBN", 1e-5), ("Affine", 1e-5)])
-def test_norm_statistics_loaded_with_the_config_eps(tv_file, norm, eps):
-    path, sd = tv_file
+def test_norm_statistics_loaded_with_the_config_eps(tv_stats_file, norm, eps):
+    path, sd = tv_stats_file
     model = minidet.build_model(_cfg(**{"MODEL.NORM": norm, "MODEL.FROZEN_BN_EPS": eps}))
-    report = load_checkpoint(model, path, bn_eps=eps)
+    report = load_checkpoint(model, path, bn_eps=eps, convention="torchvision")
     assert not report.missing and not report.unexpected and not report.mismatched
     assert all(k.endswith("num_batches_tracked") for k in report.ignored) and report.ignored
     n = model.backbone.stem.conv1.norm
@@ -89,39 +87,39 @@ def test_norm_statistics_loaded_with_the_config_eps(tv_file, norm, eps):
         torch.testing.assert_close(n.shift.view(-1), b - m * scale)
 
 
-def test_missing_and_mismatched_are_errors(tv_file, tmp_path):
-    path, sd = tv_file
+def test_missing_and_mismatched_are_errors(tv_stats_file, tmp_path):
+    path, sd = tv_stats_file
     sd = dict(sd)
     del sd["roi_heads.box_head.fc7.weight"]
     p = tmp_path / "missing.pth"
     torch.save(sd, p)
     model = minidet.build_model(_cfg())
     with pytest.raises(CheckpointError, match=r"missing.pth: 1 model weights not in checkpoint: box_head.fc2.weight"):
-        load_checkpoint(model, str(p), 0.0)
-    report = load_checkpoint(model, str(p), 0.0, allow_missing=True)
+        load_checkpoint(model, str(p), 0.0, convention="torchvision")
+    report = load_checkpoint(model, str(p), 0.0, allow_missing=True, convention="torchvision")
     assert report.missing == ["box_head.fc2.weight"] and "box_head.fc2.weight" in str(report)
 
-    sd = dict(tv_file[1])
+    sd = dict(tv_stats_file[1])
     sd["roi_heads.box_predictor.cls_score.weight"] = torch.zeros(81, 1024)
     p = tmp_path / "shape.pth"
     torch.save(sd, p)
     with pytest.raises(
         CheckpointError, match=r"box_predictor.cls_score.weight: checkpoint \(81, 1024\) vs model \(91, 1024\)"
     ):
-        load_checkpoint(minidet.build_model(_cfg()), str(p), 0.0)
+        load_checkpoint(minidet.build_model(_cfg()), str(p), 0.0, convention="torchvision")
 
 
-def test_gn_config_refuses_batchnorm_checkpoint(tv_file):
-    path, _ = tv_file
+def test_gn_config_refuses_batchnorm_checkpoint(tv_stats_file):
+    path, _ = tv_stats_file
     model = minidet.build_model(_cfg(**{"MODEL.NORM": "GN"}))
     with pytest.raises(CheckpointError, match="batch-norm statistics but MODEL.NORM is GN"):
-        load_checkpoint(model, path, 0.0)
+        load_checkpoint(model, path, 0.0, convention="torchvision")
 
 
-def test_v1_file_into_v2_config_is_a_clear_error(tv_file):
-    path, _ = tv_file
+def test_v1_file_into_v2_config_is_a_clear_error(tv_stats_file):
+    path, _ = tv_stats_file
     with pytest.raises(CheckpointError, match="not in checkpoint"):
-        load_checkpoint(minidet.build_model(_cfg(v2=True)), path, 1e-5)
+        load_checkpoint(minidet.build_model(_cfg(v2=True)), path, 1e-5, convention="torchvision")
 
 
 def test_missing_file_points_to_official_weights(tmp_path):
@@ -161,4 +159,4 @@ def test_unrecognized_layout(tmp_path):
     p = tmp_path / "other.pth"
     torch.save({"features.0.weight": torch.zeros(3)}, p)
     with pytest.raises(CheckpointError, match="unrecognized checkpoint layout"):
-        load_checkpoint(minidet.build_model(_cfg()), str(p), 0.0)
+        load_checkpoint(minidet.build_model(_cfg()), str(p), 0.0, convention="torchvision")

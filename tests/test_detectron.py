@@ -10,13 +10,18 @@ import pytest
 import torch
 
 import minidet
-from detectron_ckpt import REFERENCE, add_real_file_extras, blob_list, make_blobs, write_detectron_pkl
-from minidet.boxes import assign_levels, batched_nms, clip_boxes, decode_boxes, detectron_cell_anchors, paste_masks
-from minidet.checkpoint import CheckpointError, read_pickle_file, rename_detectron
+from helpers import config
+from minidet.boxes import BoxRule, batched_nms, clip_boxes, decode_boxes
+from minidet.checkpoint import CheckpointError, rename_detectron
 from minidet.norm import Affine, FrozenBN
-from minidet.roi_heads import box_postprocess
-from minidet.synthetic import structured_image
-from tvref import match_detections
+from minidet.poolers import detectron_levels, torchvision_levels
+from minidet.readers import read_pickle_file
+from minidet.roi_heads import BoxPredictor
+from minidet.rpn import detectron_cell_anchors, keep_original_pixels
+from minidet.testing.checkpoints import REFERENCE, add_real_file_extras, blob_list, make_blobs, write_detectron_pkl
+from minidet.testing.compare import assert_same_detections
+from minidet.testing.synthetic import structured_image
+from minidet.transform import ImageBatch, paste_masks
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(REFERENCE), reason="needs ../shared/reference (blob lists)")
 
@@ -30,10 +35,7 @@ CONFIGS = {
 
 
 def _cfg(variant, weights, *opts):
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(f"configs/detectron/{CONFIGS[variant]}.yaml")
-    cfg.merge_from_list(["MODEL.WEIGHTS", str(weights), *SIZE, *opts])
-    return cfg
+    return config(f"configs/detectron/{CONFIGS[variant]}.yaml", *SIZE, *opts, weights=weights)
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +185,7 @@ def test_bn_checkpoint_same_detections_for_every_frozen_norm(pkl_files):
     for norm, fold in [("FrozenBN", False), ("FrozenBN", True), ("Affine", True)]:
         p = minidet.Predictor(_cfg("R-50-FPN", pkl_files["R-50-FPN"], "MODEL.NORM", norm, "MODEL.FOLD_NORM", fold))
         for out, r in zip(p.predict_batch(imgs), ref):
-            match_detections(out, r)
+            assert_same_detections(out, r)
 
 
 def test_gn_model_runs_and_maps_categories(pkl_files):
@@ -207,7 +209,7 @@ def test_anchors_match_detectrons_generate_anchors():
     }
     for stride, expected in table.items():
         size = 32 * stride // 4
-        assert detectron_cell_anchors(stride, size, (0.5, 1.0, 2.0)).tolist() == expected
+        assert detectron_cell_anchors(size, (0.5, 1.0, 2.0), stride).tolist() == expected
 
 
 def test_plus_one_decode_and_clip():
@@ -226,20 +228,20 @@ def test_plus_one_decode_and_clip():
 def test_nms_tie_at_exactly_the_threshold():
     boxes = torch.tensor([[0.0, 0.0, 9.0, 9.0], [0.0, 0.0, 9.0, 4.0]])  # +1 IoU = 50 / 100 = 0.5
     scores, groups = torch.tensor([0.9, 0.8]), torch.zeros(2, dtype=torch.int64)
-    assert batched_nms(boxes, scores, groups, 0.5, offset=1, inclusive=True).tolist() == [0]
-    assert batched_nms(boxes, scores, groups, 0.5, offset=1, inclusive=False).tolist() == [0, 1]
-    assert batched_nms(boxes, scores, groups, 0.5).tolist() == [0, 1]  # torchvision: 36 / 81
+    assert batched_nms(boxes, scores, groups, 0.5, offset=1, inclusive=True, tv_tie_order=True).tolist() == [0]
+    assert batched_nms(boxes, scores, groups, 0.5, offset=1, inclusive=False, tv_tie_order=True).tolist() == [0, 1]
+    assert batched_nms(boxes, scores, groups, 0.5, tv_tie_order=True).tolist() == [0, 1]  # torchvision: 36 / 81
     for t in (0.3, 0.7, 0.55):  # the >= rewrite is exact around other thresholds too
         iou = torch.tensor(t, dtype=torch.float32)
-        kept = batched_nms(boxes, scores, groups, float(iou), offset=1, inclusive=True).tolist()
+        kept = batched_nms(boxes, scores, groups, float(iou), offset=1, inclusive=True, tv_tie_order=True).tolist()
         assert kept == ([0] if 0.5 >= float(iou) else [0, 1])
 
 
 def test_level_assignment_at_the_boundary():
     b = torch.tensor([[0.0, 0.0, 223.0, 223.0], [0.0, 0.0, 222.0, 223.0], [0.0, 0.0, 447.0, 447.0]])
-    assert assign_levels(b, 2, 5, legacy=True).tolist() == [2, 1, 3]  # P4, P3, P5
+    assert detectron_levels(b, 2, 5).tolist() == [2, 1, 3]  # P4, P3, P5
     b = torch.tensor([[0.0, 0.0, 224.0, 224.0], [0.0, 0.0, 223.0, 224.0]])
-    assert assign_levels(b, 2, 5).tolist() == [2, 1]
+    assert torchvision_levels(b, 2, 5).tolist() == [2, 1]
 
 
 def _detectron_paste(mask28: np.ndarray, box: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -288,19 +290,16 @@ def test_detection_cap_keeps_score_ties():
     logits = torch.full((n, 3), -10.0)
     logits[:, 1] = 5.0  # every proposal: class 1, identical scores
     deltas = torch.zeros(n, 12)
-    args = (props, [(20, 2600)], (10.0, 10.0, 5.0, 5.0), 0.05, 0.5, 100)
-    legacy = box_postprocess(logits, deltas, *args, None, False, True)[0]
-    assert len(legacy[0]) == n
-    tv = box_postprocess(logits, deltas, *args, 1e-2, False, False)[0]
-    assert len(tv[0]) == 100
+    images = ImageBatch(torch.zeros(1, 3, 20, 2600), [(20, 2600)], [(20, 2600)], [1.0])
+    legacy = BoxPredictor(4, 3, box_rule=BoxRule(1, True), ties_at_cap=True, original_frame=True)
+    assert len(legacy.inference(logits, deltas, props, images)[0].boxes) == n
+    tv = BoxPredictor(4, 3, min_box_size=1e-2)
+    assert len(tv.inference(logits, deltas, props, images)[0].boxes) == 100
 
 
 def test_preprocess_is_detectrons_blob():
     """BGR float minus mean, cv2 resize with rounded size (480x640 -> 800x1067), zero padding."""
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file("configs/detectron/e2e_mask_rcnn_R-50-FPN_1x.yaml")
-    cfg.merge_from_list(["MODEL.WEIGHTS", ""])
-    model = minidet.build_model(cfg)
+    model = minidet.build_model(config("configs/detectron/e2e_mask_rcnn_R-50-FPN_1x.yaml"))
     img = structured_image(480, 640, 7)
     batch, sizes, orig, scales = model.preprocess([img])
     assert sizes == [(800, 1067)] and orig == [(480, 640)] and scales == [800 / 480]
@@ -322,10 +321,7 @@ def test_resnext_grouped_convs_load(tmp_path):
     with pytest.raises(CheckpointError, match="32 groups .ResNeXt. but MODEL.RESNETS.NUM_GROUPS is 1"):
         minidet.prepare_model(_cfg("R-101-FPN", path))
     for name in ("X-101-64x4d", "X-101-32x8d"):
-        cfg = minidet.get_cfg()
-        cfg.merge_from_file(f"configs/detectron/e2e_mask_rcnn_{name}-FPN_1x.yaml")
-        cfg.merge_from_list(["MODEL.WEIGHTS", ""])
-        m = minidet.build_model(cfg)
+        m = minidet.build_model(config(f"configs/detectron/e2e_mask_rcnn_{name}-FPN_1x.yaml"))
         groups, width = (64, 4) if "64x4d" in name else (32, 8)
         assert m.backbone.res2[0].conv2.groups == groups and m.backbone.res2[0].conv2.out_channels == groups * width
 
@@ -334,7 +330,8 @@ def test_legacy_rpn_filters_like_detectron():
     """Clip to the padded input with [0, W-1]; keep boxes >= 1 original pixel with the centre inside."""
     from minidet.rpn import RPN
 
-    rpn = RPN(8, [32], [1.0], legacy=True, min_size=0.0, post_nms_topk=10)
+    detectron = {"box_rule": BoxRule(1, True), "clip_to_padded": True, "topk_per_level": True}
+    rpn = RPN(8, [32], [1.0], min_size=0.0, post_nms_topk=10, proposal_filter=keep_original_pixels, **detectron)
     boxes = torch.tensor(
         [
             [-10.0, -10.0, 50.0, 40.0],
@@ -346,7 +343,7 @@ def test_legacy_rpn_filters_like_detectron():
     )
     scores = torch.tensor([0.9, 0.8, 0.7, 0.6, 0.5])
     levels = torch.zeros(5, dtype=torch.int64)
-    out = rpn._select_legacy(boxes, scores, levels, (64, 96), scale=2.0)
+    out = rpn.select_image(boxes, scores, levels, (64, 96), (64, 96), scale=2.0)
     # box 0 clipped to [0, 0, 50, 40]; box 1 clipped to the corner [95, 63, 95, 63]: +1 sizes make
     # it one pixel, kept; box 2 clipped to x2 = 95; box 3 is 0.5 px wide -> 0.25 + 1 >= 1: kept;
     # box 4 has x2 = x1 - 1 -> -0.5 + 1 < 1 original pixel: dropped

@@ -10,95 +10,19 @@ from PIL import Image
 from torch.nn import functional as F
 
 import minidet
-from minidet.boxes import assign_levels, detectron2_cell_anchors, paste_masks_aligned
+from helpers import config
 from minidet.checkpoint import rename_detectron2
-from minidet.synthetic import structured_image
+from minidet.poolers import detectron2_levels, torchvision_levels
+from minidet.rpn import detectron2_cell_anchors, keep_above_min_size
+from minidet.testing.checkpoints import d2_state_shapes, d2_weights
+from minidet.testing.synthetic import structured_image
+from minidet.transform import paste_masks_aligned
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]
 
 
-def d2_state_shapes(depth: int) -> dict[str, tuple]:
-    """Names and shapes of detectron2's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from its
-    module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, FrozenBN
-    `norm`), backbone.fpn_lateral/output{2..5}, proposal_generator.rpn_head (conv,
-    objectness_logits, anchor_deltas), roi_heads.box_head (fc1, fc2), roi_heads.box_predictor
-    (cls_score 81 with background last, bbox_pred 80 x 4), roi_heads.mask_head (mask_fcn1..4,
-    deconv, predictor)."""
-    out = {}
-
-    def conv(name, cout, cin, k, norm=True, bias=False):
-        out[f"{name}.weight"] = (cout, cin, k, k)
-        if bias:
-            out[f"{name}.bias"] = (cout,)
-        if norm:
-            for s in ("weight", "bias", "running_mean", "running_var"):
-                out[f"{name}.norm.{s}"] = (cout,)
-
-    conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
-    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
-    cin, bott, cout = 64, 64, 256
-    for stage, n in enumerate(blocks, start=2):
-        for i in range(n):
-            pre = f"backbone.bottom_up.res{stage}.{i}"
-            if i == 0:
-                conv(f"{pre}.shortcut", cout, cin, 1)
-            conv(f"{pre}.conv1", bott, cin if i == 0 else cout, 1)
-            conv(f"{pre}.conv2", bott, bott, 3)
-            conv(f"{pre}.conv3", cout, bott, 1)
-        cin, bott, cout = cout, bott * 2, cout * 2
-    for lvl, c in zip(range(2, 6), (256, 512, 1024, 2048)):
-        conv(f"backbone.fpn_lateral{lvl}", 256, c, 1, norm=False, bias=True)
-        conv(f"backbone.fpn_output{lvl}", 256, 256, 3, norm=False, bias=True)
-    conv("proposal_generator.rpn_head.conv", 256, 256, 3, norm=False, bias=True)
-    conv("proposal_generator.rpn_head.objectness_logits", 3, 256, 1, norm=False, bias=True)
-    conv("proposal_generator.rpn_head.anchor_deltas", 12, 256, 1, norm=False, bias=True)
-    for name, shape in [
-        ("box_head.fc1", (1024, 12544)),
-        ("box_head.fc2", (1024, 1024)),
-        ("box_predictor.cls_score", (81, 1024)),
-        ("box_predictor.bbox_pred", (320, 1024)),
-    ]:
-        out[f"roi_heads.{name}.weight"], out[f"roi_heads.{name}.bias"] = shape, shape[:1]
-    for j in range(1, 5):
-        conv(f"roi_heads.mask_head.mask_fcn{j}", 256, 256, 3, norm=False, bias=True)
-    out["roi_heads.mask_head.deconv.weight"], out["roi_heads.mask_head.deconv.bias"] = (256, 256, 2, 2), (256,)
-    conv("roi_heads.mask_head.predictor", 80, 256, 1, norm=False, bias=True)
-    return out
-
-
-def d2_weights(depth: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random but sane values; non-trivial frozen-BN statistics."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, shape in d2_state_shapes(depth).items():
-        if name.endswith("norm.weight"):
-            v = rng.uniform(0.1, 0.3, shape) if ".conv3." in name else rng.uniform(0.6, 1.2, shape)
-        elif name.endswith(("norm.bias", "running_mean")):
-            v = rng.normal(0, 0.1, shape)
-        elif name.endswith("running_var"):
-            v = rng.uniform(0.5, 2.0, shape)
-        elif name.endswith("weight"):
-            fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
-            v = rng.normal(0, math.sqrt(2.0 / fan_in), shape)
-            if "stem" in name:
-                v /= 60.0  # 0-255 pixels
-            if "fpn_" in name:
-                v *= 0.4
-            if "cls_score" in name:
-                v = (v - v.mean(axis=1, keepdims=True)) * 3.0
-            if "bbox_pred" in name:
-                v *= 0.3
-        else:
-            v = rng.normal(0, 0.05, shape)
-        out[name] = v.astype(np.float32)
-    return out
-
-
 def _cfg(name, weights, *opts):
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(f"configs/detectron2/mask_rcnn_{name}.yaml")
-    cfg.merge_from_list(["MODEL.WEIGHTS", str(weights), *SIZE, *opts])
-    return cfg
+    return config(f"configs/detectron2/mask_rcnn_{name}.yaml", *SIZE, *opts, weights=weights)
 
 
 @pytest.fixture(scope="module")
@@ -164,8 +88,8 @@ def test_anchors_are_detectron2s():
 def test_level_eps_inside_the_log():
     h = torch.tensor(224 * (1 - 7e-7), dtype=torch.float32)
     b = torch.stack([torch.tensor(0.0), torch.tensor(0.0), torch.tensor(224.0), h])[None]
-    assert assign_levels(b, 2, 5, "detectron2").tolist() == [1]  # log2 < 0 -> P3
-    assert assign_levels(b, 2, 5).tolist() == [2]  # torchvision: eps outside the log -> P4
+    assert detectron2_levels(b, 2, 5).tolist() == [1]  # log2 < 0 -> P3
+    assert torchvision_levels(b, 2, 5).tolist() == [2]  # torchvision: eps outside the log -> P4
 
 
 def test_resize_is_pils():
@@ -198,7 +122,8 @@ def test_rpn_keeps_only_nonempty_boxes():
     """detectron2 drops clipped boxes without area (``> MIN_SIZE``, MIN_SIZE 0); per-level NMS."""
     from minidet.rpn import RPN
 
-    rpn = RPN(8, [32], [1.0], min_size=0.0, style="detectron2", post_nms_topk=10)
+    d2 = {"anchor_generator": detectron2_cell_anchors, "fixed_strides": True, "rank_by_logit": True}
+    rpn = RPN(8, [32], [1.0], min_size=0.0, post_nms_topk=10, proposal_filter=keep_above_min_size, **d2)
     logits = torch.full((1, 1, 2, 2), -50.0)
     logits[0, 0, 0, 0], logits[0, 0, 0, 1] = 30.0, 31.0  # sigmoid ties both at 1.0 in float32
     deltas = torch.zeros(1, 4, 2, 2)

@@ -23,8 +23,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from helpers import load_tool, run_tool
 from minidet.timing import STAGES
-from toolmod import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "eval_coco.py"
@@ -39,7 +39,7 @@ FAST = [
     "INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "320",
     "MODEL.RPN.PRE_NMS_TOPK_TEST", "300", "MODEL.RPN.POST_NMS_TOPK_TEST", "100",
     "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "20",
-]  # fmt: skip
+]
 # The same intra-op thread count in every run (a 2-process torchrun gets half the cores each):
 # float sums may round differently with another thread count.
 THREADS = str(max(1, (os.cpu_count() or 2) // 2))
@@ -55,22 +55,14 @@ def _env() -> dict:
 
 
 def _run(*args: str, cwd: Path, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *launcher, str(TOOL), *args],
-        check=False,
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_tool(TOOL, *args, cwd=cwd, threads=THREADS, launcher=launcher)
 
 
 def _model_args(out: Path, weights: Path, *extra: str, ann: Path = ANN, images: Path = IMAGES) -> list[str]:
     return [
         "--config-file", str(CONFIG), "--ann", str(ann), "--images", str(images), "--output", str(out),
         "--workers", "1", *extra, "MODEL.WEIGHTS", str(weights), *FAST,
-    ]  # fmt: skip
+    ]
 
 
 def _load(path: Path):
@@ -95,16 +87,9 @@ def _pycocotools_stats(ann: Path, results_file: Path, image_ids: list[int]) -> d
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> Path:
-    torch = pytest.importorskip("torch")
-    torchvision = pytest.importorskip("torchvision")
-    torch.manual_seed(0)
-    m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
-    with torch.no_grad():
-        m.roi_heads.box_predictor.cls_score.weight.mul_(30)  # confident classes: detections to check
-    path = tmp_path_factory.mktemp("ckpt") / "tv.pth"
-    torch.save(m.state_dict(), path)
-    return path
+def weights(tv_file) -> Path:
+    """torchvision's initial weights with confident classes: detections to check (conftest.py)."""
+    return tv_file
 
 
 @pytest.fixture(scope="module")
@@ -299,7 +284,7 @@ def test_bad_files_are_reported_counted_skipped(weights, tmp_path):
         entries.append({**base, "id": new_id, "file_name": name})
         if with_anns:
             anns.extend({**a, "id": 10**8 + len(anns), "image_id": new_id} for a in src["annotations"]
-                        if a["image_id"] == base["id"])  # fmt: skip
+                        if a["image_id"] == base["id"])
 
     for im in first:
         shutil.copy(IMAGES / im["file_name"], images)
@@ -331,7 +316,7 @@ def test_bad_files_are_reported_counted_skipped(weights, tmp_path):
     assert out["evaluated"] == sorted([1, 2, 3, 4, *(im["id"] for im in first)])
     assert [(s["image_id"], Path(s["file"]).name) for s in out["skipped"]] == [
         (11, "trunc.jpg"), (12, "zero.jpg"), (13, "missing.jpg")
-    ]  # fmt: skip
+    ]
     assert "| skipped 3 |" in res.stdout and _load(tmp_path / "out" / "timing.json")["images_skipped"] == 3
     metrics = _load(tmp_path / "out" / "metrics.json")
     ref = _pycocotools_stats(ann, tmp_path / "out" / "coco_instances_results.json", out["evaluated"])
@@ -383,7 +368,7 @@ def test_dataset_and_checkpoint_categories_must_match(weights, tmp_path):
 def test_arguments(capsys):
     tool = load_tool(TOOL)
     args = tool.parse_args(["--config-file", "c.yaml", "--ann", "a.json", "--images", "d", "--output", "o",
-                            "MODEL.DEVICE", "cuda", "--resume", "INPUT.MIN_SIZE_TEST", "-1"])  # fmt: skip
+                            "MODEL.DEVICE", "cuda", "--resume", "INPUT.MIN_SIZE_TEST", "-1"])
     assert args.resume and args.opts == ["MODEL.DEVICE", "cuda", "INPUT.MIN_SIZE_TEST", "-1"]
     assert (args.warmup, args.workers, args.chunk_size, args.max_images) == (2, 2, 50, None)
     for argv, message in [

@@ -62,7 +62,7 @@ def small_gt(tmp_path) -> tuple[str, dict]:
         anns.append({
             "id": k + 1, "image_id": img, "category_id": cat, "iscrowd": 0, "area": float(m.sum()),
             "bbox": [x1, y1, x2 - x1, y2 - y1], "segmentation": _rle(m),
-        })  # fmt: skip
+        })
     data = {
         "images": [{"id": i, "file_name": f"{i}.png", "height": 40, "width": 60} for i in (1, 2, 3)],
         "annotations": anns,
@@ -124,7 +124,7 @@ def test_evaluator_on_perfect_detections(small_gt):
             "scores": torch.linspace(0.9, 0.5, len(anns)),
             "category_ids": torch.tensor([a["category_id"] for a in anns], dtype=torch.int64),
             "masks": torch.from_numpy(np.stack(masks)) if masks else torch.zeros((0, 40, 60), dtype=torch.bool),
-        })  # fmt: skip
+        })
     new = ev.process(ids, outputs)
     assert len(new) == 3 and ev.dropped == 0
     metrics = ev.evaluate()
@@ -294,7 +294,7 @@ def test_coco_tiny_annotations_crowd_rle_empty_images_no_info(tmp_path):
             rle = gt.annToRLE(a)
             seg = {"size": rle["size"], "counts": rle["counts"].decode("ascii")}
             res.append({"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"],
-                        "score": 0.5, "segmentation": seg})  # fmt: skip
+                        "score": 0.5, "segmentation": seg})
     assert validate_results(res, gt, "r") == ("bbox", "segm")
     metrics, _ = coco_metrics(gt, res, ["bbox", "segm"])
     assert metrics["bbox"]["AP"] == 1.0 and metrics["segm"]["AP"] == 1.0

@@ -22,7 +22,7 @@ from minidet.imageio import (
     read_image_bytes,
     sniff_format,
 )
-from minidet.synthetic import structured_image
+from minidet.testing.synthetic import structured_image
 
 try:
     from PIL import Image, ImageOps

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -16,8 +15,9 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 
+from helpers import load_tool, run_tool
 from minidet.categories import COCO_CATEGORIES
-from minidet.synthetic import structured_image
+from minidet.testing.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "infer.py"
@@ -28,43 +28,19 @@ FAST = [
     "INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512",
     "MODEL.RPN.PRE_NMS_TOPK_TEST", "300", "MODEL.RPN.POST_NMS_TOPK_TEST", "100",
     "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.0", "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "5",
-]  # fmt: skip
+]
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("infer_tool", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ""}  # the tool must find minidet by itself
-    return subprocess.run(
-        [sys.executable, str(TOOL), *args],
-        check=False,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_tool(TOOL, *args, cwd=cwd)
 
 
-@pytest.fixture(scope="module")
-def tv_weights(tmp_path_factory) -> Path:
-    torch = pytest.importorskip("torch")
-    torchvision = pytest.importorskip("torchvision")
-    path = tmp_path_factory.mktemp("ckpt") / "tv.pth"
-    torch.manual_seed(0)
-    m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=91)
-    torch.save(m.state_dict(), path)
-    return path
+# tv_file_init (conftest.py): torchvision's Mask R-CNN as initialized, no trained weights
 
 
-def test_end_to_end(tmp_path, tv_weights):
+def test_end_to_end(tmp_path, tv_file_init):
     (tmp_path / "sub").mkdir()
     a = tmp_path / "scene.png"
     b = tmp_path / "sub" / "scene.jpg"  # same stem as a: written as scene_1.*
@@ -76,8 +52,8 @@ def test_end_to_end(tmp_path, tv_weights):
 
     res = _run(
         "--config-file", str(CONFIG), "--input", str(a), str(b), str(bad), "--output", str(out),
-        "MODEL.WEIGHTS", str(tv_weights), *FAST, cwd=tmp_path,
-    )  # fmt: skip
+        "MODEL.WEIGHTS", str(tv_file_init), *FAST, cwd=tmp_path,
+    )
     assert res.returncode == 1, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {bad}: not a recognized image format"]
@@ -114,14 +90,14 @@ def test_end_to_end(tmp_path, tv_weights):
             assert mask.shape == (h, w) and mask.dtype == np.uint8
 
 
-def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_weights):
+def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init):
     images = []
     for k in range(8):
         images.append(tmp_path / f"img{k}.png")
         cv2.imwrite(str(images[-1]), structured_image(240, 320, seed=k))
     out = tmp_path / "out"
     cmd = [sys.executable, str(TOOL), "--config-file", str(CONFIG), "--input", *map(str, images),
-           "--output", str(out), "MODEL.WEIGHTS", str(tv_weights), *FAST]  # fmt: skip
+           "--output", str(out), "MODEL.WEIGHTS", str(tv_file_init), *FAST]
     env = {**os.environ, "PYTHONPATH": ""}
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
@@ -140,13 +116,13 @@ def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_weights):
     assert not [p for p in out.iterdir() if p.suffix == ".tmp"]
 
 
-def test_bad_config_key(tmp_path, tv_weights):
+def test_bad_config_key(tmp_path, tv_file_init):
     img = tmp_path / "a.png"
     cv2.imwrite(str(img), structured_image(64, 64, seed=0))
     res = _run(
         "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
-        "MODEL.WEIGHTS", str(tv_weights), "MODEL.NO_SUCH_KEY", "1", cwd=tmp_path,
-    )  # fmt: skip
+        "MODEL.WEIGHTS", str(tv_file_init), "MODEL.NO_SUCH_KEY", "1", cwd=tmp_path,
+    )
     assert res.returncode == 2
     assert res.stderr.strip() == "error: unknown config key: MODEL.NO_SUCH_KEY"
     assert not (tmp_path / "o").exists()
@@ -159,7 +135,7 @@ def test_missing_weights_and_inputs(tmp_path):
     res = _run(
         "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
         "MODEL.WEIGHTS", str(missing), cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(missing) in lines[0]
@@ -168,19 +144,19 @@ def test_missing_weights_and_inputs(tmp_path):
     res = _run(
         "--config-file", str(CONFIG), "--input", str(tmp_path / "nope.jpg"), "--output", str(tmp_path / "o"),
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert res.returncode == 2
     assert res.stderr.strip() == f"error: no such file or folder: {tmp_path / 'nope.jpg'}"
 
 
 def test_unique_stems():
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     got = tool.unique_stems(["a/x.jpg", "b/x.png", "x_1.jpg", "c/x.jpeg", "y.jpg"])
     assert got == ["x", "x_1", "x_1_1", "x_2", "y"]
 
 
 def test_overrides_after_input_are_recovered(tmp_path):
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     args = tool.parse_args(
         ["--config-file", "c.yaml", "--output", "o", "--input", "a.jpg", "b.jpg", "MODEL.DEVICE", "cpu"]
     )
@@ -190,7 +166,7 @@ def test_overrides_after_input_are_recovered(tmp_path):
 
 
 def test_dumps_record_and_atomic_write(tmp_path):
-    tool = _load_tool()
+    tool = load_tool(TOOL)
     doc = {
         "file": "a.jpg",
         "height": 2,

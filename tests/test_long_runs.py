@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import config
 from minidet import fileio
 from minidet.chunks import ChunkStore, merge_chunks
 from minidet.fileio import atomic_write, remove_temp_files, write_json
@@ -35,31 +36,20 @@ def _rss_mb() -> float:
 @pytest.mark.slow
 @pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)")
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc to read the resident memory")
-def test_memory_stays_flat_over_two_passes_of_coco_tiny(tmp_path):
+def test_memory_stays_flat_over_two_passes_of_coco_tiny(tv_file):
     """All 80 images read, run, RLE-encoded and evaluated, twice in one process, as eval_coco does
     (masks become RLE per image, the evaluator is emptied after each pass): the second pass may not
     grow the resident memory by more than a generous bound (it measured a few MB)."""
     import torch
-    from torchvision.models.detection import maskrcnn_resnet50_fpn
 
     import minidet
     from minidet.data import ImageFiles, coco_image_files
     from minidet.evaluation import COCOEvaluator, load_coco_annotations
 
-    torch.manual_seed(0)
-    tv = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
-    with torch.no_grad():
-        tv.roi_heads.box_predictor.cls_score.weight.mul_(30)  # confident classes: the 20 detections are kept
-    weights = tmp_path / "tv.pth"
-    torch.save(tv.state_dict(), weights)
-    del tv
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(str(CONFIG))
-    cfg.merge_from_list([
-        "MODEL.WEIGHTS", str(weights), "INPUT.MIN_SIZE_TEST", 160, "INPUT.MAX_SIZE_TEST", 320,
-        "MODEL.RPN.PRE_NMS_TOPK_TEST", 300, "MODEL.RPN.POST_NMS_TOPK_TEST", 100,
-        "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 20,
-    ])  # fmt: skip
+    # tv_file: torchvision's initial weights with confident classes (conftest.py): the 20 detections are kept
+    cfg = config(CONFIG, "INPUT.MIN_SIZE_TEST", 160, "INPUT.MAX_SIZE_TEST", 320,
+                 "MODEL.RPN.PRE_NMS_TOPK_TEST", 300, "MODEL.RPN.POST_NMS_TOPK_TEST", 100,
+                 "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 20, weights=tv_file)
     predictor = minidet.Predictor(cfg)
     gt = load_coco_annotations(str(TINY / "annotations" / "instances_val2017.json"))
     files = ImageFiles(coco_image_files(gt.dataset["images"], str(TINY / "val2017")))
@@ -89,7 +79,7 @@ def test_memory_stays_flat_over_two_passes_of_coco_tiny(tmp_path):
     assert n1 == n2 > 80 * 10  # the same, plentiful detections both times
     growth = after_second - after_first
     print(f"resident memory: start {start:.0f} MB, after pass 1 {after_first:.0f} MB, after pass 2 "
-          f"{after_second:.0f} MB (+{growth:.1f} MB)")  # fmt: skip
+          f"{after_second:.0f} MB (+{growth:.1f} MB)")
     assert growth < MEMORY_BOUND_MB, (start, after_first, after_second)
 
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from minidet.norm import Affine, Conv2d, FrozenBN, fold_norms, get_norm
+from minidet.layers import Conv2d
+from minidet.norm import Affine, FrozenBN, fold_norms, get_norm
 
 
 def _stats(c, gen):

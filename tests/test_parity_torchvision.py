@@ -10,7 +10,9 @@ import pytest
 import torch
 
 import minidet
-from tvref import IMAGE_SHAPES, build_tv, images_bgr, legacy_v1_state_dict, match_detections, run_tv, to_tv_input
+from helpers import IMAGE_SHAPES, config, images_bgr
+from minidet.testing.compare import assert_same_detections
+from minidet.testing.tvref import build_tv, legacy_v1_state_dict, run_tv, to_tv_input
 
 MIN_SIZE, MAX_SIZE = 320, 512
 CONFIGS = {1: "configs/torchvision/maskrcnn_resnet50_fpn.yaml", 2: "configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml"}
@@ -32,13 +34,9 @@ def reference(request, tmp_path_factory):
 
 
 def _predictor(version, path, **overrides):
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(CONFIGS[version])
-    opts = ["MODEL.WEIGHTS", path, "INPUT.MIN_SIZE_TEST", MIN_SIZE, "INPUT.MAX_SIZE_TEST", MAX_SIZE]
-    for k, v in overrides.items():
-        opts += [k, v]
-    cfg.merge_from_list(opts)
-    return minidet.Predictor(cfg)
+    opts = [x for kv in overrides.items() for x in kv]
+    size = ["INPUT.MIN_SIZE_TEST", MIN_SIZE, "INPUT.MAX_SIZE_TEST", MAX_SIZE]
+    return minidet.Predictor(config(CONFIGS[version], *size, *opts, weights=path))
 
 
 @pytest.mark.slow
@@ -72,7 +70,7 @@ def test_same_detections_as_torchvision(reference, norm, fold, channels_last, ro
         assert out["masks"].shape[1:] == (h, w) and out["masks"].dtype == torch.bool
         assert out["boxes"].dtype == torch.float32 and out["labels"].dtype == torch.int64
         assert torch.equal(out["category_ids"], out["labels"])  # coco91: index == COCO id
-        match_detections(out, r)
+        assert_same_detections(out, r)
         if norm == "FrozenBN" and not fold and not channels_last and roi_align == "torchvision" and version == 1:
             # same op sequence as torchvision (FrozenBatchNorm2d, its RoIAlign; the fused convs of
             # FPN, RPN and mask head run the same oneDNN kernel): bit-identical
@@ -97,9 +95,7 @@ def test_v1_current_key_layout_loads_the_same(reference, tmp_path):
 
 def test_torchvision_configs_pin_eps():
     for version, eps in ((1, 0.0), (2, 1e-5)):
-        cfg = minidet.get_cfg()
-        cfg.merge_from_file(CONFIGS[version])
-        assert cfg.MODEL.FROZEN_BN_EPS == eps
+        assert config(CONFIGS[version]).MODEL.FROZEN_BN_EPS == eps
 
 
 @pytest.mark.slow

@@ -3,31 +3,23 @@
 import numpy as np
 import pytest
 import torch
-from torchvision.models.detection import maskrcnn_resnet50_fpn
 
 import minidet
-from minidet.synthetic import structured_image
+from helpers import config
+from minidet.testing.synthetic import structured_image
 from minidet.timing import STAGES, StageTimer, format_table, summarize
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 224, "INPUT.MAX_SIZE_TEST", 320]
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    torch.manual_seed(0)
-    tv = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
-    with torch.no_grad():
-        tv.roi_heads.box_predictor.cls_score.weight.mul_(30)
-    path = tmp_path_factory.mktemp("w") / "tv.pth"
-    torch.save(tv.state_dict(), path)
-    return str(path)
+def weights(tv_file):
+    """torchvision's initial weights with confident classes (conftest.py), as a str path."""
+    return str(tv_file)
 
 
 def _predictor(weights, *opts):
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file("configs/torchvision/maskrcnn_resnet50_fpn.yaml")
-    cfg.merge_from_list(["MODEL.WEIGHTS", weights, *SIZE, *opts])
-    return minidet.Predictor(cfg)
+    return minidet.Predictor(config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE, *opts, weights=weights))
 
 
 def test_outputs_and_timings(weights):
@@ -81,9 +73,7 @@ def test_bad_input_is_a_clear_error(weights, bad):
 
 def test_groupnorm_model_runs():
     """MODEL.NORM GN builds GroupNorm everywhere the architecture normalizes."""
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file("configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml")
-    cfg.merge_from_list(["MODEL.WEIGHTS", "none", "MODEL.NORM", "GN", *SIZE])
+    cfg = config("configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml", "MODEL.NORM", "GN", *SIZE, weights="none")
     model, _ = minidet.prepare_model(cfg)
     gns = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert model.fpn.lateral2.norm in gns and model.box_head.conv1.norm in gns
@@ -114,15 +104,15 @@ def test_rgb_and_bgr_networks_see_the_same_pixels(weights):
 def test_amp_bf16_runs_and_is_measured_against_fp32(weights):
     """Autocast is opt-in (TEST.AMP); box arithmetic stays float32, outputs keep their dtypes."""
     img = structured_image(150, 210, 3)
-    ref = _predictor(weights)(img)
-    out = _predictor(weights, "TEST.AMP", "bf16")(img)
+    p32, p16 = _predictor(weights), _predictor(weights, "TEST.AMP", "bf16")
+    ref, out = p32(img), p16(img)
     assert out["boxes"].dtype == torch.float32 and out["scores"].dtype == torch.float32
     assert out["masks"].dtype == torch.bool and len(out["boxes"]) > 0
     # the network layers run in bf16 and stay close to float32 (about 1% here). Which detections
     # survive is not compared: these default-initialized weights rank many boxes almost equally,
     # so bf16 rounding reorders them (how much depends on the CPU's bf16 kernels)
     feats = []
-    for p in (_predictor(weights), _predictor(weights, "TEST.AMP", "bf16")):
+    for p in (p32, p16):
         batch = p.model.preprocess([img])[0]
         with torch.inference_mode(), p.model._amp():
             feats.append(p.model.fpn(p.model.backbone(batch)))

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
-from detectron_ckpt import make_blobs, write_detectron_pkl
-from minidet.checkpoint import read_checkpoint, rename_detectron2
-from minidet.synthetic import structured_image
-from test_bad_inputs import D2_CONFIG, EVAL, FAST, INFER, TINY, TV_CONFIG, _one_error_line
-from test_detectron2 import d2_weights
-from toolmod import load_tool
-from tvref import legacy_v1_state_dict
+from helpers import load_tool, one_error_line
+from minidet.checkpoint import rename_detectron2
+from minidet.readers import read_checkpoint
+from minidet.testing.checkpoints import d2_weights, make_blobs, write_detectron_pkl
+from minidet.testing.synthetic import structured_image
+from minidet.testing.tvref import legacy_v1_state_dict
+from test_bad_inputs import D2_CONFIG, EVAL, FAST, INFER, TINY, TV_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 DETECTRON_CONFIG = ROOT / "configs" / "detectron" / "e2e_mask_rcnn_R-50-FPN_1x.yaml"
@@ -32,16 +32,7 @@ DETECTRON_CONFIG = ROOT / "configs" / "detectron" / "e2e_mask_rcnn_R-50-FPN_1x.y
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def tv_state() -> dict[str, torch.Tensor]:
-    """torchvision's own Mask R-CNN (ResNet-50 built once for the module), confident classes."""
-    from torchvision.models.detection import maskrcnn_resnet50_fpn
-
-    torch.manual_seed(0)
-    m = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
-    with torch.no_grad():
-        m.roi_heads.box_predictor.cls_score.weight.mul_(30)
-    return m.state_dict()
+# tv_state (conftest.py): torchvision's own Mask R-CNN (ResNet-50 built once per session), confident classes
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +54,7 @@ def _infer(capsys, image: Path, config: Path, weights, *opts: str) -> tuple[int,
 def _error(capsys, image: Path, config: Path, weights, *opts: str) -> str:
     rc, _, err, _ = _infer(capsys, image, config, weights, *opts)
     assert rc == 2, err
-    return _one_error_line(err)
+    return one_error_line(err)
 
 
 def _save(state: dict, path: Path) -> Path:
@@ -135,7 +126,7 @@ def test_eval_coco_names_the_weights(tmp_path, capsys, tv_state):
     path = _save(tv_state, tmp_path / "tv.pth")
     argv = ["--config-file", str(TV_CONFIG), "--ann", str(TINY / "annotations" / "instances_val2017.json"),
             "--images", str(TINY / "val2017"), "--output", str(tmp_path / "out"), "--max-images", "1",
-            "--workers", "0", "MODEL.WEIGHTS", str(path), *FAST]  # fmt: skip
+            "--workers", "0", "MODEL.WEIGHTS", str(path), *FAST]
     rc = load_tool(EVAL).main(argv)
     captured = capsys.readouterr()
     assert rc == 0, captured.err

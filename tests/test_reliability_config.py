@@ -13,21 +13,14 @@ import pytest
 import torch
 
 import minidet
+from helpers import load_tool, one_error_line
 from minidet.config import RULES, ConfigError, _leaves, validate_cfg
-from minidet.synthetic import structured_image
-from toolmod import load_tool
+from minidet.testing.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 INFER = ROOT / "tools" / "infer.py"
 EVAL = ROOT / "tools" / "eval_coco.py"
 TV_CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
-
-
-def _one_error_line(err: str) -> str:
-    """The single line a failed set-up prints (and nothing else, no traceback)."""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
 
 
 @pytest.fixture
@@ -97,7 +90,7 @@ BAD_VALUES = [
 @pytest.mark.parametrize("key,value,shown", BAD_VALUES, ids=[f"{k}={v}" for k, v, _ in BAD_VALUES])
 def test_a_value_out_of_range_is_one_line_naming_the_key(tmp_path, capsys, weights, key, value, shown):
     rc, err = _infer(capsys, tmp_path, TV_CONFIG, "MODEL.WEIGHTS", str(weights), key, value)
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert rc == 2 and line.startswith(f"error: {key} ") and shown in line, line
     assert not (tmp_path / "out" / "a.jpg").exists()
 
@@ -105,10 +98,10 @@ def test_a_value_out_of_range_is_one_line_naming_the_key(tmp_path, capsys, weigh
 def test_group_norm_groups_must_divide_the_channels(tmp_path, capsys, weights):
     gn = ROOT / "configs" / "detectron" / "e2e_mask_rcnn_R-50-FPN_2x_gn.yaml"
     rc, err = _infer(capsys, tmp_path, gn, "MODEL.WEIGHTS", str(weights), "MODEL.GN_NUM_GROUPS", "48")
-    assert rc == 2 and "MODEL.GN_NUM_GROUPS 48 must divide the channels" in _one_error_line(err)
+    assert rc == 2 and "MODEL.GN_NUM_GROUPS 48 must divide the channels" in one_error_line(err)
     opts = ["MODEL.WEIGHTS", str(weights), "MODEL.GN_NUM_GROUPS", "16", "MODEL.FPN.OUT_CHANNELS", "200"]
     rc, err = _infer(capsys, tmp_path, gn, *opts)
-    assert rc == 2 and "GroupNorm normalizes: MODEL.FPN.OUT_CHANNELS is 200" in _one_error_line(err)
+    assert rc == 2 and "GroupNorm normalizes: MODEL.FPN.OUT_CHANNELS is 200" in one_error_line(err)
 
 
 def test_a_value_set_through_the_python_api_is_checked_too():
@@ -174,12 +167,12 @@ def test_eval_coco_refuses_ims_per_batch_zero_without_resume_advice(tmp_path, ca
         "images": [{"id": i, "file_name": f"{i}.jpg", "height": 20, "width": 30} for i in (1, 2)],
         "annotations": [{"id": k, "image_id": k, "category_id": c, **box} for k, c in ((1, 1), (2, 3))],
         "categories": [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}],
-    }))  # fmt: skip
+    }))
     argv = ["--config-file", str(TV_CONFIG), "--ann", str(ann), "--images", str(images), "--output",
             str(tmp_path / "o"), "--workers", "0", "MODEL.WEIGHTS", str(weights),
-            "TEST.IMS_PER_BATCH", "0"]  # fmt: skip
+            "TEST.IMS_PER_BATCH", "0"]
     rc = load_tool(EVAL).main(argv)
-    line = _one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert rc == 2 and line.startswith("error: TEST.IMS_PER_BATCH must be an integer in [1, 1024]; got 0"), line
     assert "--resume" not in line
     assert not (tmp_path / "o" / "metrics.json").exists()
@@ -215,7 +208,7 @@ def test_a_broken_config_file_is_one_line_with_file_line_and_column(tmp_path, ca
     path = tmp_path / name
     path.write_bytes(data.replace(b"{base}", str(TV_CONFIG).encode()))
     rc, err = _infer(capsys, tmp_path, path, "MODEL.WEIGHTS", str(weights))
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert rc == 2 and line.startswith(f"error: {path}{message}"), line
 
 
@@ -223,11 +216,11 @@ def test_a_folder_as_config_file_says_so(tmp_path, capsys, weights):
     folder = tmp_path / "configs.yaml"
     folder.mkdir()
     rc, err = _infer(capsys, tmp_path, folder, "MODEL.WEIGHTS", str(weights))
-    assert rc == 2 and _one_error_line(err) == f"error: {folder}: is a folder, not a config file"
+    assert rc == 2 and one_error_line(err) == f"error: {folder}: is a folder, not a config file"
     child = tmp_path / "child.yaml"
     child.write_text("_BASE_: configs.yaml\n")
     rc, err = _infer(capsys, tmp_path, child, "MODEL.WEIGHTS", str(weights))
-    assert rc == 2 and _one_error_line(err) == f"error: {child}: _BASE_ configs.yaml is a folder, not a config file"
+    assert rc == 2 and one_error_line(err) == f"error: {child}: _BASE_ configs.yaml is a folder, not a config file"
 
 
 def test_a_large_file_as_config_file_is_not_read_whole(tmp_path, capsys, weights):
@@ -236,9 +229,9 @@ def test_a_large_file_as_config_file_is_not_read_whole(tmp_path, capsys, weights
     with open(big, "wb") as f:
         f.truncate(64 << 20)
     rc, err = _infer(capsys, tmp_path, big, "MODEL.WEIGHTS", str(weights))
-    assert rc == 2 and _one_error_line(err) == f"error: {big}: larger than 1 MiB: not a config file"
+    assert rc == 2 and one_error_line(err) == f"error: {big}: larger than 1 MiB: not a config file"
     rc, err = _infer(capsys, tmp_path, weights)
-    line = _one_error_line(err)  # a zip archive of binary bytes
+    line = one_error_line(err)  # a zip archive of binary bytes
     assert rc == 2 and re.match(rf"error: {re.escape(str(weights))}:\d+:\d+: not (UTF-8 text|valid YAML)", line), line
 
 

@@ -19,10 +19,11 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from helpers import one_error_line
 from minidet.chunks import file_identity
 from minidet.evaluation import NEGATIVE_RUN, NOT_RLE, rle_string_totals
 from procs import descendants, survivors
-from test_bad_inputs import _eval_in_process, _one_error_line
+from test_bad_inputs import _eval_in_process
 from test_eval_coco_tool import ANN, TINY, _load, _model_args, _run, weights  # noqa: F401 - weights: a fixture
 
 pytestmark = [
@@ -37,7 +38,7 @@ pytestmark = [
 def test_process_helpers_see_a_child_and_its_end(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-                               "print(c.pid, flush=True); time.sleep(60)"], stdout=subprocess.PIPE)  # fmt: skip
+                               "print(c.pid, flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
     child = int(parent.stdout.readline())
     procs = descendants(parent.pid)
     assert list(procs) == [child] and survivors(procs, wait_s=0) == [child]
@@ -96,7 +97,7 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
     assert res.returncode == 0, res.stderr
     manifest = _load(out / "chunks" / "manifest.json")
     assert manifest["checkpoint"] == {"path": str(ckpt), "size": ckpt.stat().st_size,
-                                      "mtime": ckpt.stat().st_mtime, "sha256": _sha256(ckpt)}  # fmt: skip
+                                      "mtime": ckpt.stat().st_mtime, "sha256": _sha256(ckpt)}
     final = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert set(final) == {"coco_instances_results.json", "metrics.json", "images.json", "timing.json"}
     for name in final:
@@ -110,7 +111,7 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
     torch.save(state, ckpt)
     res = _run(*args, "--resume", cwd=tmp_path)
     assert res.returncode == 2
-    assert _one_error_line(res.stderr) == (
+    assert one_error_line(res.stderr) == (
         f"error: cannot resume: the checkpoint {ckpt} changed since the earlier run "
         f"(sha256 {before[:16]}... then, {_sha256(ckpt)[:16]}... now)"
     )
@@ -149,7 +150,7 @@ def _perfect_results(data: dict, image_ids: set[int]) -> list[dict]:
         if a["image_id"] in image_ids and not a["iscrowd"]:
             rle = gt.annToRLE(a)
             out.append({"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1.0,
-                        "segmentation": {"size": rle["size"], "counts": rle["counts"].decode("ascii")}})  # fmt: skip
+                        "segmentation": {"size": rle["size"], "counts": rle["counts"].decode("ascii")}})
     return out
 
 
@@ -200,7 +201,7 @@ def test_results_of_some_images_are_told_and_can_be_evaluated_alone(tmp_path, ca
     everything = tmp_path / "all.json"
     everything.write_text(json.dumps(_perfect_results(data, set(with_objects))))
     rc, err = _eval_in_process(capsys, "--ann", str(ANN), "--results", str(everything), "--output",
-                               str(tmp_path / "e"), "--only-result-images")  # fmt: skip
+                               str(tmp_path / "e"), "--only-result-images")
     assert rc == 0 and err.strip() == ""
     assert _load(tmp_path / "e" / "metrics.json")["bbox"]["AP"] == 1.0
 
@@ -209,8 +210,8 @@ def test_only_result_images_is_for_the_results_form(tmp_path, capsys):
     from test_eval_coco_tool import CONFIG, IMAGES
 
     rc, err = _eval_in_process(capsys, "--config-file", str(CONFIG), "--ann", str(ANN), "--images", str(IMAGES),
-                               "--output", str(tmp_path / "o"), "--only-result-images")  # fmt: skip
-    assert rc == 2 and "--only-result-images applies to --results" in _one_error_line(err)
+                               "--output", str(tmp_path / "o"), "--only-result-images")
+    assert rc == 2 and "--only-result-images applies to --results" in one_error_line(err)
 
 
 def test_annotation_file_without_categories(tmp_path, capsys):
@@ -220,10 +221,10 @@ def test_annotation_file_without_categories(tmp_path, capsys):
     ann.write_text(json.dumps(data))
     results = tmp_path / "r.json"
     results.write_text(json.dumps([{"image_id": data["images"][0]["id"], "category_id": 1, "bbox": [0, 0, 1, 1],
-                                    "score": 1.0}]))  # fmt: skip
+                                    "score": 1.0}]))
     rc, err = _eval_in_process(capsys, "--ann", str(ann), "--results", str(results), "--output", str(tmp_path / "o"))
     assert rc == 2
-    assert _one_error_line(err) == f"error: {ann}: no categories (the 'categories' list is empty); nothing to evaluate"
+    assert one_error_line(err) == f"error: {ann}: no categories (the 'categories' list is empty); nothing to evaluate"
 
 
 def test_rle_counts_that_do_not_decode_to_the_image(tmp_path, capsys):
@@ -246,7 +247,7 @@ def test_rle_counts_that_do_not_decode_to_the_image(tmp_path, capsys):
         path = tmp_path / "r.json"
         path.write_text(json.dumps([good[0], entry]))
         rc, err = _eval_in_process(capsys, "--ann", str(ANN), "--results", str(path), "--output", str(tmp_path / "o"))
-        line = _one_error_line(err)
+        line = one_error_line(err)
         assert rc == 2 and line.startswith(f"error: {path}: entry 1: segmentation counts ") and message in line, line
 
 

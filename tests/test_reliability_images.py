@@ -20,9 +20,10 @@ import torch
 from torch.nn import functional as F
 
 import minidet
+from helpers import config, run_tool
 from minidet import imageio
 from minidet.imageio import ImageReadError, read_image, read_image_bytes
-from minidet.synthetic import structured_image
+from minidet.testing.synthetic import structured_image
 
 try:
     from PIL import Image, ImageCms
@@ -52,17 +53,15 @@ GIB = 2**30
 
 
 def _model(family: str, *opts: str):
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(str(CONFIGS[family]))
-    cfg.merge_from_list(["MODEL.WEIGHTS", "", *opts])
-    return minidet.build_model(cfg)  # builds the network only: no weights are read
+    return minidet.build_model(config(CONFIGS[family], *opts))  # builds the network only: no weights are read
 
 
 def _plain(model, img: np.ndarray) -> torch.Tensor:
     """The whole-image computation of each convention, as written before §2.9 (float image at full
     size with out-of-place temporaries; PIL resizing the RGB image)."""
+    model = model.transform  # the pre-processing settings
     mean, std, dev = model.pixel_mean, model.pixel_std, model.device
-    if model.legacy:  # Detectron: float image minus mean, cv2 resize
+    if model.resize.__name__ == "resize_cv2":  # Detectron: float image minus mean, cv2 resize
         a = img[:, :, ::-1] if model.flip_channels else img
         x = a.astype(np.float32)
         if model.pixel_range != 255.0:
@@ -76,7 +75,7 @@ def _plain(model, img: np.ndarray) -> torch.Tensor:
             scale = float(model.max_size) / float(max(h, w))
         x = cv2.resize(x, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
         return torch.from_numpy(x).permute(2, 0, 1).to(dev)
-    if model.d2:  # detectron2: PIL resize of the uint8 RGB/BGR image, then normalize
+    if model.resize.__name__ == "resize_pil":  # detectron2: PIL resize of the uint8 RGB/BGR image, then normalize
         a = img[:, :, ::-1] if model.flip_channels else img
         h, w = a.shape[:2]
         scale = model.min_size / min(h, w)
@@ -147,7 +146,7 @@ import json, sys
 import cv2, numpy as np, torch
 import minidet
 from minidet.imageio import read_image
-from minidet.synthetic import structured_image
+from minidet.testing.synthetic import structured_image
 
 def kib(key):
     with open("/proc/self/status") as f:
@@ -192,7 +191,7 @@ def test_read_and_preprocess_peak_memory(tmp_path):
     res = subprocess.run(
         [*cmd, __import__("json").dumps({k: str(v) for k, v in CONFIGS.items()})],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=900, check=False,
-    )  # fmt: skip
+    )
     assert res.returncode == 0, res.stderr
     peaks = __import__("json").loads(res.stdout.strip().splitlines()[-1])
     for family, peak in peaks.items():
@@ -242,7 +241,7 @@ def test_2gb_file_is_refused_unread(tmp_path, kind):
     path = _sparse(tmp_path / "huge.jpg", _small_jpeg() if kind == "jpeg header" else b"")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-c", _READ_SCRIPT, str(path)], capture_output=True, text=True, env=env,
-                         timeout=300, check=False)  # fmt: skip
+                         timeout=300, check=False)
     assert res.returncode == 0, res.stderr
     message, numbers = res.stdout.strip().splitlines()
     hwm, seconds = (float(v) for v in numbers.split())
@@ -392,22 +391,12 @@ FAST = [
     "INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "1333",
     "MODEL.RPN.PRE_NMS_TOPK_TEST", "300", "MODEL.RPN.POST_NMS_TOPK_TEST", "100",
     "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.0", "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "5",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def tv_file(tmp_path_factory) -> Path:
-    from torchvision.models.detection import maskrcnn_resnet50_fpn
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("ckpt") / "tv.pth"
-    torch.save(maskrcnn_resnet50_fpn(weights=None, weights_backbone=None).state_dict(), path)
-    return path
+]
 
 
 @needs_pil
 @pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-def test_infer_warns_once_per_damaged_image(tmp_path, tv_file):
+def test_infer_warns_once_per_damaged_image(tmp_path, tv_file_init):
     """Through tools/infer.py: a corrupt-but-decodable JPEG and PNGs libpng warns about give one
     ``warning: <file>: ...`` line each and their outputs; no raw library line reaches stderr; the
     2 GB files are one error line each, found without reading them."""
@@ -420,10 +409,8 @@ def test_infer_warns_once_per_damaged_image(tmp_path, tv_file):
     _sparse(images / "huge.jpg", _small_jpeg())
     _sparse(images / "zeros.jpg", b"")
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(INFER), "--config-file", str(CONFIGS["torchvision"]), "--input", str(images),
-           "--output", str(out), "MODEL.WEIGHTS", str(tv_file), *FAST]  # fmt: skip
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False)
+    res = run_tool(INFER, "--config-file", str(CONFIGS["torchvision"]), "--input", str(images), "--output", str(out),
+                   "MODEL.WEIGHTS", str(tv_file_init), *FAST, cwd=tmp_path, threads=1, timeout=900)
     assert res.returncode == 1, res.stderr  # the two huge files failed
     lines = res.stderr.splitlines()
     for name in warned:
@@ -437,5 +424,5 @@ def test_infer_warns_once_per_damaged_image(tmp_path, tv_file):
     assert sorted(errors) == sorted([
         next(e for e in errors if e.startswith(f"error: {images / 'huge.jpg'}: file is {2 * GIB} bytes")),
         f"error: {images / 'zeros.jpg'}: not a recognized image format",
-    ]), res.stderr  # fmt: skip
+    ]), res.stderr
     assert (out / "good.json").is_file()

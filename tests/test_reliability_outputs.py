@@ -19,13 +19,13 @@ from pathlib import Path
 import cv2
 import pytest
 
+from helpers import load_tool, one_error_line
 from minidet import fileio
 from minidet.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
 from minidet.imageio import IMAGE_EXTENSIONS, find_images
-from minidet.synthetic import structured_image
-from test_bad_inputs import EVAL, FAST, INFER, TV_CONFIG, _one_error_line, _run
+from minidet.testing.synthetic import structured_image
+from test_bad_inputs import EVAL, FAST, INFER, TV_CONFIG, _run
 from test_eval_coco_tool import weights  # noqa: F401 - a fixture: a torchvision checkpoint file
-from toolmod import load_tool
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
@@ -37,7 +37,7 @@ def _image(path: Path, seed: int = 0) -> Path:
 
 def _infer(capsys, weights: Path, inputs: list[Path], out: Path | str) -> tuple[int, str, str]:
     argv = ["--config-file", str(TV_CONFIG), "--input", *map(str, inputs), "--output", str(out),
-            "MODEL.WEIGHTS", str(weights), *FAST]  # fmt: skip
+            "MODEL.WEIGHTS", str(weights), *FAST]
     rc = load_tool(INFER).main(argv)
     captured = capsys.readouterr()
     return rc, captured.out, captured.err
@@ -59,7 +59,7 @@ def dataset(tmp_path) -> tuple[Path, Path, Path]:
     ann.write_text(json.dumps({
         "images": [{"id": 1, "file_name": "1.jpg", "height": 48, "width": 64}],
         "annotations": [box], "categories": [{"id": 1, "name": "person"}],
-    }))  # fmt: skip
+    }))
     results = tmp_path / "results.json"
     results.write_text(json.dumps([{"image_id": 1, "category_id": 1, "bbox": [1, 1, 10, 10], "score": 0.9}]))
     return ann, images, results
@@ -86,7 +86,7 @@ def test_an_output_folder_that_would_replace_an_input_is_refused(tmp_path, capsy
     ]
     for inputs, out in cases:
         rc, _, err = _infer(capsys, weights, inputs, out)
-        line = _one_error_line(err)
+        line = one_error_line(err)
         assert rc == 2, (inputs, out, err)
         assert line.startswith(f"error: --output {out}: photo.jpg would replace the input file {inputs[0]}"), line
         assert photo.read_bytes() == before
@@ -156,7 +156,7 @@ def test_find_images_reports_what_it_skipped(tmp_path):
     assert sorted(skipped[str(tmp_path / "*")]) == sorted([
         (str(tmp_path / "b.gif"), ".gif"), (str(tmp_path / "c.gif"), ".gif"), (str(tmp_path / "README"), ""),
         (str(tmp_path / "d.jpg"), "dangling"), (str(tmp_path / "e.jpg"), "folder"),
-    ])  # fmt: skip
+    ])
     from minidet.imageio import describe_skipped
 
     assert describe_skipped(["folder", ".gif", "", ".gif"]).startswith(
@@ -217,9 +217,9 @@ def test_unwritable_output_is_one_setup_error_in_both_tools(tmp_path, capsys, we
             "eval model": _eval(capsys, "--config-file", str(TV_CONFIG), "--ann", str(ann), "--images", str(images),
                                 "--output", str(out), "MODEL.WEIGHTS", str(weights), *FAST),
             "eval results": _eval(capsys, "--ann", str(ann), "--results", str(results), "--output", str(out)),
-        }  # fmt: skip
+        }
         for tool, (rc, err) in runs.items():
-            line = _one_error_line(err)
+            line = one_error_line(err)
             assert rc == 2 and line.startswith(f"error: --output {out}: {message}"), (tool, line)
             assert ".tmp" not in line and ".md-" not in line
     assert os.listdir(read_only_dir) == []
@@ -230,8 +230,8 @@ def test_missing_images_folder_is_one_setup_error(tmp_path, capsys, weights, dat
     for given, what in ((tmp_path / "no_such_folder", "no such folder"), (images / "1.jpg", "not a folder")):
         out = tmp_path / "out"
         rc, err = _eval(capsys, "--config-file", str(TV_CONFIG), "--ann", str(ann), "--images", str(given),
-                        "--output", str(out), "MODEL.WEIGHTS", str(weights), *FAST)  # fmt: skip
-        assert rc == 2 and _one_error_line(err) == f"error: --images {given}: {what}"
+                        "--output", str(out), "MODEL.WEIGHTS", str(weights), *FAST)
+        assert rc == 2 and one_error_line(err) == f"error: --images {given}: {what}"
         assert not out.exists()
 
 
@@ -259,24 +259,24 @@ _HOLDER = (
 
 
 def test_a_second_run_on_a_locked_folder_is_refused_and_a_killed_run_frees_it(tmp_path, capsys, weights, dataset,
-                                                                               monkeypatch):  # fmt: skip
+                                                                               monkeypatch):
     ann, images, results = dataset
     out = tmp_path / "out"
     root = str(Path(__file__).resolve().parent.parent)
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(out)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": root})  # fmt: skip
+                              env={**os.environ, "PYTHONPATH": root})
     try:
         assert holder.stdout.readline().strip() == "locked"
         refused = f"error: --output {out}: another minidet run (pid {holder.pid}) is writing into this folder"
         photo = _image(tmp_path / "photo.jpg")
         res = _run(INFER, "--config-file", str(TV_CONFIG), "--input", str(photo), "--output", str(out),
-                   "MODEL.WEIGHTS", str(weights), *FAST, cwd=tmp_path)  # a second real process  # fmt: skip
-        assert res.returncode == 2 and _one_error_line(res.stderr).startswith(refused), res.stderr
+                   "MODEL.WEIGHTS", str(weights), *FAST, cwd=tmp_path)  # a second real process
+        assert res.returncode == 2 and one_error_line(res.stderr).startswith(refused), res.stderr
         rc, err = _eval(capsys, "--config-file", str(TV_CONFIG), "--ann", str(ann), "--images", str(images),
-                        "--output", str(out), "MODEL.WEIGHTS", str(weights), *FAST)  # fmt: skip
-        assert rc == 2 and _one_error_line(err).startswith(refused)
+                        "--output", str(out), "MODEL.WEIGHTS", str(weights), *FAST)
+        assert rc == 2 and one_error_line(err).startswith(refused)
         rc, err = _eval(capsys, "--ann", str(ann), "--results", str(results), "--output", str(out))
-        assert rc == 2 and _one_error_line(err).startswith(refused)
+        assert rc == 2 and one_error_line(err).startswith(refused)
         assert sorted(os.listdir(out)) == [LOCK_NAME]
 
         with monkeypatch.context() as env:  # a torchrun rank other than 0 writes into the folder of rank 0

@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 from pycocotools import mask as mask_utils
 
 from minidet.rle import encode_mask, encode_masks, xyxy_to_xywh
-from minidet.synthetic import structured_image
+from minidet.testing.synthetic import structured_image
 from minidet.vis import draw_instances, palette
 
 # pycocotools' decode trips a numpy 2 deprecation warning inside pycocotools itself.

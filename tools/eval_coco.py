@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", required=True, metavar="OUT", help="output folder (created if needed)")
     p.add_argument("--results", nargs="+", metavar="RESULTS.json", help="evaluate these COCO results files instead")
     p.add_argument("--only-result-images", action="store_true",
-                   help="with --results: evaluate only the images that have detections in the file")  # fmt: skip
+                   help="with --results: evaluate only the images that have detections in the file")
     p.add_argument("--max-images", type=int, metavar="N", help="only the first N images (by id)")
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process (0: none)")
     p.add_argument("--warmup", type=int, default=2, help="batches per process left out of the timing statistics")
@@ -109,7 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.results:
         extra = [f for f, v in [("--config-file", args.config_file), ("--images", args.images),
                                 ("--max-images", args.max_images), ("--resume", args.resume),
-                                ("KEY VALUE overrides", args.opts)] if v]  # fmt: skip
+                                ("KEY VALUE overrides", args.opts)] if v]
         if extra:
             p.error(f"--results evaluates existing detections; {', '.join(extra)} do not apply")
     elif not (args.config_file and args.images):
@@ -140,7 +140,7 @@ def _report_coverage(path: str, results: list[dict], n_images: int, only_those: 
             "only those are evaluated (--only-result-images)" if only_those else
             f"the other {n_images - len(ids)} count as images without detections "
             f"(--only-result-images evaluates the {len(ids)} alone)"
-        )  # fmt: skip
+        )
         print(f"warning: {path}: results cover {len(ids)} of {n_images} annotated images; {what}", file=sys.stderr)
     return ids
 
@@ -278,7 +278,7 @@ class Run:
                         "run": self.run_id, "rank": info.rank, "seq": seq, "n": len(good), "data": t_data,
                         "model": sum(stages.values()) if stages else t2 - t1,
                         "encode": time.perf_counter() - t2, "stages": stages,
-                    })  # fmt: skip
+                    })
                     seq += 1
                 bar.update(len(batch))
                 if len(self.evaluator.image_ids) + len(pending["skipped"]) >= args.chunk_size:
@@ -325,7 +325,7 @@ class Run:
         ev = self.evaluator
         if ev.image_ids or pending["skipped"]:
             chunk = {"image_ids": ev.image_ids, "skipped": pending["skipped"], "dropped": ev.dropped,
-                     "detections": ev.results, "timings": pending["timings"]}  # fmt: skip
+                     "detections": ev.results, "timings": pending["timings"]}
             self.written.append(self.store.write(self.run_id, self.info.rank, len(self.written), chunk))
         ev.reset()  # the chunk file holds the results now: memory stays flat
         return {"skipped": [], "timings": []}
@@ -382,7 +382,7 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
         "last_run": {"images": this_run, "loop_s": t_loop, "wall_s": wall,
                      "images_per_s": this_run / t_loop if t_loop > 0 else 0.0},
         "runs": len(merged.images_per_run),
-    }  # fmt: skip
+    }
     write_json(os.path.join(out, "timing.json"), timing, indent=1)
 
     for t in metrics:
@@ -425,7 +425,7 @@ def evaluate_model(args: argparse.Namespace) -> int:
         rc = _fail(
             f"{what}; finished images are kept in {run.store.folder}: rerun the same command with --resume to "
             "do the rest", args.debug
-        )  # fmt: skip
+        )
         if isinstance(e, KeyboardInterrupt):
             return 130
         return e.code if isinstance(e, SystemExit) else rc

@@ -5,13 +5,17 @@ Usage::
     python tools/golden.py save DIR     # on the commit before a change (e.g. in a `git worktree`)
     python tools/golden.py check DIR    # on the changed tree: every tensor must be torch.equal
 
+``GOLDEN_THREADS`` (default 1) sets torch's intra-op threads for ``save``; ``check`` runs with the
+thread count the outputs were saved with (float sums depend on it).
+
 ``save`` writes the checkpoints (a torchvision v1 file in the published key layout, a v2 file, synthetic
 Detectron R-50-FPN BN and GN pickles, a synthetic detectron2 pickle), the input images and, per case, the
 complete outputs (boxes, scores, labels, category ids, masks per image) into ``DIR``. ``check`` runs the
 same cases on the same files and compares. Each family runs with FrozenBN, Affine and Affine + FOLD_NORM +
 CHANNELS_LAST (GN and GN + CHANNELS_LAST for the GN file), on one image and on a 3-image batch with
 ``TEST.CHUNK_IMAGES`` 0 and 3. The saved outputs compare two commits; they are never committed as expected
-values. Building the checkpoints needs the test helpers in ``tests/`` (only ``save`` builds them).
+values. ``save`` builds the checkpoints with ``minidet.testing`` (for a commit before it existed, use
+this file as of commit 45e20a9, which built them with the test helpers of that time).
 """
 
 from __future__ import annotations
@@ -52,15 +56,12 @@ KEYS = ("boxes", "scores", "labels", "category_ids", "masks")
 
 
 def write_inputs(folder: Path) -> None:
-    """The checkpoints and images of every case (built with the test helpers of this commit)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    """The checkpoints and images of every case (built with ``minidet.testing``)."""
     import numpy as np
 
-    from detectron_ckpt import make_blobs, write_detectron_pkl
-    from minidet.synthetic import structured_image
-    from minidet.tvref import build_tv
-    from test_detectron2 import d2_weights
-    from tvref import legacy_v1_state_dict
+    from minidet.testing.checkpoints import d2_weights, make_blobs, write_detectron_pkl
+    from minidet.testing.synthetic import structured_image
+    from minidet.testing.tvref import build_tv, legacy_v1_state_dict
 
     torch.save(legacy_v1_state_dict(build_tv(1, 320, 512, seed=0).state_dict()), folder / FAMILIES["tv_v1"][1])
     torch.save(build_tv(2, 320, 512, seed=1).state_dict(), folder / FAMILIES["tv_v2"][1])
@@ -96,7 +97,7 @@ def _commit() -> str:
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+                               capture_output=True, text=True).stdout.strip()
         return out.stdout.strip() + ("+changes" if dirty else "")
     except OSError:
         return "?"
@@ -121,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     args = p.parse_args(argv)
     folder = args.dir
-    torch.set_num_threads(int(os.environ.get("GOLDEN_THREADS", torch.get_num_threads())))
+    threads = int(os.environ.get("GOLDEN_THREADS", 1))  # float sums depend on the thread count
+    if args.mode == "check" and (folder / "meta.pt").exists():
+        threads = torch.load(folder / "meta.pt").get("threads", threads)  # as the outputs were saved
+    torch.set_num_threads(threads)
     if args.mode == "save":
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "images.pt").exists():
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'DIFFERS' if diff else 'equal  '} {name}: {n_det} detections{': ' + diff if diff else ''}")
         n += 1
     if args.mode == "save":
-        torch.save({"commit": _commit(), "cases": n}, folder / "meta.pt")
+        torch.save({"commit": _commit(), "cases": n, "threads": threads}, folder / "meta.pt")
         print(f"golden: saved {n} cases from commit {_commit()} in {folder}")
         return 0
     saved = torch.load(folder / "meta.pt")

@@ -1,21 +1,24 @@
-"""Synthetic Detectron (Caffe2) ``model_final.pkl`` files in the real format, for tests.
+"""Synthetic Detectron (Caffe2) ``model_final.pkl`` files in the real format, and detectron2 weights.
 
-Blob names and shapes come from ``../shared/reference/detectron_*.blobs.txt`` (derived from
-Detectron's source). The file is written the way Detectron's Python 2 ``cPickle`` wrote it:
-protocol 2, ``numpy.core.multiarray._reconstruct`` globals and array payloads as py2 byte
-strings (BINSTRING), so reading it needs ``encoding='latin1'``.
+Detectron blob names and shapes come from ``../shared/reference/detectron_*.blobs.txt`` (derived
+from Detectron's source; ``REFERENCE``, beside the repository). The file is written the way
+Detectron's Python 2 ``cPickle`` wrote it: protocol 2, ``numpy.core.multiarray._reconstruct``
+globals and array payloads as py2 byte strings (BINSTRING), so reading it needs
+``encoding='latin1'``. detectron2's names and shapes (``d2_state_shapes``) follow its module tree.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import os
 import pickle
 import struct
 
 import numpy as np
 
-REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "reference")
+# ../shared/reference beside the repository (this file is minidet/testing/checkpoints.py)
+REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "reference")
 CLASS_SPREAD = 3.0  # logit scale: scores spread over (0.05, 1)
 
 
@@ -112,3 +115,80 @@ def write_detectron_pkl(path: str, blobs: dict, cfg_yaml: str = "MODEL:\n  TYPE:
     _Py2Pickler(buf, protocol=2).dump({"blobs": blobs, "cfg": cfg_yaml})
     with open(path, "wb") as f:
         f.write(buf.getvalue())
+
+
+def d2_state_shapes(depth: int) -> dict[str, tuple]:
+    """Names and shapes of detectron2's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from its
+    module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, FrozenBN
+    `norm`), backbone.fpn_lateral/output{2..5}, proposal_generator.rpn_head (conv,
+    objectness_logits, anchor_deltas), roi_heads.box_head (fc1, fc2), roi_heads.box_predictor
+    (cls_score 81 with background last, bbox_pred 80 x 4), roi_heads.mask_head (mask_fcn1..4,
+    deconv, predictor)."""
+    out = {}
+
+    def conv(name, cout, cin, k, norm=True, bias=False):
+        out[f"{name}.weight"] = (cout, cin, k, k)
+        if bias:
+            out[f"{name}.bias"] = (cout,)
+        if norm:
+            for s in ("weight", "bias", "running_mean", "running_var"):
+                out[f"{name}.norm.{s}"] = (cout,)
+
+    conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
+    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    cin, bott, cout = 64, 64, 256
+    for stage, n in enumerate(blocks, start=2):
+        for i in range(n):
+            pre = f"backbone.bottom_up.res{stage}.{i}"
+            if i == 0:
+                conv(f"{pre}.shortcut", cout, cin, 1)
+            conv(f"{pre}.conv1", bott, cin if i == 0 else cout, 1)
+            conv(f"{pre}.conv2", bott, bott, 3)
+            conv(f"{pre}.conv3", cout, bott, 1)
+        cin, bott, cout = cout, bott * 2, cout * 2
+    for lvl, c in zip(range(2, 6), (256, 512, 1024, 2048)):
+        conv(f"backbone.fpn_lateral{lvl}", 256, c, 1, norm=False, bias=True)
+        conv(f"backbone.fpn_output{lvl}", 256, 256, 3, norm=False, bias=True)
+    conv("proposal_generator.rpn_head.conv", 256, 256, 3, norm=False, bias=True)
+    conv("proposal_generator.rpn_head.objectness_logits", 3, 256, 1, norm=False, bias=True)
+    conv("proposal_generator.rpn_head.anchor_deltas", 12, 256, 1, norm=False, bias=True)
+    for name, shape in [
+        ("box_head.fc1", (1024, 12544)),
+        ("box_head.fc2", (1024, 1024)),
+        ("box_predictor.cls_score", (81, 1024)),
+        ("box_predictor.bbox_pred", (320, 1024)),
+    ]:
+        out[f"roi_heads.{name}.weight"], out[f"roi_heads.{name}.bias"] = shape, shape[:1]
+    for j in range(1, 5):
+        conv(f"roi_heads.mask_head.mask_fcn{j}", 256, 256, 3, norm=False, bias=True)
+    out["roi_heads.mask_head.deconv.weight"], out["roi_heads.mask_head.deconv.bias"] = (256, 256, 2, 2), (256,)
+    conv("roi_heads.mask_head.predictor", 80, 256, 1, norm=False, bias=True)
+    return out
+
+
+def d2_weights(depth: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random but sane values; non-trivial frozen-BN statistics."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in d2_state_shapes(depth).items():
+        if name.endswith("norm.weight"):
+            v = rng.uniform(0.1, 0.3, shape) if ".conv3." in name else rng.uniform(0.6, 1.2, shape)
+        elif name.endswith(("norm.bias", "running_mean")):
+            v = rng.normal(0, 0.1, shape)
+        elif name.endswith("running_var"):
+            v = rng.uniform(0.5, 2.0, shape)
+        elif name.endswith("weight"):
+            fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
+            v = rng.normal(0, math.sqrt(2.0 / fan_in), shape)
+            if "stem" in name:
+                v /= 60.0  # 0-255 pixels
+            if "fpn_" in name:
+                v *= 0.4
+            if "cls_score" in name:
+                v = (v - v.mean(axis=1, keepdims=True)) * 3.0
+            if "bbox_pred" in name:
+                v *= 0.3
+        else:
+            v = rng.normal(0, 0.05, shape)
+        out[name] = v.astype(np.float32)
+    return out

@@ -1,0 +1,223 @@
+"""RoI pooling: the gather RoIAlign, multi-scale RoIAlign over the FPN levels, the FPN level rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torchvision.ops import roi_align
+
+ROI_ALIGN_IMPLS = ("gather", "torchvision")  # MultiScaleRoIAlign(impl=...), config MODEL.ROI_ALIGN_IMPL
+LevelRule = Callable[[torch.Tensor, int, int], torch.Tensor]  # (boxes (R, 4), min_level, max_level) -> (R,)
+
+
+def _level_index(level: torch.Tensor, min_level: int, max_level: int) -> torch.Tensor:
+    return level.clamp(min=min_level, max=max_level).to(torch.int64) - min_level
+
+
+def _sqrt_area(boxes: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    return torch.sqrt((boxes[:, 2] - boxes[:, 0] + offset) * (boxes[:, 3] - boxes[:, 1] + offset))
+
+
+def torchvision_levels(boxes: torch.Tensor, min_level: int, max_level: int) -> torch.Tensor:
+    """FPN level (FPN paper eq. 1), 0-based from ``min_level``: ``floor(4 + log2(sqrt(area) / 224) + 1e-6)``."""
+    s = _sqrt_area(boxes)
+    return _level_index(torch.floor(4 + torch.log2(s / 224) + torch.tensor(1e-6, dtype=s.dtype)), min_level, max_level)
+
+
+def detectron_levels(boxes: torch.Tensor, min_level: int, max_level: int) -> torch.Tensor:
+    """Detectron: ``floor(4 + log2(sqrt(area with +1 sizes) / 224 + 1e-6))``."""
+    return _level_index(torch.floor(4 + torch.log2(_sqrt_area(boxes, 1) / 224 + 1e-6)), min_level, max_level)
+
+
+def detectron2_levels(boxes: torch.Tensor, min_level: int, max_level: int) -> torch.Tensor:
+    """detectron2: ``floor(4 + log2(sqrt(area) / 224 + 1e-8))``."""
+    return _level_index(torch.floor(4 + torch.log2(_sqrt_area(boxes) / 224 + 1e-8)), min_level, max_level)
+
+
+def _axis_samples(start, bin_size, size: int, out: int, g: int):
+    """Sample coordinates of RoIAlign along one axis, and their bilinear neighbours.
+
+    ``start``, ``bin_size``: (R,) per RoI; ``g`` the samples per bin of this call.
+    Returns, each (R, out, g): valid, low index, high index, low weight, high weight, with
+    torchvision's (and Caffe2's) rules: a sample beyond [-1, size] contributes zero, one in
+    [-1, 0] reads row 0, one past ``size - 1`` reads the last row.
+    """
+    dt = start.dtype
+    p = torch.arange(out, dtype=dt, device=start.device)[None, :, None]
+    i = torch.arange(g, dtype=dt, device=start.device)[None, None, :] + 0.5
+    b = bin_size[:, None, None]
+    # same operation order as the C++ kernel: (start + p * bin) + (i + .5) * bin / grid
+    c = (start[:, None, None] + p * b) + i * b / g
+    valid = (c >= -1.0) & (c <= size)
+    c = c.clamp(min=0.0)
+    lo = c.floor()
+    top = lo >= size - 1
+    last = torch.full_like(lo, size - 1)
+    lo = torch.where(top, last, lo)
+    c = torch.where(top, lo, c)
+    hi = torch.where(top, lo, lo + 1)
+    frac = c - lo
+    lo_i = lo.to(torch.int64).clamp_(0, size - 1)
+    hi_i = hi.to(torch.int64).clamp_(0, size - 1)
+    return valid, lo_i, hi_i, 1.0 - frac, frac
+
+
+def _roi_frame(rois: torch.Tensor, spatial_scale: float, aligned: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, 2) start (x, y) and extent (w, h) of each RoI in feature cells, as RoIAlign sees them:
+    shifted by half a cell when ``aligned``, else at least one cell wide and tall."""
+    off = 0.5 if aligned else 0.0
+    start = rois[:, 1:3] * spatial_scale - off
+    extent = (rois[:, 3:5] * spatial_scale - off) - start
+    return start, extent if aligned else extent.clamp(min=1.0)
+
+
+def roi_align_gather(
+    table: torch.Tensor,
+    height: int,
+    width: int,
+    rois: torch.Tensor,
+    output_size: int,
+    spatial_scale: float,
+    grid: tuple[int, int],
+    aligned: bool,
+) -> torch.Tensor:
+    """RoIAlign (torchvision's / Caffe2's arithmetic) as one weighted gather over NHWC features.
+
+    Every output bin is the mean of ``gh x gw`` bilinear samples; each sample is a weighted
+    sum of four feature rows, so a bin is one bag of ``4 gh gw`` (row, weight) pairs and the
+    whole call is a single ``embedding_bag`` over ``table``, the features as rows
+    (N*H*W, C). All RoIs of a call share the sampling grid ``grid`` = (gh, gw) samples per bin.
+    Same values as ``torchvision.ops.roi_align`` up to the order of the float additions.
+
+    Shapes: table (N*H*W, C), rois (R, 5) [batch index, x1, y1, x2, y2] -> (R, S, S, C).
+    """
+    r, s = len(rois), output_size
+    gh, gw = grid
+    if gh * gw == 0:  # an empty RoI (aligned, adaptive grid): no samples, zero output
+        return table.new_zeros((r, s, s, table.shape[1]))
+    start, extent = _roi_frame(rois, spatial_scale, aligned)
+    bins = extent / s
+    vy, y0, y1, wy0, wy1 = _axis_samples(start[:, 1], bins[:, 1], height, s, gh)
+    vx, x0, x1, wx0, wx1 = _axis_samples(start[:, 0], bins[:, 0], width, s, gw)
+    base = (rois[:, 0].to(torch.int64) * (height * width))[:, None, None]
+    # (R, S, gh) rows and (R, S, gw) columns -> (R, S, S, gh, gw, 4) rows of the table
+    row0 = (base + y0 * width)[:, :, None, :, None]
+    row1 = (base + y1 * width)[:, :, None, :, None]
+    col0, col1 = x0[:, None, :, None, :], x1[:, None, :, None, :]
+    index = torch.stack((row0 + col0, row0 + col1, row1 + col0, row1 + col1), -1)
+    a0, a1 = wy0[:, :, None, :, None], wy1[:, :, None, :, None]
+    b0, b1 = wx0[:, None, :, None, :], wx1[:, None, :, None, :]
+    weight = torch.stack((a0 * b0, a0 * b1, a1 * b0, a1 * b1), -1)
+    valid = vy[:, :, None, :, None, None] & vx[:, None, :, None, :, None]
+    weight = (weight * valid) / (gh * gw)
+    bag = 4 * gh * gw
+    out = F.embedding_bag(
+        index.reshape(r * s * s, bag),
+        table,
+        per_sample_weights=weight.reshape(r * s * s, bag).to(table.dtype),
+        mode="sum",
+    )
+    return out.view(r, s, s, -1)
+
+
+def _adaptive_grids(rois: torch.Tensor, output_size: int, spatial_scale: float, aligned: bool) -> torch.Tensor:
+    """(R, 2) sampling grid (gh, gw) per RoI for ``sampling_ratio <= 0``: ceil(roi size / S)."""
+    extent = _roi_frame(rois, spatial_scale, aligned)[1]
+    return torch.ceil(extent / output_size).to(torch.int64).flip(1)
+
+
+class MultiScaleRoIAlign(nn.Module):
+    """RoIAlign each box on its FPN level (P2..P5 by default).
+
+    Args:
+        scales: spatial scale of each feature map (1/4, 1/8, ...).
+        min_level: FPN level of the first feature map.
+        aligned: RoIAlign shifted by half a pixel (detectron2's ROIAlignV2).
+        level_rule: the FPN level of each box, ``(boxes (R, 4), min_level, max_level) -> (R,)``
+            0-based index (``torchvision_levels``, ``detectron_levels``, ``detectron2_levels``).
+        impl: one of ``ROI_ALIGN_IMPLS``: ``"gather"`` (``roi_align_gather``: one vectorized
+            weighted gather per level over channels-last features, multi-threaded) or
+            ``"torchvision"`` (``torchvision.ops.roi_align``, the reference; serial on CPU).
+    Shapes: features[l] (N, C, H_l, W_l), boxes list of (R_i, 4) -> (sum R_i, C, S, S);
+    with ``impl="gather"`` the result has channels-last strides.
+    """
+
+    def __init__(
+        self,
+        output_size: int,
+        scales: Sequence[float],
+        sampling_ratio: int,
+        aligned: bool = False,
+        min_level: int = 2,
+        level_rule: LevelRule = torchvision_levels,
+        impl: str = "gather",
+    ) -> None:
+        super().__init__()
+        if impl not in ROI_ALIGN_IMPLS:
+            raise ValueError(f"unknown RoIAlign implementation {impl!r}; choose one of {', '.join(ROI_ALIGN_IMPLS)}")
+        self.output_size = (output_size, output_size)
+        self.scales = list(scales)
+        self.sampling_ratio = sampling_ratio
+        self.aligned = aligned
+        self.min_level = min_level
+        self.level_rule = level_rule
+        self.impl = impl
+
+    def layout(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The pooled levels (the first ``len(scales)``) in the memory layout ``impl`` reads:
+        NCHW for torchvision's RoIAlign, channels-last for the gather. Convert once per chunk and
+        pass the result to every pooler of that ``impl``."""
+        fmt = torch.contiguous_format if self.impl == "torchvision" else torch.channels_last
+        return [f.contiguous(memory_format=fmt) for f in features[: len(self.scales)]]
+
+    def forward(self, features: list[torch.Tensor], boxes: list[torch.Tensor]) -> torch.Tensor:
+        cat = torch.cat(boxes)
+        idx = torch.cat([torch.full((len(b), 1), i, dtype=cat.dtype, device=cat.device) for i, b in enumerate(boxes)])
+        rois = torch.cat([idx, cat], dim=1)
+        c = features[0].shape[1]
+        s = self.output_size[0]
+        if len(rois) == 0:
+            return features[0].new_zeros((0, c, s, s))
+        levels = self.level_rule(cat, self.min_level, self.min_level + len(features) - 1)
+        gather = self.impl == "gather"
+        out = features[0].new_empty((len(rois), s, s, c) if gather else (len(rois), c, s, s))
+        for lvl, (feat, scale) in enumerate(zip(features, self.scales)):
+            sel = torch.where(levels == lvl)[0]
+            if sel.numel() == 0:
+                continue
+            if gather:
+                y = self._gather_level(feat, rois[sel], scale)
+            else:
+                y = roi_align(
+                    feat,
+                    rois[sel],
+                    self.output_size,
+                    spatial_scale=scale,
+                    sampling_ratio=self.sampling_ratio,
+                    aligned=self.aligned,
+                )
+            if sel.numel() == len(rois):
+                out = y.to(out.dtype)
+            else:
+                out.index_copy_(0, sel, y.to(out.dtype))
+        return out.permute(0, 3, 1, 2) if gather else out
+
+    def _gather_level(self, feat: torch.Tensor, rois: torch.Tensor, scale: float) -> torch.Tensor:
+        n, c, h, w = feat.shape
+        table = feat.permute(0, 2, 3, 1).reshape(n * h * w, c)  # a view for channels-last features
+        s = self.output_size[0]
+        args = (table, h, w)
+        if self.sampling_ratio > 0:
+            return roi_align_gather(*args, rois, s, scale, (self.sampling_ratio,) * 2, self.aligned)
+        # adaptive sampling: one call per distinct (gh, gw) grid
+        grids, which = torch.unique(_adaptive_grids(rois, s, scale, self.aligned), dim=0, return_inverse=True)
+        if len(grids) == 1:
+            return roi_align_gather(*args, rois, s, scale, tuple(grids[0].tolist()), self.aligned)
+        out = table.new_empty((len(rois), s, s, c))
+        for j, grid in enumerate(grids.tolist()):
+            sel = torch.where(which == j)[0]
+            out.index_copy_(0, sel, roi_align_gather(*args, rois[sel], s, scale, tuple(grid), self.aligned))
+        return out

@@ -1,0 +1,447 @@
+"""The benchmark's analysis, printed report and chart, from plain records (``Run``).
+
+``tools/benchmark.py`` times the models and fills one ``Run`` per model; ``analyze`` turns the
+runs into rows of statistics with the relations between models of a group (the same depth and
+batch): each variant against FrozenBN, against the model without norm layers (``none``), against
+batch 1 and against torchvision on the same weights (stage and step ratios, and whether the
+detections are the same: ``minidet.testing.compare``). ``report`` prints the rows, ``draw_chart``
+draws their stage times. What the benchmark measures and why is in docs/exactness.md ("The
+benchmark").
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from minidet.fileio import atomic_write
+from minidet.testing.compare import DetectionMatch
+from minidet.timing import DETAILS, STAGES, format_table, summarize
+
+VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
+    "FrozenBN": ("FrozenBN", False),
+    "FrozenBN+fold": ("FrozenBN", True),
+    "Affine": ("Affine", False),
+    "Affine+fold": ("Affine", True),
+    "GN": ("GN", False),
+    "none": ("", False),  # no norm layer at all (see strip_norms)
+}
+OWN_WEIGHTS = ("GN", "none")  # variants that cannot load the frozen-BN weights: randomized minidet models
+TV = "torchvision"
+# the steps where torchvision does avoidable work (timed steps inside stages, and the paste stage):
+# the target is that minidet takes at most 1 / STEP_TARGET of torchvision's time in each
+STEPS = (*DETAILS, "paste")
+STEP_TARGET = 2.0  # "half" in the printed table
+PAIRED_MIN = 3  # iterations needed before per-iteration ratios are called within or beyond the noise
+
+
+@dataclass
+class Run:
+    """What the benchmark measured for one model (a minidet variant or torchvision) at one depth and
+    batch size: the plain record ``analyze`` takes. Times are seconds, one entry per timed call."""
+
+    label: str  # as printed: the variant, with R<depth> and b<batch> where several are run
+    impl: str  # "minidet" or TV
+    variant: str  # a key of VARIANTS, or TV
+    depth: int
+    batch: int
+    source: str  # where its weights come from, in words
+    records: list[dict[str, float]]  # per call: {stage: seconds}
+    detail_records: list[dict[str, float]]  # per call: {step inside a stage: seconds}
+    walls: list[float]  # per call: wall time
+    cpus: list[float]  # per call: process CPU time (all threads)
+    dets: list[int]  # detections per image, over every call
+    memory: dict | None = None  # {"forward_mib": ...} (CPU) or {"cuda_forward_mib": ...}
+    drift: dict | None = None  # ``detection_drift`` of --amp against float32
+    checks: list[DetectionMatch] = field(default_factory=list)  # per image: against torchvision
+    check_images: list[tuple[int, int]] = field(default_factory=list)  # per check: (pool batch, image in it)
+    tv_channels_last: list | None = None  # per check where ours differs: torchvision-CL vs torchvision, else None
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def _increase(a: float, b: float) -> float | None:
+    """How much longer ``a`` takes than ``b``, as a fraction of ``b``."""
+    return a / b - 1 if b > 0 else None
+
+
+def _detail_stats(records: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """``summarize`` of the per-step records, in ``DETAILS`` order and without a total (steps lie inside stages)."""
+    stats = summarize(records)
+    names = [d for d in DETAILS if d in stats] + sorted(set(stats) - set(DETAILS) - {"total"})
+    return {d: stats[d] for d in names}
+
+
+def _steps(row: dict) -> dict[str, dict[str, float]]:
+    """A row's statistics of the ``STEPS`` it has: the timed steps and the paste stage."""
+    both = {**row["details"], **{s: v for s, v in row["stages"].items() if s != "total"}}
+    return {s: both[s] for s in STEPS if s in both}
+
+
+def analyze(runs: list[Run]) -> list[dict]:
+    """All numbers per run (one row each, ready for JSON), with the relations to FrozenBN, the
+    no-norm model, batch 1 and torchvision of its group."""
+    rows = []
+    for r in runs:
+        stats = summarize(r.records)
+        wall = summarize([{"wall": w} for w in r.walls])["wall"]
+        cpu = summarize([{"cpu": c} for c in r.cpus])["cpu"]
+        rows.append(
+            {
+                "label": r.label,
+                "impl": r.impl,
+                "variant": r.variant,
+                "depth": r.depth,
+                "batch": r.batch,
+                "weights": r.source,
+                "stages": stats,
+                "details": _detail_stats(r.detail_records),
+                "wall": wall,
+                "cpu": cpu,
+                "images_per_s": r.batch / wall["median"],
+                "memory": r.memory,
+                "amp_drift": r.drift,
+                "detections_per_image": {"mean": statistics.fmean(r.dets), "min": min(r.dets), "max": max(r.dets)},
+                "vs_frozenbn": None,
+                "vs_torchvision": None,
+                "norm_share_of_backbone": None,
+                "vs_none": None,
+                "vs_batch1": None,
+            }
+        )
+    for row, r in zip(rows, runs):
+        one = next((x for x in runs if (x.variant, x.depth, x.batch) == (r.variant, r.depth, 1)), None)
+        if r.batch > 1 and one is not None:  # throughput over the same model's at batch 1, same rounds
+            paired = [a * r.batch / b for a, b in zip(one.walls, r.walls)]  # batch-1 time / per-image time
+            row["vs_batch1"] = {
+                "throughput_ratio": _ratio(statistics.median(one.walls), statistics.median(r.walls) / r.batch),
+                "paired_median": statistics.median(paired),
+                "paired_min": min(paired),
+                "paired_max": max(paired),
+            }
+        group = [(o, x) for o, x in zip(rows, runs) if (x.depth, x.batch) == (r.depth, r.batch)]
+        by = {x.variant: o for o, x in group}
+        base = by.get("FrozenBN")
+        if base is not None and r.impl != TV:
+            bb, bb_fb = row["stages"]["backbone"]["median"], base["stages"]["backbone"]["median"]
+            row["vs_frozenbn"] = {
+                "speed": _ratio(base["wall"]["median"], row["wall"]["median"]),
+                "stages": {s: _ratio(v["median"], base["stages"][s]["median"]) for s, v in row["stages"].items()},
+                # this variant's extra time over FrozenBN's, as a fraction of FrozenBN's (0.25: 25% slower)
+                "backbone_increase": _increase(bb, bb_fb),
+                "end_to_end_increase": _increase(row["wall"]["median"], base["wall"]["median"]),
+            }
+        folded = by.get("Affine+fold") or by.get("FrozenBN+fold")
+        if folded is not None and r.variant in VARIANTS and r.variant not in OWN_WEIGHTS:
+            bb, bf = row["stages"]["backbone"]["median"], folded["stages"]["backbone"]["median"]
+            row["norm_share_of_backbone"] = (bb - bf) / bb
+        none = by.get("none")
+        if none is not None and r.impl != TV and r.variant != "none":
+            none_r = next(x for o, x in group if o is none)
+            bb, bn = row["stages"]["backbone"]["median"], none["stages"]["backbone"]["median"]
+            paired = [_ratio(a["backbone"], b["backbone"]) for a, b in zip(r.records, none_r.records)]
+            paired = [v for v in paired if v is not None]
+            row["vs_none"] = {
+                "backbone_s": bb,
+                "none_backbone_s": bn,
+                "backbone_ratio": _ratio(bb, bn),
+                "norm_cost": _increase(bb, bn),  # the norm's time as a fraction of the no-norm backbone's
+                "paired_backbone_ratio": {  # per iteration (the models run in the same rounds)
+                    "n": len(paired),
+                    "median": statistics.median(paired) if paired else None,
+                    "min": min(paired, default=None),
+                    "max": max(paired, default=None),
+                },
+            }
+        tv = by.get(TV)
+        if tv is not None and r.impl != TV and r.variant not in OWN_WEIGHTS:
+            tv_r = next(x for o, x in group if o is tv)
+            paired = [a / b for a, b in zip(tv_r.walls, r.walls)]
+            problems = [c.problem() for c in r.checks]
+            steps, tv_steps = _steps(row), _steps(tv)
+            step_ratios = {s: _ratio(tv_steps[s]["median"], v["median"]) for s, v in steps.items() if s in tv_steps}
+            row["vs_torchvision"] = {
+                "end_to_end": {
+                    "ratio_of_medians": _ratio(tv["wall"]["median"], row["wall"]["median"]),
+                    "ratio_of_mins": _ratio(tv["wall"]["min"], row["wall"]["min"]),
+                    "ratio_of_cpu_medians": _ratio(tv["cpu"]["median"], row["cpu"]["median"]),
+                    "paired_median": statistics.median(paired),
+                    "paired_sd": statistics.stdev(paired) if len(paired) > 1 else 0.0,
+                },
+                "stages": {
+                    s: _ratio(tv["stages"][s]["median"], v["median"])
+                    for s, v in row["stages"].items()
+                    if s in tv["stages"]
+                },
+                "steps": step_ratios,  # torchvision's median / minidet's, per step where it does avoidable work
+                "steps_target": STEP_TARGET,
+                "steps_met": {s: v is not None and v >= STEP_TARGET for s, v in step_ratios.items()},
+                "detections": {
+                    "images": len(r.checks),
+                    "same": problems.count(""),
+                    "first_problem": next((p for p in problems if p), None),
+                    "first_problem_image_seed": next(
+                        (k * r.batch + i for p, (k, i) in zip(problems, r.check_images) if p), None
+                    ),  # structured_image(H, W, seed=...) of the first image that differs
+                    "worst_box_px": max((c.worst_box for c in r.checks), default=None),
+                    "worst_score": max((c.worst_score for c in r.checks), default=None),
+                    "worst_mask_iou": min((c.worst_iou for c in r.checks), default=None),
+                    "worst_mask_pixels": max((c.worst_pixels for c in r.checks), default=None),
+                    "paste_grid_flips": sum(c.grid_flips for c in r.checks),
+                    "tv_channels_last": _tv_channels_last(problems, r.tv_channels_last),
+                },
+            }
+    return rows
+
+
+def _tv_channels_last(problems: list[str], changes: list | None) -> dict | None:
+    """Of the images where a variant differs from torchvision, those on which torchvision itself
+    changes when its model is converted to channels-last; None where not measured (``--amp``)."""
+    if changes is None:
+        return None
+    runs = [c.problem() for p, c in zip(problems, changes) if p and c is not None]
+    return {
+        "images": len(runs),  # differing images on which torchvision ran in channels-last too
+        "changed": sum(map(bool, runs)),  # ... and gave detections different from its default layout
+        "first_change": next((p for p in runs if p), None),
+    }
+
+
+def _fmt(v: float | None, spec: str, none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def report(rows: list[dict], device: str = "cpu", amp: str | None = None) -> str:
+    """The printed summary: per-model tables, a comparison table, ratios, the step table, verdicts."""
+    out = []
+    for row in rows:
+        title = f"{row['label']} ({row['impl']}, R-{row['depth']}, batch {row['batch']}), ms per forward:"
+        out += [format_table(row["stages"], title=title), ""]
+    stages = [s for s in STAGES if any(s in row["stages"] for row in rows)]
+    width = max(12, *(len(row["label"]) + 1 for row in rows))
+    cols = [*(s[:9] for s in stages), "wall", "(sd)", "min", "cpu", "img/s", "vs FrozenBN", "vs tv", "dets", "mem MiB"]
+    out.append(f"{'median ms':<{width}}" + "".join(f"{c:>{max(9, len(c) + 1)}}" for c in cols))
+    for row in rows:
+        mem = row["memory"] or {}
+        ratio_fb = (row["vs_frozenbn"] or {}).get("speed")
+        ratio_tv = (row["vs_torchvision"] or {}).get("end_to_end", {}).get("ratio_of_medians")
+        cells = [f"{1e3 * row['stages'][s]['median']:.1f}" if s in row["stages"] else "-" for s in stages]
+        cells += [f"{1e3 * row['wall'][k]:.1f}" for k in ("median", "std", "min")]
+        cells += [f"{1e3 * row['cpu']['median']:.1f}", f"{row['images_per_s']:.2f}"]
+        cells += [
+            _fmt(ratio_fb, ".2f") + "x" * (ratio_fb is not None),
+            _fmt(ratio_tv, ".2f") + "x" * (ratio_tv is not None),
+        ]
+        cells += [
+            f"{row['detections_per_image']['mean']:.0f}",
+            _fmt(mem.get("forward_mib", mem.get("cuda_forward_mib")), ".0f"),
+        ]
+        out.append(f"{row['label']:<{width}}" + "".join(f"{v:>{max(9, len(c) + 1)}}" for v, c in zip(cells, cols)))
+    out.append(
+        "(wall: per forward, median (sd) and min; cpu: median process CPU time per forward; vs FrozenBN: "
+        "FrozenBN's median wall / this one's; vs tv: "
+        "torchvision's / minidet's; mem: peak of "
+        + ("the resident set" if device == "cpu" else "CUDA memory allocated")
+        + " during a forward, above the loaded model)"
+    )
+    for row in rows:
+        vs = row["vs_torchvision"]
+        if vs:
+            e = vs["end_to_end"]
+            ratios = "  ".join(f"{s} {_fmt(v, '.2f')}" for s, v in vs["stages"].items() if s != "total")
+            out.append(
+                f"torchvision / {row['label']}: end to end {e['ratio_of_medians']:.2f}x (paired "
+                f"{e['paired_median']:.2f} sd {e['paired_sd']:.2f}; minima {e['ratio_of_mins']:.2f}x; CPU time "
+                f"{e['ratio_of_cpu_medians']:.2f}x); "
+                f"per stage: {ratios}"
+            )
+            d = vs["detections"]
+            if d["same"] == d["images"]:
+                verdict = f"same detections as torchvision on {d['same']}/{d['images']} images"
+            else:
+                verdict = f"DIFFERENT detections from torchvision on {d['images'] - d['same']}/{d['images']} images"
+            verdict += " (autocast: differences expected)" if amp else ""
+            out.append(
+                f"  {verdict} (worst box {_fmt(d['worst_box_px'], '.2g')}"
+                f" px, score {_fmt(d['worst_score'], '.2g')}, mask IoU {_fmt(d['worst_mask_iou'], '.4f')}, "
+                f"at most {_fmt(d['worst_mask_pixels'], 'd')} mask pixels differ"
+                + (
+                    f"; {d['paste_grid_flips']} masks pasted 1 px apart: box at a paste-grid boundary"
+                    * bool(d["paste_grid_flips"])
+                )
+                + ")"
+                + (
+                    f"; first difference (image seed {d['first_problem_image_seed']}): {d['first_problem']}"
+                    if d["first_problem"]
+                    else ""
+                )
+            )
+            cl = d["tv_channels_last"]
+            if cl and cl["images"]:
+                out.append(
+                    f"  on {cl['changed']} of these {cl['images']} images torchvision itself changes under "
+                    "channels-last (float summation order)"
+                    + (f"; first change: {cl['first_change']}" if cl["first_change"] else "")
+                )
+    for row in rows:
+        b = row["vs_batch1"]
+        if b:
+            out.append(
+                f"{row['label']}: throughput {b['throughput_ratio']:.3f}x batch 1's (images/s, ratio of medians; "
+                f"per iteration {b['paired_median']:.3f}, {b['paired_min']:.3f} to {b['paired_max']:.3f})"
+            )
+    out += step_table(rows)
+    for row in rows:
+        if row["norm_share_of_backbone"] is not None and row["variant"] in ("FrozenBN", "Affine"):
+            out.append(
+                f"{row['label']}: norm share of backbone time {100 * row['norm_share_of_backbone']:.1f}% "
+                "(backbone median vs the folded variant, which runs no norm op)"
+            )
+        out += _vs_none_lines(row)
+        fb = row["vs_frozenbn"]
+        if row["variant"] == "GN" and fb and fb["backbone_increase"] is not None:
+            out.append(
+                f"{row['label']} over FrozenBN{row['label'][len(row['variant']) :]}: backbone "
+                f"{100 * fb['backbone_increase']:+.1f}%, end to end {_fmt(fb['end_to_end_increase'], '+.1%')}"
+            )
+        if row["amp_drift"]:
+            d = row["amp_drift"]
+            out.append(
+                f"{row['label']}: {amp} vs fp32: {d['detections_amp']} vs {d['detections_fp32']} "
+                f"detections, {d['matched']} matched (IoU>=0.5, same label); box change median "
+                f"{_fmt(d['box_diff_px_median'], '.3g')} max {_fmt(d['box_diff_px_max'], '.3g')} px, "
+                f"score change max {_fmt(d['score_diff_max'], '.3g')}"
+            )
+    return "\n".join(out)
+
+
+def _vs_none_lines(row: dict) -> list[str]:
+    """The norm's cost measured against the model without norm layers; for a folded variant
+    also whether it is distinguishable from that model."""
+    vn = row["vs_none"]
+    if not vn or vn["norm_cost"] is None:
+        return []
+    none_label = "none" + row["label"][len(row["variant"]) :]
+    ms, none_ms = 1e3 * vn["backbone_s"], 1e3 * vn["none_backbone_s"]
+    out = [
+        f"{row['label']}: norm share measured against no norm: backbone {100 * vn['norm_cost']:+.1f}% "
+        f"({ms:.1f} ms vs {none_ms:.1f} ms of {none_label}, which has no norm layers)"
+    ]
+    if VARIANTS.get(row["variant"], ("", False))[1]:
+        p = vn["paired_backbone_ratio"]
+        spread = f"; per iteration {p['min']:.3f} to {p['max']:.3f}" if p["n"] > 1 else ""
+        if p["n"] < PAIRED_MIN:
+            spread += f": too few iterations to judge (< {PAIRED_MIN})"
+        elif p["min"] <= 1 <= p["max"]:
+            spread += ": within the noise"
+        else:
+            spread += f": folded {'slower' if p['min'] > 1 else 'faster'} in each of {p['n']} iterations"
+        out.append(
+            f"folded vs no norm: backbone {ms:.1f} ms vs {none_ms:.1f} ms (ratio {vn['backbone_ratio']:.3f}"
+            f"{spread}; {row['label']} vs {none_label})"
+        )
+    return out
+
+
+def step_table(rows: list[dict]) -> list[str]:
+    """Lines of the per-step comparison with torchvision (``STEPS``), one block per minidet variant;
+    none without torchvision."""
+    compared = [row for row in rows if row["vs_torchvision"]]
+    if not compared:
+        return []
+    tv_rows = {(row["depth"], row["batch"]): row for row in rows if row["impl"] == TV}
+    width = max(12, *(len(row["label"]) + 1 for row in compared))
+    out = [
+        "steps where torchvision does avoidable work (target: minidet at most half of torchvision's time), median ms:",
+        f"{'model':<{width}}{'step':<16}{'torchvision':>12}{'minidet':>10}{'tv/minidet':>12}  target",
+    ]
+    for row in compared:
+        tv_steps, steps = _steps(tv_rows[row["depth"], row["batch"]]), _steps(row)
+        vs = row["vs_torchvision"]
+        for i, (s, ratio) in enumerate(vs["steps"].items()):
+            verdict = "-" if ratio is None else "met" if vs["steps_met"][s] else "not met"
+            out.append(
+                f"{row['label'] if i == 0 else '':<{width}}{s:<16}{1e3 * tv_steps[s]['median']:12.2f}"
+                f"{1e3 * steps[s]['median']:10.2f}{_fmt(ratio, '.2f') + 'x' * (ratio is not None):>12}  {verdict}"
+            )
+    out.append(
+        "(steps inside stages: rpn_select = RPN without its head convs (top-k, decode, clip, NMS), box_roi_align = "
+        "multi-scale RoIAlign of the box head, box_postprocess = softmax, decode, clip, per-class NMS, top-k, "
+        "mask_roi_align = RoIAlign of the mask head; paste is the stage)"
+    )
+    return out
+
+
+_COLORS = {  # BGR
+    "preprocess": (160, 160, 160),
+    "backbone": (180, 119, 31),
+    "fpn": (14, 127, 255),
+    "rpn": (44, 160, 44),
+    "box_head": (40, 39, 214),
+    "mask_head": (189, 103, 148),
+    "paste": (75, 86, 140),
+}
+
+
+def _nice_step(top: float, ticks: int = 6) -> float:
+    raw = top / ticks
+    mag = 10 ** np.floor(np.log10(raw))
+    return float(next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw))
+
+
+def draw_chart(rows: list[dict], title: str, path: str) -> None:
+    """Stacked bars, one per model: the median time of each stage per image, in ms."""
+    font, aa = cv2.FONT_HERSHEY_SIMPLEX, cv2.LINE_AA
+    stages = [s for s in STAGES if any(s in r["stages"] for r in rows)]
+    vals = [[1e3 * r["stages"].get(s, {"median": 0.0})["median"] / r["batch"] for s in stages] for r in rows]
+    top = max(sum(v) for v in vals) * 1.08 or 1.0
+    step = _nice_step(top)
+    top = step * np.ceil(top / step)
+    slot, left, legend_w, y0, y1 = 120, 90, 170, 70, 470
+    width, height = left + slot * len(rows) + legend_w + 20, 560
+    img = np.full((height, width, 3), 255, np.uint8)
+    cv2.putText(img, title, (left - 70, 28), font, 0.6, (0, 0, 0), 1, aa)
+    cv2.putText(
+        img, "ms per image: median of each stage, bar = their sum", (left - 70, 55), font, 0.45, (60, 60, 60), 1, aa
+    )
+    ys = lambda v: int(round(y1 - (y1 - y0) * v / top))  # noqa: E731
+    for k in range(int(round(top / step)) + 1):
+        y = ys(k * step)
+        cv2.line(img, (left, y), (left + slot * len(rows), y), (225, 225, 225), 1, aa)
+        label = f"{k * step:g}"
+        (tw, _), _ = cv2.getTextSize(label, font, 0.42, 1)
+        cv2.putText(img, label, (left - 8 - tw, y + 5), font, 0.42, (60, 60, 60), 1, aa)
+    cv2.line(img, (left, y0), (left, y1), (0, 0, 0), 1, aa)
+    cv2.line(img, (left, y1), (left + slot * len(rows), y1), (0, 0, 0), 1, aa)
+    for i, (row, v) in enumerate(zip(rows, vals)):
+        x0 = left + slot * i + 25
+        x1, acc = x0 + slot - 50, 0.0
+        for s, ms in zip(stages, v):
+            ya, yb = ys(acc + ms), ys(acc)
+            cv2.rectangle(img, (x0, ya), (x1, yb), _COLORS.get(s, (120, 120, 120)), -1)
+            if yb - ya >= 14:
+                text = f"{ms:.0f}" if ms >= 10 else f"{ms:.1f}"
+                (tw, th), _ = cv2.getTextSize(text, font, 0.38, 1)
+                cv2.putText(img, text, ((x0 + x1 - tw) // 2, (ya + yb + th) // 2), font, 0.38, (255, 255, 255), 1, aa)
+            acc += ms
+        text = f"{acc:.0f}" if acc >= 10 else f"{acc:.1f}"
+        (tw, _), _ = cv2.getTextSize(text, font, 0.45, 1)
+        cv2.putText(img, text, ((x0 + x1 - tw) // 2, ys(acc) - 6), font, 0.45, (0, 0, 0), 1, aa)
+        lines = row["label"].split(" ") + ([f"R{row['depth']} b{row['batch']}"] if " " not in row["label"] else [])
+        for j, part in enumerate(lines[:3]):
+            (tw, _), _ = cv2.getTextSize(part, font, 0.45, 1)
+            cv2.putText(img, part, (x0 + (x1 - x0 - tw) // 2, y1 + 22 + 18 * j), font, 0.45, (0, 0, 0), 1, aa)
+    lx = left + slot * len(rows) + 20
+    for j, s in enumerate(reversed(stages)):
+        y = y0 + 22 * j
+        cv2.rectangle(img, (lx, y), (lx + 16, y + 14), _COLORS.get(s, (120, 120, 120)), -1)
+        cv2.putText(img, s, (lx + 24, y + 12), font, 0.45, (0, 0, 0), 1, aa)
+    ok, png = cv2.imencode(".png", img)
+    if not ok:
+        raise RuntimeError(f"could not encode the chart for {path}")
+    atomic_write(path, png.tobytes())

@@ -1,0 +1,170 @@
+"""Realistic random weights and structured images, for tests and weight-free benchmarks.
+
+Nothing here is used when running a real checkpoint. Random conv weights with
+mean-0 / var-1 batch-norm statistics would hide a wrong norm implementation, so
+``calibrate_norm_stats`` gives every frozen batch norm the statistics of its own
+input (then perturbs them), which keeps activations sane and the stats non-trivial.
+``random_minidet_weights`` saves such weights for any minidet architecture (the benchmark's
+GroupNorm and no-norm models, and configs torchvision cannot build); ``strip_norms`` turns a
+model into the one ``MODEL.NORM ""`` describes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+import minidet
+from minidet.layers import Conv2d
+from minidet.norm import FrozenBN
+
+
+def _is_bn(m: nn.Module) -> bool:
+    return all(hasattr(m, a) for a in ("weight", "bias", "running_mean", "running_var")) and not isinstance(
+        m, nn.GroupNorm
+    )
+
+
+@torch.no_grad()
+def randomize_affine(model: nn.Module, gen: torch.Generator) -> None:
+    """Non-trivial weight/bias on every batch norm and GroupNorm of ``model``."""
+    for m in model.modules():
+        if _is_bn(m) or isinstance(m, nn.GroupNorm):
+            c = m.weight.shape[0]
+            m.weight.copy_(torch.rand(c, generator=gen) * 1.0 + 0.5)
+            m.bias.copy_(torch.randn(c, generator=gen) * 0.2)
+
+
+@torch.no_grad()
+def calibrate_norm_stats(model: nn.Module, run, gen: torch.Generator, jitter: float = 0.1) -> None:
+    """Set each batch norm's running stats to the stats of its actual input, perturbed.
+
+    ``run()`` must execute one eval-mode forward of ``model``. A forward pre-hook
+    on every batch-norm-like module (torchvision ``FrozenBatchNorm2d``, ``BatchNorm2d``,
+    minidet's ``FrozenBN``) measures the per-channel mean/var of its input, writes them
+    (mean shifted by ``jitter``·std noise, var scaled by a factor in [0.7, 1.4]) into the
+    buffers, and removes itself, so later layers see calibrated activations.
+    """
+    handles = []
+
+    def hook(mod, args):
+        x = args[0]
+        dims = [d for d in range(x.dim()) if d != 1]
+        mean = x.mean(dim=dims)
+        var = x.var(dim=dims, unbiased=False).clamp(min=1e-2)
+        c = mean.shape[0]
+        mod.running_mean.copy_(mean + jitter * var.sqrt() * torch.randn(c, generator=gen))
+        mod.running_var.copy_(var * (0.7 + 0.7 * torch.rand(c, generator=gen)))
+        handles[ids[id(mod)]].remove()
+
+    ids = {}
+    for m in model.modules():
+        if _is_bn(m):
+            ids[id(m)] = len(handles)
+            handles.append(m.register_forward_pre_hook(hook))
+    was_training = model.training
+    model.eval()
+    run()
+    model.train(was_training)
+    for h in handles:  # modules never reached keep their stats
+        h.remove()
+
+
+def structured_image(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """An HxWx3 uint8 BGR image with gradients, rectangles, ellipses and noise."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    img = np.stack(
+        [127 + 100 * np.sin(xx / (13 + 7 * c) + c) * np.cos(yy / (17 + 5 * c)) for c in range(3)],
+        axis=-1,
+    )
+    img = np.clip(img, 0, 255).astype(np.uint8)
+    for _ in range(12):
+        color = tuple(int(v) for v in rng.integers(0, 256, 3))
+        x1, y1 = int(rng.integers(0, width)), int(rng.integers(0, height))
+        w = int(rng.integers(width // 12, width // 3 + 2))
+        h = int(rng.integers(height // 12, height // 3 + 2))
+        if rng.random() < 0.5:
+            cv2.rectangle(img, (x1, y1), (x1 + w, y1 + h), color, -1)
+        else:
+            cv2.ellipse(img, (x1, y1), (w // 2, h // 2), float(rng.uniform(0, 180)), 0, 360, color, -1)
+    noise = rng.normal(0, 6, img.shape)
+    return np.clip(img.astype(np.float32) + noise, 0, 255).astype(np.uint8)
+
+
+@torch.no_grad()
+def strip_norms(model: torch.nn.Module) -> int:
+    """Remove the norm of every conv: the model ``MODEL.NORM ""`` describes; returns the count.
+
+    minidet's config admits only FrozenBN, Affine and GN, so the ``none`` variant is built as a
+    FrozenBN model and stripped here. Without a norm minidet builds the ResNet's convs without a
+    bias and those of the FPN and heads with one; so does this (a zero bias where a norm goes).
+    """
+    n = 0
+    for name, m in model.named_modules():
+        if isinstance(m, Conv2d) and m.norm is not None:
+            m.norm = None
+            if m.bias is None and not name.startswith("backbone."):
+                m.bias = torch.nn.Parameter(m.weight.new_zeros(m.out_channels), requires_grad=False)
+            n += 1
+    return n
+
+
+@torch.no_grad()
+def _calibrate_scales(model: torch.nn.Module, run) -> None:
+    """Turn every FrozenBN into a pure per-channel scale by the root mean square of its input.
+
+    ``run()`` executes one forward; each layer is set when the forward reaches it, so later layers
+    see calibrated activations. Mean and shift are zero: folded into its conv, the scale leaves a
+    conv without bias, as a model without norm layers has.
+    """
+
+    def hook(mod, args):
+        x = args[0]
+        mod.running_mean.zero_()
+        mod.bias.zero_()
+        mod.running_var.copy_(x.pow(2).mean(dim=[d for d in range(x.dim()) if d != 1]).clamp(min=1e-2))
+
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, FrozenBN)]
+    model.eval()
+    run()
+    for h in handles:
+        h.remove()
+
+
+@torch.no_grad()
+def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: float = 2.0) -> None:
+    """Save a minidet state dict of ``cfg``'s architecture with realistic random weights.
+
+    Frozen batch norms (GN is left as randomized) take the statistics of their own input on
+    ``calib_image``; in the same forward the class logits are measured and ``cls_score`` is
+    rescaled so that, per proposal, they spread with standard deviation ``logit_std`` over the
+    classes (a trained model's confidence: about 100 detections per image). With ``MODEL.NORM
+    ""`` (no norm layers) each frozen norm is calibrated as a pure scale (``_calibrate_scales``),
+    multiplied into its conv and removed (``strip_norms``): the activations keep a sane range.
+    """
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    base = cfg.clone()
+    base.merge_from_list(["MODEL.FOLD_NORM", False, "MODEL.DEVICE", "cpu"])
+    if cfg.MODEL.NORM != "GN":  # calibrate as FrozenBN; minidet loads it into any frozen norm
+        base.merge_from_list(["MODEL.NORM", "FrozenBN"])
+    model = minidet.build_model(base)
+    randomize_affine(model, gen)
+    feats = []
+    hook = model.box_predictor.register_forward_pre_hook(lambda mod, args: feats.append(args[0]))
+    if cfg.MODEL.NORM == "":
+        _calibrate_scales(model, lambda: model([calib_image]))
+        for m in model.modules():
+            if isinstance(m, Conv2d) and isinstance(m.norm, FrozenBN):
+                m.weight.mul_(m.norm.scale_shift()[0].view(-1, 1, 1, 1))
+        strip_norms(model)
+    else:
+        calibrate_norm_stats(model, lambda: model([calib_image]), gen)
+    hook.remove()
+    cls = model.box_predictor.cls_score
+    cls.weight.mul_(logit_std / (feats[0] @ cls.weight.T).std(dim=1).mean())
+    torch.save(model.state_dict(), path)

@@ -1,0 +1,273 @@
+"""Pre- and post-processing around the network: resize, normalize and pad a batch; rescale,
+clip and paste the detections into the input images (the role of torchvision's
+``GeneralizedRCNNTransform``). The algorithms of each weight family are plain functions:
+
+- resizers ``(transform, image) -> ((3, h, w) float32 normalized, scale)``: ``resize_torch``,
+  ``resize_cv2``, ``resize_pil``;
+- rescalers ``(Detections, resized size, original size) -> Detections`` of boxes in the resized
+  frame: ``rescale_per_axis``, ``rescale_clip_nonempty``;
+- pasters ``(probs (D, M, M), boxes (D, 4), height, width, threshold) -> (D, H, W) bool``:
+  ``paste_masks``, ``paste_masks_aligned``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .boxes import clip_boxes
+
+
+class ImageBatch(NamedTuple):
+    """A padded batch: ``tensor`` (N, 3, H, W), per image the resized (unpadded) ``sizes`` and
+    ``orig_sizes`` as (h, w), and the resize factors ``scales``. ``part(slice)`` is a chunk."""
+
+    tensor: torch.Tensor
+    sizes: list[tuple[int, int]]
+    orig_sizes: list[tuple[int, int]]
+    scales: list[float]
+
+    def part(self, s: slice) -> ImageBatch:
+        return ImageBatch(self.tensor[s], self.sizes[s], self.orig_sizes[s], self.scales[s])
+
+    def to_original(self, boxes: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per-image boxes from the resized frame to original-image pixels (divided by the scale)."""
+        return [b / s for b, s in zip(boxes, self.scales)]
+
+    def in_resized_frame(self, dets: list) -> list[torch.Tensor]:
+        """The boxes of each image's ``Detections`` in the resized frame, whichever frame they are in."""
+        return [d.boxes * s if d.frame == "original" else d.boxes for d, s in zip(dets, self.scales)]
+
+
+def resize_torch(tf: Transform, img) -> tuple[torch.Tensor, float]:
+    """torchvision: normalize on the device, then bilinear resize (output size floored).
+
+    The float image is made once, channels last, and normalized in place: 12 bytes per
+    input pixel where three NCHW temporaries and the kernel's channels-last copy took about
+    36. The values are the same: the CPU kernels do not depend on the input's memory layout
+    (the CUDA kernel is given the NCHW layout it had).
+    """
+    t = torch.as_tensor(np.ascontiguousarray(img)) if isinstance(img, np.ndarray) else img
+    t = t.to(tf.device)
+    h, w = t.shape[:2]
+    x = torch.empty((h, w, 3), dtype=torch.float32, device=tf.device)
+    for c in range(3):
+        x[:, :, c] = t[:, :, 2 - c if tf.flip_channels else c]
+    if tf.pixel_range != 255.0:
+        x.div_(255.0 / tf.pixel_range)
+    x.sub_(tf.pixel_mean.view(3)).div_(tf.pixel_std.view(3))
+    x = x.permute(2, 0, 1)[None]
+    if x.is_cuda:
+        x = x.contiguous()
+    scale = min(tf.min_size / min(h, w), tf.max_size / max(h, w))
+    x = F.interpolate(x, scale_factor=scale, mode="bilinear", recompute_scale_factor=True, align_corners=False)
+    return x[0], scale
+
+
+def resize_cv2(tf: Transform, img) -> tuple[torch.Tensor, float]:
+    """Detectron: subtract the mean from the float image, then cv2 INTER_LINEAR (size rounded).
+
+    One float copy of the image (12 bytes per pixel), normalized in place.
+    """
+    import cv2
+
+    a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
+    if tf.flip_channels:
+        a = a[:, :, ::-1]
+    x = a.astype(np.float32, order="C")
+    if tf.pixel_range != 255.0:
+        x /= np.float32(255.0 / tf.pixel_range)
+    x -= tf.pixel_mean.view(-1).cpu().numpy()
+    std = tf.pixel_std.view(-1).cpu().numpy()
+    if np.any(std != 1):
+        x /= std
+    h, w = a.shape[:2]
+    scale = float(tf.min_size) / float(min(h, w))
+    if np.round(scale * max(h, w)) > tf.max_size:
+        scale = float(tf.max_size) / float(max(h, w))
+    x = cv2.resize(x, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+    return torch.from_numpy(x).permute(2, 0, 1).to(tf.device), scale
+
+
+def resize_pil(tf: Transform, img) -> tuple[torch.Tensor, float]:
+    """detectron2: PIL bilinear resize of the uint8 image (size rounded half up), then normalize.
+
+    One channel at a time, as 8-bit grayscale images: PIL resamples each band with the same
+    integer arithmetic, so the values are those of the RGB resize, without PIL's 4-byte-per-
+    pixel RGB copy of the full image.
+    """
+    from PIL import Image
+
+    a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
+    h, w = a.shape[:2]
+    size = tf.min_size * 1.0
+    scale = size / min(h, w)
+    newh, neww = (size, scale * w) if h < w else (scale * h, size)
+    if max(newh, neww) > tf.max_size:
+        scale = tf.max_size * 1.0 / max(newh, neww)
+        newh, neww = newh * scale, neww * scale
+    neww, newh = int(neww + 0.5), int(newh + 0.5)
+    planes = []
+    for c in range(3):
+        plane = Image.fromarray(np.ascontiguousarray(a[:, :, 2 - c if tf.flip_channels else c]))
+        planes.append(np.asarray(plane.resize((neww, newh), Image.BILINEAR)))
+    x = torch.as_tensor(np.stack(planes).astype("float32")).to(tf.device)
+    if tf.pixel_range != 255.0:
+        x = x / (255.0 / tf.pixel_range)
+    return (x - tf.pixel_mean) / tf.pixel_std, newh / h
+
+
+def rescale_per_axis(det, size: tuple[int, int], orig: tuple[int, int]):
+    """torchvision: boxes times (original / resized) per axis, as float32 tensor ratios."""
+    (h, w), (oh, ow) = size, orig
+    rh = torch.tensor(oh, dtype=torch.float32) / torch.tensor(h, dtype=torch.float32)
+    rw = torch.tensor(ow, dtype=torch.float32) / torch.tensor(w, dtype=torch.float32)
+    return det._replace(boxes=det.boxes * torch.stack((rw, rh, rw, rh)).to(det.boxes.device), frame="original")
+
+
+def rescale_clip_nonempty(det, size: tuple[int, int], orig: tuple[int, int]):
+    """detectron2: scale by output / input size per axis, clip to the image, drop empty boxes."""
+    (h, w), (oh, ow) = size, orig
+    boxes = det.boxes.clone()
+    boxes[:, 0::2] *= ow / w
+    boxes[:, 1::2] *= oh / h
+    boxes = clip_boxes(boxes, oh, ow)
+    keep = ((boxes[:, 2] - boxes[:, 0]) > 0) & ((boxes[:, 3] - boxes[:, 1]) > 0)
+    masks = det.masks[keep] if det.masks is not None else None
+    scores, labels = det.scores[keep], det.labels[keep]
+    return det._replace(boxes=boxes[keep], scores=scores, labels=labels, masks=masks, frame="original")
+
+
+def paste_masks(
+    masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
+) -> torch.Tensor:
+    """Paste (N, M, M) mask probabilities into (N, height, width) bool masks.
+
+    torchvision/Detectron geometry: the mask is padded by one pixel, the box expanded by
+    (M + 2) / M about its centre and truncated to integers, the padded mask resized
+    bilinearly (align_corners=False) to the box's (x2 - x1 + 1, y2 - y1 + 1) size, and
+    binarized with ``> threshold``. Only the box region is interpolated.
+    """
+    n = masks.shape[0]
+    out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
+    if n == 0:
+        return out
+    m = masks.shape[-1]
+    padded = F.pad(masks, (1, 1, 1, 1))
+    scale = float(m + 2) / m
+    w_half = (boxes[:, 2] - boxes[:, 0]) * 0.5 * scale
+    h_half = (boxes[:, 3] - boxes[:, 1]) * 0.5 * scale
+    x_c = (boxes[:, 2] + boxes[:, 0]) * 0.5
+    y_c = (boxes[:, 3] + boxes[:, 1]) * 0.5
+    ib = torch.stack((x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half), dim=1).to(torch.int64).tolist()
+    for i, (x0, y0, x1, y1) in enumerate(ib):
+        w = max(x1 - x0 + 1, 1)
+        h = max(y1 - y0 + 1, 1)
+        xa, xb = max(x0, 0), min(x1 + 1, width)
+        ya, yb = max(y0, 0), min(y1 + 1, height)
+        if xa >= xb or ya >= yb:
+            continue
+        res = F.interpolate(padded[i][None, None], size=(h, w), mode="bilinear", align_corners=False)[0, 0]
+        out[i, ya:yb, xa:xb] = res[ya - y0 : yb - y0, xa - x0 : xb - x0] > threshold
+    return out
+
+
+def paste_masks_aligned(
+    masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
+) -> torch.Tensor:
+    """detectron2's paste: sample each (M, M) mask at the image's pixel centres inside its box.
+
+    Pixel (x + 0.5, y + 0.5) maps to [-1, 1] across the float box and is read from the mask
+    with ``grid_sample`` (bilinear, zeros outside, align_corners=False); ``>= threshold``.
+    Only a window around each box is computed.
+    """
+    n = masks.shape[0]
+    out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
+    for i in range(n):
+        box = boxes[i : i + 1]
+        x0i, y0i = torch.clamp(box.min(dim=0).values.floor()[:2] - 1, min=0).to(torch.int32).tolist()
+        x1i = int(torch.clamp(box[:, 2].max().ceil() + 1, max=width).to(torch.int32))
+        y1i = int(torch.clamp(box[:, 3].max().ceil() + 1, max=height).to(torch.int32))
+        if x1i <= x0i or y1i <= y0i:
+            continue
+        x0, y0, x1, y1 = torch.split(box, 1, dim=1)
+        img_y = torch.arange(y0i, y1i, device=masks.device, dtype=torch.float32) + 0.5
+        img_x = torch.arange(x0i, x1i, device=masks.device, dtype=torch.float32) + 0.5
+        img_y = (img_y - y0) / (y1 - y0) * 2 - 1
+        img_x = (img_x - x0) / (x1 - x0) * 2 - 1
+        gx = img_x[:, None, :].expand(1, img_y.size(1), img_x.size(1))
+        gy = img_y[:, :, None].expand(1, img_y.size(1), img_x.size(1))
+        grid = torch.stack([gx, gy], dim=3)
+        sampled = F.grid_sample(masks[i : i + 1, None].float(), grid, align_corners=False)
+        out[i, y0i:y1i, x0i:x1i] = sampled[0, 0] >= threshold
+    return out
+
+
+class Transform(nn.Module):
+    """Pre-processing (``preprocess``: resize to short side ``min_size``, long side <= ``max_size``,
+    normalize, pad to ``size_divisibility``) and post-processing (``postprocess``: boxes to
+    original-image pixels, masks pasted and binarized at ``mask_threshold``).
+
+    ``pixel_mean``/``pixel_std`` are in the network's channel order and ``pixel_range``'s scale;
+    ``flip_channels``: the input's channel order (BGR) is not the network's. ``resize``, ``rescale``
+    and ``paste`` are the weight family's algorithms (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        resize: Callable,
+        min_size: int,
+        max_size: int,
+        size_divisibility: int,
+        pixel_mean: list[float],
+        pixel_std: list[float],
+        pixel_range: float = 255.0,
+        flip_channels: bool = False,
+        rescale: Callable = rescale_per_axis,
+        paste: Callable = paste_masks,
+        mask_threshold: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.resize, self.rescale, self.paste = resize, rescale, paste
+        self.min_size, self.max_size, self.size_divisibility = min_size, max_size, size_divisibility
+        self.register_buffer("pixel_mean", torch.tensor(pixel_mean, dtype=torch.float32).view(-1, 1, 1), False)
+        self.register_buffer("pixel_std", torch.tensor(pixel_std, dtype=torch.float32).view(-1, 1, 1), False)
+        self.pixel_range, self.flip_channels, self.mask_threshold = pixel_range, flip_channels, mask_threshold
+
+    @property
+    def device(self) -> torch.device:
+        return self.pixel_mean.device
+
+    def preprocess(self, images: list) -> ImageBatch:
+        """HxWx3 uint8 arrays (or tensors) in the input's channel order -> the padded batch."""
+        resized, scales = [], []
+        for img in images:
+            x, scale = self.resize(self, img)
+            resized.append(x)
+            scales.append(scale)
+        sizes = [(x.shape[-2], x.shape[-1]) for x in resized]
+        d = self.size_divisibility
+        ph = int(-(-max(s[0] for s in sizes) // d) * d)
+        pw = int(-(-max(s[1] for s in sizes) // d) * d)
+        batch = resized[0].new_zeros((len(resized), 3, ph, pw))
+        for i, x in enumerate(resized):
+            batch[i, :, : x.shape[1], : x.shape[2]].copy_(x)
+        return ImageBatch(batch, sizes, [(int(im.shape[0]), int(im.shape[1])) for im in images], scales)
+
+    def postprocess(self, dets: list, images: ImageBatch) -> list[dict[str, torch.Tensor]]:
+        """Per image ``Detections`` -> a dict of ``boxes`` (D, 4) in original-image pixels,
+        ``scores``, ``labels`` and, where the detections carry mask probabilities, ``masks`` (D, H, W) bool."""
+        results = []
+        for det, size, (oh, ow) in zip(dets, images.sizes, images.orig_sizes):
+            if det.frame == "resized":
+                det = self.rescale(det, size, (oh, ow))
+            r = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
+            if det.masks is not None:
+                r["masks"] = self.paste(det.masks, det.boxes, oh, ow, self.mask_threshold)
+            results.append(r)
+        return results

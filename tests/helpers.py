@@ -1,0 +1,73 @@
+"""Test support, one helper per purpose: a config from a file plus overrides, a tool of tools/ run
+in a subprocess or imported in-process, the one-line error a failed set-up prints, the parity
+tests' images.
+
+Weights, images and the detection comparison shared with the benchmark are in ``minidet.testing``;
+the session-scoped checkpoint files are fixtures in ``conftest.py``; ``procs`` reads processes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import minidet
+from minidet.testing.synthetic import structured_image
+
+ROOT = Path(__file__).resolve().parent.parent
+# the parity tests' three images: (height, width) of different sizes and aspect ratios
+IMAGE_SHAPES = [(240, 320), (300, 200), (180, 420)]
+
+
+def images_bgr(shapes=IMAGE_SHAPES, seed: int = 0) -> list[np.ndarray]:
+    """``structured_image`` of each shape, seeds ``seed``, ``seed + 1``, ..."""
+    return [structured_image(h, w, seed + i) for i, (h, w) in enumerate(shapes)]
+
+
+def config(path: str | Path, *opts, weights: str | Path = "") -> minidet.config.CfgNode:
+    """``minidet.get_cfg()`` merged with the file ``path`` (absolute, or relative to the repository
+    root), then ``MODEL.WEIGHTS weights`` and the ``KEY VALUE`` pairs ``opts``, in that order."""
+    cfg = minidet.get_cfg()
+    cfg.merge_from_file(str(ROOT / path))
+    cfg.merge_from_list(["MODEL.WEIGHTS", str(weights), *opts])
+    return cfg
+
+
+def load_tool(path: Path):
+    """Import a script of tools/ as a module (they are scripts, not a package) for in-process tests;
+    a fresh module on every call."""
+    spec = importlib.util.spec_from_file_location(path.stem + "_tool", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_tool(
+    tool: Path,
+    *args: str,
+    cwd: Path,
+    threads: int | str | None = None,
+    launcher: tuple[str, ...] = (),
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
+    """``python [launcher...] tool args...`` in ``cwd``, output captured as text, never raising on
+    a failure. ``PYTHONPATH`` is emptied: a tool must find minidet by itself. ``threads`` sets
+    ``OMP_NUM_THREADS`` (one thread is many times faster than two OpenMP threads fighting other
+    jobs for two cores; the same count in every run keeps float sums alike)."""
+    env = {**os.environ, "PYTHONPATH": ""}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [sys.executable, *launcher, str(tool), *args]
+    return subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def one_error_line(err: str) -> str:
+    """The single line a failed set-up prints (and nothing else, no traceback)."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
