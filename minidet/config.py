@@ -14,11 +14,12 @@ import yaml
 from yacs.config import CfgNode as _YacsNode
 
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
+from .conventions import CONVENTIONS as _FAMILIES
 from .imageio import DEFAULT_MAX_PIXELS
 from .poolers import ROI_ALIGN_IMPLS
 
 NORM_CHOICES = ("FrozenBN", "Affine", "GN")
-CONVENTIONS = ("torchvision", "detectron", "detectron2")
+CONVENTIONS = tuple(_FAMILIES)  # MODEL.CONVENTION: the families of conventions.py
 
 
 class ConfigError(ValueError):

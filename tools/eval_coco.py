@@ -173,8 +173,7 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
             m, tab = coco_metrics(coco_gt, by_type[t][1], [t], ids)
             metrics.update(m)
             tables.update(tab)
-    os.makedirs(args.output, exist_ok=True)
-    write_json(os.path.join(args.output, "metrics.json"), metrics, indent=1)
+    write_json(os.path.join(args.output, "metrics.json"), metrics, indent=1)  # OUT: made by prepare_folders
     for t in metrics:
         print(f"{t} (pycocotools, {by_type[t][0]}):\n{tables[t]}")
     for t, m in metrics.items():
