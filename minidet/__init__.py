@@ -6,13 +6,7 @@ from .detector import MaskRCNN, build_model
 from .predictor import Predictor, prepare_model
 
 __all__ = [
-    "CheckpointError",
-    "ConfigError",
-    "MaskRCNN",
-    "Predictor",
-    "build_model",
-    "get_cfg",
-    "load_checkpoint",
+    "CheckpointError", "ConfigError", "MaskRCNN", "Predictor", "build_model", "get_cfg", "load_checkpoint",
     "prepare_model",
 ]
 __version__ = "0.1.0"

@@ -1,8 +1,5 @@
-"""Box arithmetic shared by the RPN and the RoI heads (x1, y1, x2, y2 boxes), and the exact NMS.
-
-``offset`` selects the box-size convention: 0 for torchvision/detectron2
-(width = x2 - x1), 1 for Detectron's pixel-inclusive boxes (width = x2 - x1 + 1).
-"""
+"""Box arithmetic shared by the RPN and the RoI heads (x1, y1, x2, y2 boxes), and the exact NMS. ``offset``:
+0 for torchvision/detectron2 (width = x2 - x1), 1 for Detectron's pixel-inclusive boxes (x2 - x1 + 1)."""
 
 from __future__ import annotations
 
@@ -17,20 +14,9 @@ BBOX_XFORM_CLIP = math.log(1000.0 / 16)
 
 
 def decode_boxes(
-    deltas: torch.Tensor,
-    boxes: torch.Tensor,
-    weights: tuple[float, float, float, float],
-    offset: int = 0,
-    clip: float = BBOX_XFORM_CLIP,
+    deltas: torch.Tensor, boxes: torch.Tensor, weights: tuple[float, float, float, float], offset: int = 0
 ) -> torch.Tensor:
-    """Apply (dx, dy, dw, dh) deltas to reference boxes.
-
-    Args:
-        deltas: (R, 4k) deltas for k classes (or k=1).
-        boxes: (R, 4) reference boxes.
-    Returns:
-        (R, 4k) decoded boxes.
-    """
+    """Apply (R, 4k) (dx, dy, dw, dh) deltas for k classes (or k=1) to (R, 4) boxes -> (R, 4k) boxes."""
     boxes = boxes.to(deltas.dtype)
     widths = boxes[:, 2] - boxes[:, 0] + offset
     heights = boxes[:, 3] - boxes[:, 1] + offset
@@ -39,17 +25,15 @@ def decode_boxes(
     wx, wy, ww, wh = weights
     dx = deltas[:, 0::4] / wx
     dy = deltas[:, 1::4] / wy
-    dw = torch.clamp(deltas[:, 2::4] / ww, max=clip)
-    dh = torch.clamp(deltas[:, 3::4] / wh, max=clip)
+    dw = torch.clamp(deltas[:, 2::4] / ww, max=BBOX_XFORM_CLIP)
+    dh = torch.clamp(deltas[:, 3::4] / wh, max=BBOX_XFORM_CLIP)
     pred_ctr_x = dx * widths[:, None] + ctr_x[:, None]
     pred_ctr_y = dy * heights[:, None] + ctr_y[:, None]
     half_w = 0.5 * (torch.exp(dw) * widths[:, None])
     half_h = 0.5 * (torch.exp(dh) * heights[:, None])
-    out = torch.stack(
-        (pred_ctr_x - half_w, pred_ctr_y - half_h, pred_ctr_x + half_w - offset, pred_ctr_y + half_h - offset),
-        dim=2,
-    )
-    return out.flatten(1)
+    return torch.stack(
+        (pred_ctr_x - half_w, pred_ctr_y - half_h, pred_ctr_x + half_w - offset, pred_ctr_y + half_h - offset), dim=2
+    ).flatten(1)
 
 
 def clip_boxes(boxes: torch.Tensor, height: int, width: int, offset: int = 0) -> torch.Tensor:
@@ -67,26 +51,17 @@ def nonempty(boxes: torch.Tensor, min_size: float, offset: int = 0) -> torch.Ten
 
 
 def batched_nms(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    groups: torch.Tensor,
-    thresh: float,
-    offset: int = 0,
-    inclusive: bool = False,
-    topk: int | None = None,
-    *,
-    tv_tie_order: bool,
+    boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float, offset: int = 0,
+    inclusive: bool = False, topk: int | None = None, *, tv_tie_order: bool,
 ) -> torch.Tensor:
-    """NMS within each group id; kept indices sorted by decreasing score.
+    """NMS within each group id: boxes (R, 4), scores (R,), groups (R,) int64 -> kept indices (K,)
+    int64 by decreasing score. Suppresses at IoU > ``thresh`` (torchvision); ``offset=1,
+    inclusive=True`` is Detectron's IoU with +1 sizes, suppressing at IoU >= ``thresh``.
 
-    Shapes: boxes (R, 4), scores (R,), groups (R,) int64 -> kept indices (K,) int64.
-    torchvision suppresses a box when IoU > ``thresh``; ``offset=1, inclusive=True`` is
-    Detectron's: IoU with +1 sizes, suppressing when IoU >= ``thresh`` (both on torchvision's kernel).
     ``topk``: only the best ``topk`` kept boxes are wanted; the result is the full result's leading
-    part holding every kept box scoring at least the ``topk``-th (so ``[:topk]`` and tie rules at
-    the cap see what the full run gives). ``tv_tie_order``: kept boxes of equal score in torchvision's
-    (unstable-sort) order; False keeps them in index order (the same leading ``topk`` boxes).
-    Why both are exact: docs/exactness.md, "Exact top-k NMS".
+    part holding every kept box scoring at least the ``topk``-th. ``tv_tie_order``: kept boxes of
+    equal score in torchvision's (unstable-sort) order, else in index order (the same leading
+    ``topk``). Why both are exact: docs/exactness.md, "Exact top-k NMS".
     """
     if offset:
         boxes = boxes + torch.tensor([0.0, 0.0, offset, offset], dtype=boxes.dtype, device=boxes.device)
@@ -117,19 +92,12 @@ def batched_nms(
 
 
 def _topk_per_group(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    groups: torch.Tensor,
-    thresh: float,
-    topk: int,
-    ranked: torch.Tensor,
-    tv_tie_order: bool,
+    boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float, topk: int,
+    ranked: torch.Tensor, tv_tie_order: bool,
 ) -> torch.Tensor:
-    """``batched_nms(..., topk)`` with torchvision's per-group strategy (one NMS per group id).
-
-    Rounds of per-group NMS over the boxes scoring at least a falling cut; a group whose boxes all
-    pass the cut is final. Ties among kept boxes run the full set (docs/exactness.md, "Exact top-k NMS").
-    """
+    """``batched_nms(..., topk)`` with torchvision's per-group strategy: rounds of per-group NMS over
+    the boxes scoring at least a falling cut; a group whose boxes all pass the cut is final. Ties
+    among kept boxes run the full set (docs/exactness.md, "Exact top-k NMS")."""
     n = len(scores)
     order = torch.argsort(groups, stable=True)  # by group, each group in index order
     members = order.split(torch.unique_consecutive(groups[order], return_counts=True)[1].tolist())
@@ -176,7 +144,6 @@ class BoxRule:
     inclusive_nms: bool = False
 
     def decode(self, deltas: torch.Tensor, boxes: torch.Tensor, weights: tuple[float, float, float, float]):
-        """(R, 4k) deltas against (R, 4) boxes -> (R, 4k) boxes (``decode_boxes``)."""
         return decode_boxes(deltas, boxes, weights, self.offset)
 
     def clip(self, boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -186,7 +153,6 @@ class BoxRule:
         return nonempty(boxes, min_size, self.offset)
 
     def nms(self, boxes, scores, groups, thresh: float, *, topk: int | None = None, tv_tie_order: bool):
-        """``batched_nms`` with this rule's sizes and threshold test."""
         off, inclusive = self.offset, self.inclusive_nms
         return batched_nms(boxes, scores, groups, thresh, off, inclusive, topk, tv_tie_order=tv_tie_order)
 

@@ -1,8 +1,6 @@
-"""Checkpoint loading: one pure rename function per format, variant checks, a strict matcher.
+"""Checkpoint loading: one pure rename function per format, variant checks, a strict matcher, a ``LoadReport``.
 
-Every load ends with a ``LoadReport`` (missing / unexpected / wrong-shape keys grouped by
-module). Files are read by the safe readers of ``readers.py``; nothing in a checkpoint is
-executed (see SECURITY.md).
+Files are read by the safe readers of ``readers.py``; nothing in a checkpoint is executed (see SECURITY.md).
 """
 
 from __future__ import annotations
@@ -45,11 +43,8 @@ class LoadReport:
 
     def __str__(self) -> str:
         lines = [f"loaded {self.loaded} tensors from {self.path} (format: {self.format})"]
-        for title, keys in (
-            ("missing in checkpoint", self.missing),
-            ("unexpected in checkpoint", self.unexpected),
-            ("ignored by design", self.ignored),
-        ):
+        titles = ("missing in checkpoint", "unexpected in checkpoint", "ignored by design")
+        for title, keys in zip(titles, (self.missing, self.unexpected, self.ignored)):
             if keys:
                 lines.append(f"{title} ({len(keys)}): {_group(keys)}")
         for name, a, b in self.mismatched:
@@ -68,8 +63,6 @@ def _group(keys: list[str]) -> str:
         parts = parts[:12] + [f"... {len(parts) - 12} more modules"]
     return "; ".join(parts)
 
-
-# --------------------------------------------------------------------------- torchvision
 
 _TV_RULES: list[tuple[str, str]] = [
     (r"^backbone\.body\.conv1\.", "backbone.stem.conv1."),
@@ -103,27 +96,15 @@ _TV_COMPILED = [(re.compile(p), r) for p, r in _TV_RULES]
 
 
 def rename_torchvision(name: str) -> str | None:
-    """torchvision ``maskrcnn_resnet50_fpn`` (v1 legacy/current, v2) key -> minidet name.
-
-    Returns None for keys dropped by design (``num_batches_tracked``); unknown keys are
-    returned unchanged so the matcher reports them as unexpected.
-    """
+    """torchvision ``maskrcnn_resnet50_fpn`` (v1 legacy/current, v2) key -> minidet name; None for
+    ``num_batches_tracked``; unknown keys come back unchanged for the matcher to report."""
     if name.endswith("num_batches_tracked"):
         return None
     for pat, rep in _TV_COMPILED:
         m = pat.match(name)
         if m:
-            new = rep(m) if callable(rep) else rep
-            return new + name[m.end() :]
+            return (rep(m) if callable(rep) else rep) + name[m.end() :]
     return name
-
-
-def is_torchvision(keys) -> bool:
-    return any(k.startswith("backbone.body.") for k in keys)
-
-
-def is_minidet(keys) -> bool:
-    return any(k.startswith("backbone.stem.") for k in keys)
 
 
 # the published COCO_V1 file's names (modules before torchvision's ``_version = 2``)
@@ -141,48 +122,36 @@ def torchvision_layout(keys) -> str:
     return "v2" if any(_TV_V2.match(k) for k in keys) else "v1"
 
 
-# --------------------------------------------------------------------------- Detectron (Caffe2)
-
-_NS = {"s": "scale", "b": "shift"}  # AffineChannel: an already folded frozen batch norm
-_GN = {"s": "weight", "b": "bias"}
-_WB = {"w": "weight", "b": "bias"}
+# Detectron (Caffe2) blob name endings; a "bn" is an AffineChannel: an already folded frozen batch norm
+_PARAM = {
+    "w": "weight", "b": "bias", "bn_s": "norm.scale", "bn_b": "norm.shift", "gn_s": "norm.weight", "gn_b": "norm.bias"
+}
 _CONV = {"a": 1, "b": 2, "c": 3}
 
 _DETECTRON_RULES: list[tuple[str, Callable]] = [
-    (r"conv1_w", lambda m: "backbone.stem.conv1.weight"),
-    (r"res_conv1_bn_([sb])", lambda m: f"backbone.stem.conv1.norm.{_NS[m[1]]}"),
-    (r"conv1_gn_([sb])", lambda m: f"backbone.stem.conv1.norm.{_GN[m[1]]}"),
-    (r"res(\d)_(\d+)_branch2([abc])_w", lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.weight"),
+    (r"conv1_(w|gn_[sb])", lambda m: f"backbone.stem.conv1.{_PARAM[m[1]]}"),
+    (r"res_conv1_(bn_[sb])", lambda m: f"backbone.stem.conv1.{_PARAM[m[1]]}"),
     (
-        r"res(\d)_(\d+)_branch2([abc])_bn_([sb])",
-        lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.norm.{_NS[m[4]]}",
+        r"res(\d)_(\d+)_branch2([abc])_(w|[bg]n_[sb])",
+        lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.{_PARAM[m[4]]}",
     ),
-    (
-        r"res(\d)_(\d+)_branch2([abc])_gn_([sb])",
-        lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.norm.{_GN[m[4]]}",
-    ),
-    (r"res(\d)_0_branch1_w", lambda m: f"backbone.res{m[1]}.0.shortcut.weight"),
-    (r"res(\d)_0_branch1_bn_([sb])", lambda m: f"backbone.res{m[1]}.0.shortcut.norm.{_NS[m[2]]}"),
-    (r"res(\d)_0_branch1_gn_([sb])", lambda m: f"backbone.res{m[1]}.0.shortcut.norm.{_GN[m[2]]}"),
-    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_([wb])", lambda m: f"fpn.lateral{m[1]}.{_WB[m[2]]}"),
-    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_gn_([sb])", lambda m: f"fpn.lateral{m[1]}.norm.{_GN[m[2]]}"),
-    (r"fpn_res(\d)_\d+_sum_([wb])", lambda m: f"fpn.output{m[1]}.{_WB[m[2]]}"),
-    (r"fpn_res(\d)_\d+_sum_gn_([sb])", lambda m: f"fpn.output{m[1]}.norm.{_GN[m[2]]}"),
+    (r"res(\d)_0_branch1_(w|[bg]n_[sb])", lambda m: f"backbone.res{m[1]}.0.shortcut.{_PARAM[m[2]]}"),
+    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_([wb]|gn_[sb])", lambda m: f"fpn.lateral{m[1]}.{_PARAM[m[2]]}"),
+    (r"fpn_res(\d)_\d+_sum_([wb]|gn_[sb])", lambda m: f"fpn.output{m[1]}.{_PARAM[m[2]]}"),
     # the RPN head is defined on P2 and shared by all levels
-    (r"conv_rpn_fpn2_([wb])", lambda m: f"rpn.head.convs.0.{_WB[m[1]]}"),
-    (r"rpn_cls_logits_fpn2_([wb])", lambda m: f"rpn.head.objectness_logits.{_WB[m[1]]}"),
-    (r"rpn_bbox_pred_fpn2_([wb])", lambda m: f"rpn.head.anchor_deltas.{_WB[m[1]]}"),
-    (r"fc6_([wb])", lambda m: f"box_head.fc1.{_WB[m[1]]}"),
-    (r"fc7_([wb])", lambda m: f"box_head.fc2.{_WB[m[1]]}"),
-    (r"head_conv(\d)_([wb])", lambda m: f"box_head.conv{m[1]}.{_WB[m[2]]}"),
-    (r"head_conv(\d)_gn_([sb])", lambda m: f"box_head.conv{m[1]}.norm.{_GN[m[2]]}"),
-    (r"cls_score_([wb])", lambda m: f"box_predictor.cls_score.{_WB[m[1]]}"),
-    (r"bbox_pred_([wb])", lambda m: f"box_predictor.bbox_pred.{_WB[m[1]]}"),
+    (r"conv_rpn_fpn2_([wb])", lambda m: f"rpn.head.convs.0.{_PARAM[m[1]]}"),
+    (r"rpn_cls_logits_fpn2_([wb])", lambda m: f"rpn.head.objectness_logits.{_PARAM[m[1]]}"),
+    (r"rpn_bbox_pred_fpn2_([wb])", lambda m: f"rpn.head.anchor_deltas.{_PARAM[m[1]]}"),
+    (r"fc6_([wb])", lambda m: f"box_head.fc1.{_PARAM[m[1]]}"),
+    (r"fc7_([wb])", lambda m: f"box_head.fc2.{_PARAM[m[1]]}"),
+    (r"head_conv(\d)_([wb]|gn_[sb])", lambda m: f"box_head.conv{m[1]}.{_PARAM[m[2]]}"),
+    (r"cls_score_([wb])", lambda m: f"box_predictor.cls_score.{_PARAM[m[1]]}"),
+    (r"bbox_pred_([wb])", lambda m: f"box_predictor.bbox_pred.{_PARAM[m[1]]}"),
     # BN heads name the mask convs `_[mask]_fcn{j}`, GN heads `_mask_fcn{j}`
-    (r"_(?:\[mask\]|mask)_fcn(\d)_([wb])", lambda m: f"mask_head.mask_fcn{m[1]}.{_WB[m[2]]}"),
-    (r"_mask_fcn(\d)_gn_([sb])", lambda m: f"mask_head.mask_fcn{m[1]}.norm.{_GN[m[2]]}"),
-    (r"conv5_mask_([wb])", lambda m: f"mask_head.deconv.{_WB[m[1]]}"),
-    (r"mask_fcn_logits_([wb])", lambda m: f"mask_head.predictor.{_WB[m[1]]}"),
+    (r"_(?:\[mask\]|mask)_fcn(\d)_([wb])", lambda m: f"mask_head.mask_fcn{m[1]}.{_PARAM[m[2]]}"),
+    (r"_mask_fcn(\d)_(gn_[sb])", lambda m: f"mask_head.mask_fcn{m[1]}.{_PARAM[m[2]]}"),
+    (r"conv5_mask_([wb])", lambda m: f"mask_head.deconv.{_PARAM[m[1]]}"),
+    (r"mask_fcn_logits_([wb])", lambda m: f"mask_head.predictor.{_PARAM[m[1]]}"),
 ]
 _DETECTRON_COMPILED = [(re.compile(p + "$"), f) for p, f in _DETECTRON_RULES]
 # preserved extras of real model-zoo files: the ImageNet classifier, and the zero biases that
@@ -191,11 +160,8 @@ _DETECTRON_EXTRAS = re.compile(r"(fc1000_[wb]|pred_[wb]|conv1_b|res\d_\d+_branch
 
 
 def rename_detectron(name: str) -> str | None:
-    """Detectron blob name -> minidet name; None for blobs dropped by design.
-
-    Dropped: ``*_momentum`` (SGD state) and the preserved extras above. Unknown names are
-    returned unchanged so the matcher reports them.
-    """
+    """Detectron blob name -> minidet name; None for ``*_momentum`` (SGD state) and the extras above;
+    unknown names come back unchanged for the matcher to report."""
     if name.endswith("_momentum") or _DETECTRON_EXTRAS.match(name):
         return None
     for pat, fn in _DETECTRON_COMPILED:
@@ -203,10 +169,6 @@ def rename_detectron(name: str) -> str | None:
         if m:
             return fn(m)
     return name
-
-
-def is_detectron(keys) -> bool:
-    return "conv1_w" in keys and any(k.startswith("res2_0_") for k in keys)
 
 
 def _check_depth(model: nn.Module, names, pattern: str, path: str) -> None:
@@ -233,30 +195,19 @@ def check_detectron_variant(model: nn.Module, blobs: dict, path: str) -> None:
             f"{path}: a frozen-BN model (res_conv1_bn_s) but MODEL.NORM is GN; use MODEL.NORM Affine or FrozenBN"
         )
     _check_depth(model, blobs, r"res4_(\d+)_", path)
-    convs = "head_conv1_w" in blobs
-    if convs != (model.box_head.num_conv > 0):
+    convs, num_conv = "head_conv1_w" in blobs, model.box_head.num_conv
+    if convs != (num_conv > 0):
         kind = "4conv1fc (head_conv1_w)" if convs else "2fc (fc7_w)"
+        raise CheckpointError(f"{path}: box head is {kind} but MODEL.ROI_BOX_HEAD.NUM_CONV is {num_conv}")
+    classes = model.box_predictor.cls_score.out_features
+    if "cls_score_w" in blobs and (n := int(np.shape(blobs["cls_score_w"])[0])) != classes:
+        raise CheckpointError(f"{path}: {n} classes (cls_score_w) but MODEL.ROI_HEADS.NUM_CLASSES is {classes}")
+    w, groups = blobs.get("res2_0_branch2b_w"), model.backbone.res2[0].conv2.groups
+    if w is not None and np.ndim(w) == 4 and (found := np.shape(w)[0] // np.shape(w)[1]) != groups:
         raise CheckpointError(
-            f"{path}: box head is {kind} but MODEL.ROI_BOX_HEAD.NUM_CONV is {model.box_head.num_conv}"
+            f"{path}: grouped 3x3 convs with {found} groups (ResNeXt) but MODEL.RESNETS.NUM_GROUPS is {groups}"
         )
-    if "cls_score_w" in blobs:
-        n = int(np.shape(blobs["cls_score_w"])[0])
-        if n != model.box_predictor.cls_score.out_features:
-            raise CheckpointError(
-                f"{path}: {n} classes (cls_score_w) but MODEL.ROI_HEADS.NUM_CLASSES is "
-                f"{model.box_predictor.cls_score.out_features}"
-            )
-    w = blobs.get("res2_0_branch2b_w")
-    if w is not None and np.ndim(w) == 4:
-        groups = np.shape(w)[0] // np.shape(w)[1]
-        if groups != model.backbone.res2[0].conv2.groups:
-            raise CheckpointError(
-                f"{path}: grouped 3x3 convs with {groups} groups (ResNeXt) but MODEL.RESNETS.NUM_GROUPS is "
-                f"{model.backbone.res2[0].conv2.groups}"
-            )
 
-
-# --------------------------------------------------------------------------- detectron2
 
 _D2_RULES: list[tuple[str, str]] = [
     (r"^backbone\.bottom_up\.", "backbone."),
@@ -269,11 +220,8 @@ _D2_COMPILED = [(re.compile(p), r) for p, r in _D2_RULES]
 
 
 def rename_detectron2(name: str) -> str | None:
-    """detectron2 ``GeneralizedRCNN`` state-dict key -> minidet name.
-
-    None for what is not a weight (``pixel_mean``/``pixel_std`` buffers of old files,
-    ``num_batches_tracked``); unknown keys come back unchanged for the matcher to report.
-    """
+    """detectron2 ``GeneralizedRCNN`` state-dict key -> minidet name; None for what is not a weight
+    (``pixel_mean``/``pixel_std`` of old files, ``num_batches_tracked``); unknown keys come back unchanged."""
     if name in ("pixel_mean", "pixel_std") or name.endswith("num_batches_tracked"):
         return None
     for pat, rep in _D2_COMPILED:
@@ -282,33 +230,19 @@ def rename_detectron2(name: str) -> str | None:
     return name
 
 
-def is_detectron2(keys) -> bool:
-    return any(k.startswith(("backbone.bottom_up.", "proposal_generator.")) for k in keys)
-
-
-# --------------------------------------------------------------------------- matcher
-
 _STAT_NAMES = ("weight", "bias", "running_mean", "running_var", "scale", "shift")
 
 
 def match_state(
-    model: nn.Module,
-    src: dict[str, torch.Tensor],
-    report: LoadReport,
-    bn_eps: float,
-    names: dict[str, str] | None = None,
+    model: nn.Module, src: dict[str, torch.Tensor], report: LoadReport, bn_eps: float, names: dict | None = None
 ) -> None:
-    """Copy ``src`` (minidet names) into ``model`` by whole names; fill ``report``.
-
-    Norm modules are filled from the statistics the checkpoint carries: batch-norm
-    ``weight/bias/running_mean/running_var`` (with ``bn_eps``) or an already folded
-    ``scale/shift`` (Caffe2 AffineChannel, taken as exact: FrozenBN gets identity
-    statistics and eps 0). GroupNorm takes ``weight/bias``. A tensor that is not floating point
-    where the model's is is refused, named as in the file (``names``: minidet -> checkpoint name).
-    """
+    """Copy ``src`` (minidet names) into ``model`` by whole names; fill ``report``. Norm modules take batch-norm
+    ``weight/bias/running_mean/running_var`` (with ``bn_eps``), a folded ``scale/shift`` (Caffe2 AffineChannel,
+    exact: FrozenBN gets identity statistics and eps 0) or GroupNorm ``weight/bias``. A non-floating tensor where
+    the model's is floating is refused, named as in the file (``names``: minidet -> checkpoint name)."""
     src = dict(src)
     norms = {n: m for n, m in model.named_modules() if isinstance(m, (FrozenBN, Affine, nn.GroupNorm))}
-    own = {k: v for k, v in model.state_dict().items() if not _is_norm_key(k, norms)}
+    own = {k: v for k, v in model.state_dict().items() if k.rpartition(".")[0] not in norms}
     floating = {k for k, v in own.items() if v.is_floating_point()} | {f"{p}.{s}" for p in norms for s in _STAT_NAMES}
     bad = next((k for k, v in src.items() if k in floating and not v.is_floating_point()), None)
     if bad is not None:
@@ -319,13 +253,12 @@ def match_state(
     for path, mod in norms.items():
         got = {s: src.pop(f"{path}.{s}") for s in _STAT_NAMES if f"{path}.{s}" in src}
         full = f"{path}.{{{', '.join(sorted(got))}}}"
+        where = f"{report.path}: {full}"
         c = mod.num_channels
-        for s, v in got.items():
-            if v.shape != (c,):
-                report.mismatched.append((f"{path}.{s}", tuple(v.shape), (c,)))
-        if len(report.mismatched) and any(n.startswith(path + ".") for n, _, _ in report.mismatched):
+        wrong = [(f"{path}.{s}", tuple(v.shape), (c,)) for s, v in got.items() if v.shape != (c,)]
+        report.mismatched.extend(wrong)
+        if wrong:
             continue
-        kind = type(mod).__name__ if not isinstance(mod, nn.GroupNorm) else "GN"
         if not got:
             report.missing.append(f"{path}.weight")
             continue
@@ -335,18 +268,16 @@ def match_state(
             elif isinstance(mod, Affine):
                 mod.load_scale_shift(got["scale"], got["shift"])
             else:
-                raise CheckpointError(
-                    f"{report.path}: {full} is a frozen affine (batch-norm) layer but MODEL.NORM is GN"
-                )
+                raise CheckpointError(f"{where} is a frozen affine (batch-norm) layer but MODEL.NORM is GN")
         elif {"weight", "bias", "running_mean", "running_var"} <= got.keys():
             if isinstance(mod, nn.GroupNorm):
-                raise CheckpointError(f"{report.path}: {full} holds batch-norm statistics but MODEL.NORM is GN")
+                raise CheckpointError(f"{where} holds batch-norm statistics but MODEL.NORM is GN")
             mod.load_stats(got["weight"], got["bias"], got["running_mean"], got["running_var"], bn_eps)
         elif {"weight", "bias"} == got.keys():
             if not isinstance(mod, nn.GroupNorm):
                 raise CheckpointError(
-                    f"{report.path}: {full} has no running statistics (a GroupNorm checkpoint?) "
-                    f"but MODEL.NORM is {kind}"
+                    f"{where} has no running statistics (a GroupNorm checkpoint?) "
+                    f"but MODEL.NORM is {type(mod).__name__}"
                 )
             with torch.no_grad():
                 mod.weight.copy_(got["weight"])
@@ -370,14 +301,8 @@ def match_state(
     report.unexpected.extend(sorted(src))
 
 
-def _is_norm_key(key: str, norms: dict) -> bool:
-    head = key.rpartition(".")[0]
-    return head in norms
-
-
-# What a file's format fixes in the arithmetic: (format, layout) -> {config key: the value the weights
-# need}. torchvision runs the published v1 file (legacy key layout) with FrozenBN eps 0; a minidet
-# state dict can come from any configuration.
+# (format, layout) -> {config key: the value the weights need}: what a file's format fixes in the arithmetic.
+# torchvision runs its published v1 file with FrozenBN eps 0; a minidet state dict can come from any configuration.
 FORMAT_CONFIG: dict[tuple[str, str], dict[str, object]] = {
     ("torchvision", "v1 legacy"): {"MODEL.CONVENTION": "torchvision", "MODEL.FROZEN_BN_EPS": 0.0},
     ("torchvision", "v1"): {"MODEL.CONVENTION": "torchvision"},
@@ -424,53 +349,41 @@ def _to_tensors(src: dict, path: str) -> tuple[dict[str, torch.Tensor], list[str
 
 
 def load_checkpoint(
-    model: nn.Module,
-    path: str,
-    bn_eps: float,
-    allow_missing: bool = False,
-    reader: Callable[[str], dict] | None = None,
-    *,
-    convention: str,
+    model: nn.Module, path: str, bn_eps: float, allow_missing: bool = False, *, convention: str
 ) -> LoadReport:
-    """Load ``path`` into ``model``; raise CheckpointError unless every weight is filled.
-
-    Files are read by :func:`read_checkpoint` (``torch.save`` zip archives with torch's
-    weights-only loader, ``.pkl`` pickles with the numpy-only unpickler). ``bn_eps`` and
-    ``convention`` (the weight family) are the config's ``MODEL.FROZEN_BN_EPS`` and
-    ``MODEL.CONVENTION``, checked against what the file's format needs (``FORMAT_CONFIG``).
-    Refused as well: arrays that are not dense real numbers, integer tensors for float weights,
-    NaN or infinite weights, another ResNet depth.
+    """Load ``path`` (read by :func:`read_checkpoint`) into ``model``; raise CheckpointError unless every
+    weight is filled. ``bn_eps`` and ``convention`` are the config's ``MODEL.FROZEN_BN_EPS`` and
+    ``MODEL.CONVENTION``, checked against ``FORMAT_CONFIG``. Also refused: arrays that are not dense real numbers,
+    integer tensors for float weights, NaN or infinite weights, another ResNet depth.
     """
-    src = (reader or read_checkpoint)(path)
+    src = read_checkpoint(path)
     keys = list(src)
     author = getattr(src, "author", None)
     src, dropped = _to_tensors(src, path)
     if not src:
         raise CheckpointError(f"{path}: holds no weights (no arrays among {len(keys)} entries)")
     layout = ""
-    if is_detectron(keys):
+    if "conv1_w" in keys and any(k.startswith("res2_0_") for k in keys):
         fmt, rename = "detectron", rename_detectron
-    elif is_detectron2(keys) or author is not None:
+    elif any(k.startswith(("backbone.bottom_up.", "proposal_generator.")) for k in keys) or author is not None:
         fmt, rename = "detectron2", rename_detectron2
     elif dropped:
         raise CheckpointError(f"{path}: not a checkpoint of known layout (entry {dropped[0]!r} is no array)")
-    elif is_torchvision(keys):
+    elif any(k.startswith("backbone.body.") for k in keys):
         fmt, rename, layout = "torchvision", rename_torchvision, torchvision_layout(keys)
-    elif is_minidet(keys):
+    elif any(k.startswith("backbone.stem.") for k in keys):
         fmt, rename = "minidet", lambda k: k
     else:
         raise CheckpointError(
-            f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); "
-            "expected a torchvision maskrcnn_resnet50_fpn[_v2], Detectron or detectron2 checkpoint, "
-            "or a minidet state dict"
+            f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); expected a torchvision "
+            "maskrcnn_resnet50_fpn[_v2], Detectron or detectron2 checkpoint, or a minidet state dict"
         )
     report = LoadReport(path=path, format=fmt, layout=layout, ignored=dropped)
-    config = {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps}
-    check_format_config(report, config)
+    check_format_config(report, {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps})
     if fmt == "detectron":
         check_detectron_variant(model, src, path)
     renamed: dict[str, torch.Tensor] = {}
-    names: dict[str, str] = {}
+    names: dict[str, str] = {}  # minidet -> checkpoint name
     for k, v in src.items():
         new = rename(k)
         if new is None:

@@ -1,13 +1,7 @@
-"""A resumable store of per-image results: JSON chunks written atomically as a run goes.
-
-A run over a dataset writes, every few images, ``<folder>/run<R>-rank<K>-<N>.json``: the ids
-of the images it finished, the images it skipped (with the reason), their detections, and
-whatever else the caller keeps per chunk (timings). A run that stops loses at most the chunk in
-progress; the next run (``R + 1``) reads which images are done and does only the others. The
-folder's ``manifest.json`` records what the chunks were made from, so that a resumed run cannot
-mix results of a different model, config or dataset: files in it are recorded by
-:func:`file_identity`, so that a checkpoint replaced at the same path is told apart.
-"""
+"""A resumable store of per-image results: every few images a run writes ``<folder>/run<R>-rank<K>-<N>.json``
+atomically (the images it finished, those it skipped and why, detections, timings); the next run (``R + 1``)
+does only the images not done. ``manifest.json`` records what the chunks were made from (files by
+:func:`file_identity`), so that a resumed run cannot mix results of another model, config or dataset."""
 
 from __future__ import annotations
 
@@ -30,9 +24,8 @@ class ChunkError(RuntimeError):
 
 
 def file_identity(path: str) -> dict | None:
-    """``{"path", "size", "mtime", "sha256"}`` of a file (read in 1 MiB blocks); None if ``path``
-    is not a file (e.g. ``MODEL.WEIGHTS none``). Two identities are the same file when their
-    digests are equal: a copied or touched file has a new mtime, not new content."""
+    """``{"path", "size", "mtime", "sha256"}`` of a file; None if ``path`` is not a file (``MODEL.WEIGHTS none``).
+    Two identities are the same file when their digests are equal (a touched file has a new mtime only)."""
     if not path or not os.path.isfile(path):
         return None
     digest = hashlib.sha256()
@@ -46,10 +39,6 @@ def file_identity(path: str) -> dict | None:
 def _digest(v) -> str | None:
     """The digest of a manifest value that is a :func:`file_identity`, else None."""
     return v.get("sha256") if isinstance(v, dict) else None
-
-
-def chunk_name(run: int, rank: int, index: int) -> str:
-    return f"run{run:03d}-rank{rank:04d}-{index:05d}.json"
 
 
 class ChunkStore:
@@ -66,11 +55,8 @@ class ChunkStore:
         return [n for _, n in sorted(found)]
 
     def open(self, manifest: dict, resume: bool) -> int:
-        """Prepare the folder for a run made from ``manifest``; returns the new run's number.
-
-        Without ``resume`` the folder must hold no chunks. With it, the chunks there must have
-        been made from an equal manifest. Raises :class:`ChunkError` with a one-line reason.
-        """
+        """Prepare the folder for a run made from ``manifest``; returns the new run's number. The folder must hold
+        no chunks, or with ``resume`` chunks made from an equal manifest; else :class:`ChunkError`."""
         names = self.names()
         path = os.path.join(self.folder, MANIFEST)
         if names and not resume:
@@ -84,11 +70,9 @@ class ChunkStore:
                     old = json.load(f)
             except (OSError, ValueError) as e:
                 raise ChunkError(f"{path}: cannot read the earlier run's manifest ({e})") from None
-            changed = _changed_file(old, manifest)
-            if changed:
+            if changed := _changed_file(old, manifest):
                 raise ChunkError(f"cannot resume: {changed}")
-            diff = _first_difference(old, manifest)
-            if diff:
+            if diff := _first_difference(old, manifest):
                 raise ChunkError(f"cannot resume: the earlier run in {self.folder} differs: {diff}")
         os.makedirs(self.folder, exist_ok=True)
         remove_temp_files(self.folder)  # half-written chunks of a killed run: never read, now gone
@@ -97,7 +81,7 @@ class ChunkStore:
 
     def write(self, run: int, rank: int, index: int, chunk: dict) -> str:
         """Write one chunk atomically; returns its file name."""
-        name = chunk_name(run, rank, index)
+        name = f"run{run:03d}-rank{rank:04d}-{index:05d}.json"
         write_json(os.path.join(self.folder, name), {"run": run, "rank": rank, **chunk})
         return name
 
@@ -165,8 +149,7 @@ def merge_chunks(chunks: Iterable[dict]) -> Merged:
         done.update(new)
         m.image_ids.extend(new)
         m.results.extend(r for r in c["detections"] if r["image_id"] in keep)
-        for s in c["skipped"]:
-            m.skipped[s["image_id"]] = s
+        m.skipped.update((s["image_id"], s) for s in c["skipped"])
         m.dropped += c.get("dropped", 0)
         m.timings.extend(c.get("timings", []))
         m.images_per_run[c["run"]] = m.images_per_run.get(c["run"], 0) + len(new) + len(c["skipped"])

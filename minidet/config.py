@@ -1,10 +1,8 @@
-"""Configuration: yacs defaults, ``_BASE_`` inheritance, validation.
-
-Only the ``build_*`` functions read a config; modules take plain arguments.
-"""
+"""Configuration: yacs defaults, ``_BASE_`` inheritance, validation (only ``build_*`` functions read a config)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -14,12 +12,11 @@ import yaml
 from yacs.config import CfgNode as _YacsNode
 
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
-from .conventions import CONVENTIONS as _FAMILIES
+from .conventions import CONVENTIONS
 from .imageio import DEFAULT_MAX_PIXELS
 from .poolers import ROI_ALIGN_IMPLS
 
-NORM_CHOICES = ("FrozenBN", "Affine", "GN")
-CONVENTIONS = tuple(_FAMILIES)  # MODEL.CONVENTION: the families of conventions.py
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a larger file is another kind of file
 
 
 class ConfigError(ValueError):
@@ -43,17 +40,12 @@ class CfgNode(_YacsNode):
             raise ConfigError(f"overrides must be KEY VALUE pairs; got an odd number: {cfg_list}")
         for full_key, raw in zip(cfg_list[0::2], cfg_list[1::2]):
             node = self
-            parts = str(full_key).split(".")
-            for i, p in enumerate(parts):
-                if not isinstance(node, _YacsNode) or p not in node:
-                    raise ConfigError(f"unknown config key: {full_key}")
-                if i < len(parts) - 1:
-                    node = node[p]
-            value = _coerce(_YacsNode._decode_cfg_value(raw), node[parts[-1]], full_key)
-            node[parts[-1]] = value
-
-
-MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a larger file is another kind of file
+            *parents, leaf = str(full_key).split(".")
+            for p in parents:
+                node = node.get(p) if isinstance(node, _YacsNode) else None
+            if not isinstance(node, _YacsNode) or leaf not in node:
+                raise ConfigError(f"unknown config key: {full_key}")
+            node[leaf] = _coerce(_YacsNode._decode_cfg_value(raw), node[leaf], full_key)
 
 
 class _DuplicateKey(yaml.constructor.ConstructorError):
@@ -174,24 +166,17 @@ def _base_chain(path: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict]]
 
 
 def _coerce(value: Any, original: Any, key: str) -> Any:
+    """``value`` as the type of the default ``original`` (an int stands for a float, a list for a tuple)."""
     if original is None or value is None:
         return value
-    if isinstance(original, bool):
-        if isinstance(value, bool):
-            return value
-    elif isinstance(original, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    elif isinstance(original, float) and isinstance(value, str):
-        try:  # YAML 1.1 reads "1e-5" (no dot) as a string
-            return float(value)
-        except ValueError:
-            pass
-    elif isinstance(original, int) and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    elif isinstance(original, (list, tuple)) and isinstance(value, (list, tuple)):
+    if isinstance(original, (list, tuple)) and isinstance(value, (list, tuple)):
         return type(original)(value)
-    elif isinstance(original, str) and isinstance(value, str):
-        return value
+    if isinstance(original, float) and isinstance(value, str):
+        with contextlib.suppress(ValueError):  # YAML 1.1 reads "1e-5" (no dot) as a string
+            return float(value)
+    accepted = {bool: bool, int: int, float: (int, float), str: str}.get(type(original), ())
+    if isinstance(value, accepted) and isinstance(value, bool) == isinstance(original, bool):  # a bool is no int
+        return float(value) if isinstance(original, float) else value
     raise ConfigError(f"config key {key}: expected {type(original).__name__} (like {original!r}), got {value!r}")
 
 
@@ -208,177 +193,92 @@ def _merge_dict(node: _YacsNode, data: dict, prefix: list[str]) -> None:
             node[k] = _coerce(v, node[k], full)
 
 
-_C = CfgNode()
-_C.MODEL = CfgNode()
-_C.MODEL.WEIGHTS = ""
-_C.MODEL.DEVICE = "cpu"
-_C.MODEL.MASK_ON = True
-# Normalization implementation wherever the architecture normalizes: FrozenBN | Affine | GN
-_C.MODEL.NORM = "FrozenBN"
-# Fold FrozenBN/Affine into the preceding conv at load time (the norm then costs no op).
-_C.MODEL.FOLD_NORM = False
-# Run the convolutions in channels-last (NHWC) memory layout: faster oneDNN kernels on CPU
-# and tensor cores on GPU; only the floating-point summation order changes.
-_C.MODEL.CHANNELS_LAST = False
-# On CPU in float32, run each conv with its ReLU / residual or top-down addition as one oneDNN
-# call (same kernel, same values; fewer passes over memory). No effect on CUDA or under AMP.
-_C.MODEL.FUSE_CONVS = True
-# RoIAlign implementation: "gather" (one vectorized weighted gather per FPN level, the same
-# values up to float summation order) or "torchvision" (torchvision.ops.roi_align, serial on CPU).
-_C.MODEL.ROI_ALIGN_IMPL = "gather"
-# eps of the frozen batch-norm statistics; it belongs to the weight source
-# (torchvision COCO_V1: 0.0, torchvision v2 / detectron2: 1e-5).
-_C.MODEL.FROZEN_BN_EPS = 1e-5
-_C.MODEL.GN_NUM_GROUPS = 32
-_C.MODEL.GN_EPS = 1e-5
-# Pixel statistics in the units of INPUT.PIXEL_RANGE, in INPUT.FORMAT channel order.
-_C.MODEL.PIXEL_MEAN = [123.675, 116.28, 103.53]
-_C.MODEL.PIXEL_STD = [58.395, 57.12, 57.375]
-# How the class index of the checkpoint maps to COCO categories:
-# coco91 = torchvision (index == COCO id, 0 = background), coco81 = Detectron
-# (0 = background, 1..80 contiguous), coco80 = detectron2 (0..79, background last).
-_C.MODEL.CATEGORY_LAYOUT = "coco91"
-# Inference arithmetic of the implementation that trained the weights:
-# "torchvision" (no +1, torch resize, centred anchors, IoU > thr) or "detectron"
-# (Caffe2 Detectron: +1 box sizes, cv2 resize, Detectron anchors, IoU >= thr, decode in
-# original-image coordinates, score ties kept at the detection cap) or "detectron2" (PIL
-# resize, exact-area anchors, aligned RoIAlign, grid_sample mask paste, boxes clipped and
-# emptied ones dropped after rescaling).
-_C.MODEL.CONVENTION = "torchvision"
+# Every key: (default, rule). A rule is a tuple of choices, or an interval ("[" / "]" closed, "(" / ")" open),
+# prefixed with "N x" for a list of N values or "n x" for a list of one or more; None: a boolean (True or False)
+# or a free string. The kind (integer or number) is that of the default. Upper bounds on sizes and counts only
+# catch typos. README.md's table of config switches says what each key means.
+_DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
+    "MODEL.WEIGHTS": ("", None),
+    "MODEL.DEVICE": ("cpu", ("cpu", "cuda", "cuda:N")),
+    "MODEL.MASK_ON": (True, None),
+    "MODEL.NORM": ("FrozenBN", ("FrozenBN", "Affine", "GN")),  # wherever the architecture normalizes
+    "MODEL.FOLD_NORM": (False, None),  # fold FrozenBN/Affine into the preceding conv at load time
+    "MODEL.CHANNELS_LAST": (False, None),  # NHWC convolutions: only the float summation order changes
+    "MODEL.FUSE_CONVS": (True, None),  # CPU float32: conv + ReLU / sum as one oneDNN call, same values
+    "MODEL.ROI_ALIGN_IMPL": ("gather", ROI_ALIGN_IMPLS),  # gather: same values up to float summation order
+    "MODEL.FROZEN_BN_EPS": (1e-5, "[0, 1)"),  # belongs to the weights (torchvision COCO_V1: 0.0)
+    "MODEL.GN_NUM_GROUPS": (32, "[1, 1024]"),
+    "MODEL.GN_EPS": (1e-5, "[0, 1)"),
+    # pixel statistics in the units of INPUT.PIXEL_RANGE, in INPUT.FORMAT channel order
+    "MODEL.PIXEL_MEAN": ([123.675, 116.28, 103.53], "3 x (-inf, inf)"),
+    "MODEL.PIXEL_STD": ([58.395, 57.12, 57.375], "3 x (0, inf)"),
+    "MODEL.CATEGORY_LAYOUT": ("coco91", CATEGORY_LAYOUTS),  # class index -> COCO id (categories.py)
+    "MODEL.CONVENTION": ("torchvision", tuple(CONVENTIONS)),  # the weights' inference arithmetic (conventions.py)
+    "MODEL.RESNETS.DEPTH": (50, (50, 101)),
+    "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
+    "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),
+    "MODEL.RESNETS.WIDTH_PER_GROUP": (64, "[1, 1024]"),
+    "MODEL.FPN.OUT_CHANNELS": (256, "[1, 4096]"),
+    "MODEL.FPN.USE_NORM": (False, None),
+    "MODEL.ANCHOR_GENERATOR.SIZES": ([32, 64, 128, 256, 512], "5 x (0, 16384]"),  # one per level, P2 to P6
+    "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS": ([0.5, 1.0, 2.0], "n x (0, inf)"),
+    "MODEL.RPN.CONV_DEPTH": (1, "[0, 16]"),
+    "MODEL.RPN.PRE_NMS_TOPK_TEST": (1000, "[1, 1000000]"),
+    "MODEL.RPN.POST_NMS_TOPK_TEST": (1000, "[1, 1000000]"),
+    "MODEL.RPN.NMS_THRESH": (0.7, "(0, 1]"),
+    "MODEL.RPN.MIN_SIZE": (1e-3, "[0, inf)"),
+    "MODEL.RPN.TORCHVISION_TIE_ORDER": (False, None),  # equal scores in torchvision's order: slower, same detections
+    "MODEL.ROI_HEADS.NUM_CLASSES": (91, "[1, 100000]"),
+    "MODEL.ROI_HEADS.SCORE_THRESH_TEST": (0.05, "[0, 1]"),
+    "MODEL.ROI_HEADS.NMS_THRESH_TEST": (0.5, "(0, 1]"),
+    "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": (100, "[1, 100000]"),
+    "MODEL.ROI_HEADS.MIN_BOX_SIZE": (1e-2, "[0, inf)"),
+    "MODEL.ROI_BOX_HEAD.NUM_CONV": (0, "[0, 16]"),
+    "MODEL.ROI_BOX_HEAD.CONV_DIM": (256, "[1, 4096]"),
+    "MODEL.ROI_BOX_HEAD.NUM_FC": (2, "[0, 8]"),
+    "MODEL.ROI_BOX_HEAD.FC_DIM": (1024, "[1, 16384]"),
+    "MODEL.ROI_BOX_HEAD.USE_NORM": (False, None),
+    "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": (7, "[1, 32]"),
+    "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": (2, "[0, 64]"),  # 0: adaptive
+    "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": ([10.0, 10.0, 5.0, 5.0], "4 x (0, inf)"),
+    "MODEL.ROI_MASK_HEAD.NUM_CONV": (4, "[0, 16]"),
+    "MODEL.ROI_MASK_HEAD.CONV_DIM": (256, "[1, 4096]"),
+    "MODEL.ROI_MASK_HEAD.USE_NORM": (False, None),
+    "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": (14, "[1, 32]"),
+    "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": (2, "[0, 64]"),
+    "MODEL.ROI_MASK_HEAD.THRESHOLD": (0.5, "[0, 1]"),
+    "INPUT.MIN_SIZE_TEST": (800, "[1, 16384]"),
+    "INPUT.MAX_SIZE_TEST": (1333, "[1, 16384]"),
+    "INPUT.FORMAT": ("RGB", ("RGB", "BGR")),  # channel order the network expects
+    "INPUT.PIXEL_RANGE": (255.0, "(0, inf)"),  # pixels are scaled to [0, PIXEL_RANGE] before mean/std
+    "INPUT.SIZE_DIVISIBILITY": (32, "[1, 1024]"),
+    "INPUT.MAX_PIXELS": (DEFAULT_MAX_PIXELS, "[0, inf)"),  # refuse larger images; 0: no limit
+    "TEST.IMS_PER_BATCH": (1, "[1, 1024]"),
+    "TEST.CHUNK_IMAGES": (0, "[0, inf)"),  # images per network run; 0: one on CPU, all on CUDA; same detections
+    "TEST.TIMING": (True, None),  # per-stage times (CUDA-synchronized on GPU)
+    "TEST.AMP": ("", ("", "bf16", "fp16")),  # autocast of the network layers (bf16 also on CPU); changes detections
+}
 
-_C.MODEL.RESNETS = CfgNode()
-_C.MODEL.RESNETS.DEPTH = 50
-_C.MODEL.RESNETS.STRIDE_IN_1X1 = False
-_C.MODEL.RESNETS.NUM_GROUPS = 1
-_C.MODEL.RESNETS.WIDTH_PER_GROUP = 64
 
-_C.MODEL.FPN = CfgNode()
-_C.MODEL.FPN.OUT_CHANNELS = 256
-_C.MODEL.FPN.USE_NORM = False
+def _tree(table: dict[str, tuple[Any, Any]]) -> CfgNode:
+    """The config whose leaves are the defaults of ``table``, in its order."""
+    root = CfgNode()
+    for key, (default, _) in table.items():
+        *parents, leaf = key.split(".")
+        node = root
+        for p in parents:
+            node = node.setdefault(p, CfgNode())
+        node[leaf] = default
+    return root
 
-_C.MODEL.ANCHOR_GENERATOR = CfgNode()
-_C.MODEL.ANCHOR_GENERATOR.SIZES = [32, 64, 128, 256, 512]
-_C.MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS = [0.5, 1.0, 2.0]
 
-_C.MODEL.RPN = CfgNode()
-_C.MODEL.RPN.CONV_DEPTH = 1
-_C.MODEL.RPN.PRE_NMS_TOPK_TEST = 1000
-_C.MODEL.RPN.POST_NMS_TOPK_TEST = 1000
-_C.MODEL.RPN.NMS_THRESH = 0.7
-_C.MODEL.RPN.MIN_SIZE = 1e-3
-# Order proposals of exactly equal objectness as torchvision's batched NMS does (an unstable
-# sort over every level's kept boxes: a full NMS of each level whenever kept scores tie).
-# Off: equal scores stay in level/rank order; the proposal set and every detection are the
-# same either way (each proposal's detections are computed independently of its position).
-_C.MODEL.RPN.TORCHVISION_TIE_ORDER = False
-
-_C.MODEL.ROI_HEADS = CfgNode()
-_C.MODEL.ROI_HEADS.NUM_CLASSES = 91
-_C.MODEL.ROI_HEADS.SCORE_THRESH_TEST = 0.05
-_C.MODEL.ROI_HEADS.NMS_THRESH_TEST = 0.5
-_C.MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE = 100
-_C.MODEL.ROI_HEADS.MIN_BOX_SIZE = 1e-2
-
-_C.MODEL.ROI_BOX_HEAD = CfgNode()
-_C.MODEL.ROI_BOX_HEAD.NUM_CONV = 0
-_C.MODEL.ROI_BOX_HEAD.CONV_DIM = 256
-_C.MODEL.ROI_BOX_HEAD.NUM_FC = 2
-_C.MODEL.ROI_BOX_HEAD.FC_DIM = 1024
-_C.MODEL.ROI_BOX_HEAD.USE_NORM = False
-_C.MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION = 7
-_C.MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO = 2
-_C.MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS = [10.0, 10.0, 5.0, 5.0]
-
-_C.MODEL.ROI_MASK_HEAD = CfgNode()
-_C.MODEL.ROI_MASK_HEAD.NUM_CONV = 4
-_C.MODEL.ROI_MASK_HEAD.CONV_DIM = 256
-_C.MODEL.ROI_MASK_HEAD.USE_NORM = False
-_C.MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION = 14
-_C.MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO = 2
-_C.MODEL.ROI_MASK_HEAD.THRESHOLD = 0.5
-
-_C.INPUT = CfgNode()
-_C.INPUT.MIN_SIZE_TEST = 800
-_C.INPUT.MAX_SIZE_TEST = 1333
-# Channel order the network expects: RGB (torchvision) or BGR (Detectron, detectron2).
-_C.INPUT.FORMAT = "RGB"
-# Pixels are scaled to [0, PIXEL_RANGE] before mean/std (torchvision: 1.0, Caffe2 models: 255).
-_C.INPUT.PIXEL_RANGE = 255.0
-_C.INPUT.SIZE_DIVISIBILITY = 32
-# Refuse images with more pixels than this (0 = no limit) instead of exhausting memory.
-_C.INPUT.MAX_PIXELS = DEFAULT_MAX_PIXELS
-
-_C.TEST = CfgNode()
-_C.TEST.IMS_PER_BATCH = 1
-# The network runs on at most this many images of a batch at a time; 0: one image on CPU (a
-# batch's activations far exceed the caches, and every stage is compute-bound there, so a
-# whole batch runs slower per image), the whole batch on CUDA. The batch is padded as one
-# either way, so each image's detections are those of the whole batch.
-_C.TEST.CHUNK_IMAGES = 0
-# Record per-stage times (CUDA-synchronized on GPU).
-_C.TEST.TIMING = True
-# Mixed precision for the network layers: "" (off, float32), "bf16" or "fp16" (CUDA; bf16 also
-# on CPU). Box, anchor and mask arithmetic stays float32. Changes detections: off by default.
-_C.TEST.AMP = ""
+_C = _tree(_DEFAULTS)
+RULES: dict[str, tuple | str] = {key: rule for key, (_, rule) in _DEFAULTS.items() if rule is not None}
 
 
 def get_cfg() -> CfgNode:
     """Return a fresh copy of minidet's default config."""
     return _C.clone()
-
-
-# What every non-boolean key may hold: a tuple of choices, or an interval ("[" / "]" closed, "(" / ")"
-# open), prefixed with "N x" for a list of N values or "n x" for a list of one or more. The kind
-# (integer or number) is that of the default. Upper bounds on sizes and counts only catch typos.
-RULES: dict[str, tuple | str] = {
-    "MODEL.DEVICE": ("cpu", "cuda", "cuda:N"),
-    "MODEL.NORM": NORM_CHOICES,
-    "MODEL.ROI_ALIGN_IMPL": ROI_ALIGN_IMPLS,
-    "MODEL.FROZEN_BN_EPS": "[0, 1)",
-    "MODEL.GN_NUM_GROUPS": "[1, 1024]",
-    "MODEL.GN_EPS": "[0, 1)",
-    "MODEL.PIXEL_MEAN": "3 x (-inf, inf)",
-    "MODEL.PIXEL_STD": "3 x (0, inf)",
-    "MODEL.CATEGORY_LAYOUT": CATEGORY_LAYOUTS,
-    "MODEL.CONVENTION": CONVENTIONS,
-    "MODEL.RESNETS.DEPTH": (50, 101),
-    "MODEL.RESNETS.NUM_GROUPS": "[1, 256]",
-    "MODEL.RESNETS.WIDTH_PER_GROUP": "[1, 1024]",
-    "MODEL.FPN.OUT_CHANNELS": "[1, 4096]",
-    "MODEL.ANCHOR_GENERATOR.SIZES": "5 x (0, 16384]",  # one per level, P2 to P6
-    "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS": "n x (0, inf)",
-    "MODEL.RPN.CONV_DEPTH": "[0, 16]",
-    "MODEL.RPN.PRE_NMS_TOPK_TEST": "[1, 1000000]",
-    "MODEL.RPN.POST_NMS_TOPK_TEST": "[1, 1000000]",
-    "MODEL.RPN.NMS_THRESH": "(0, 1]",
-    "MODEL.RPN.MIN_SIZE": "[0, inf)",
-    "MODEL.ROI_HEADS.NUM_CLASSES": "[1, 100000]",
-    "MODEL.ROI_HEADS.SCORE_THRESH_TEST": "[0, 1]",
-    "MODEL.ROI_HEADS.NMS_THRESH_TEST": "(0, 1]",
-    "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": "[1, 100000]",
-    "MODEL.ROI_HEADS.MIN_BOX_SIZE": "[0, inf)",
-    "MODEL.ROI_BOX_HEAD.NUM_CONV": "[0, 16]",
-    "MODEL.ROI_BOX_HEAD.CONV_DIM": "[1, 4096]",
-    "MODEL.ROI_BOX_HEAD.NUM_FC": "[0, 8]",
-    "MODEL.ROI_BOX_HEAD.FC_DIM": "[1, 16384]",
-    "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": "[1, 32]",
-    "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": "[0, 64]",  # 0: adaptive
-    "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": "4 x (0, inf)",
-    "MODEL.ROI_MASK_HEAD.NUM_CONV": "[0, 16]",
-    "MODEL.ROI_MASK_HEAD.CONV_DIM": "[1, 4096]",
-    "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": "[1, 32]",
-    "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": "[0, 64]",
-    "MODEL.ROI_MASK_HEAD.THRESHOLD": "[0, 1]",
-    "INPUT.MIN_SIZE_TEST": "[1, 16384]",
-    "INPUT.MAX_SIZE_TEST": "[1, 16384]",
-    "INPUT.FORMAT": ("RGB", "BGR"),
-    "INPUT.PIXEL_RANGE": "(0, inf)",
-    "INPUT.SIZE_DIVISIBILITY": "[1, 1024]",
-    "INPUT.MAX_PIXELS": "[0, inf)",  # 0: no limit
-    "TEST.IMS_PER_BATCH": "[1, 1024]",
-    "TEST.CHUNK_IMAGES": "[0, inf)",  # 0: automatic
-    "TEST.AMP": ("", "bf16", "fp16"),
-}
 
 
 def _leaves(node: _YacsNode, prefix: str = "") -> dict[str, Any]:
@@ -449,23 +349,17 @@ def validate_cfg(cfg: CfgNode) -> None:
     if m.ROI_BOX_HEAD.NUM_CONV == 0 and m.ROI_BOX_HEAD.NUM_FC == 0:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
     if m.ROI_HEADS.NUM_CLASSES < 2 and m.CATEGORY_LAYOUT != "coco80":
-        raise ConfigError(
-            f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CATEGORY_LAYOUT {m.CATEGORY_LAYOUT}: "
-            f"it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}"
-        )
+        raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CATEGORY_LAYOUT "
+                          f"{m.CATEGORY_LAYOUT}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
     if m.NORM == "GN":  # GroupNorm splits the channels of every normalized layer into equal groups
         normalized = {
             "the ResNet stem": 64,
             "MODEL.RESNETS.NUM_GROUPS x WIDTH_PER_GROUP": m.RESNETS.NUM_GROUPS * m.RESNETS.WIDTH_PER_GROUP,
             "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0,
-            **{
-                f"MODEL.{h}.CONV_DIM": m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
-                for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD")
-            },
         }
+        for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD"):
+            normalized[f"MODEL.{h}.CONV_DIM"] = m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
         for what, channels in normalized.items():
             if channels % m.GN_NUM_GROUPS:
-                raise ConfigError(
-                    f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm normalizes: "
-                    f"{what} is {channels}"
-                )
+                raise ConfigError(f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm "
+                                  f"normalizes: {what} is {channels}")

@@ -14,22 +14,16 @@ from torch.utils.data import Dataset
 
 from .imageio import DEFAULT_MAX_PIXELS, ImageReadError, read_image
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
 
 class ImageFiles(Dataset):
-    """``(image_id, path)`` pairs read as HxWx3 uint8 BGR arrays.
+    """``(image_id, path)`` pairs read as HxWx3 uint8 BGR arrays: ``dataset[i]`` is ``(image_id, image)``, the image
+    being the array or, for a file that cannot be read or (``sizes``: id -> (height, width)) has another size than
+    the annotations say, a one-line ``"<path>: <what is wrong>"``, so that no exception crosses the worker boundary."""
 
-    ``dataset[i]`` is ``(image_id, image)`` where ``image`` is the array, or a one-line
-    ``"<path>: <what is wrong>"`` string when the file is missing, truncated or unreadable,
-    or (with ``sizes``: image id -> (height, width)) not the size the annotations expect,
-    so that no exception has to cross the worker boundary and one bad file stops nothing.
-    """
-
-    def __init__(
-        self,
-        items: Sequence[tuple[int, str]],
-        max_pixels: int = DEFAULT_MAX_PIXELS,
-        sizes: Mapping[int, tuple[int, int]] | None = None,
-    ) -> None:
+    def __init__(self, items: Sequence[tuple[int, str]], max_pixels: int = DEFAULT_MAX_PIXELS,
+                 sizes: Mapping[int, tuple[int, int]] | None = None) -> None:
         self.items = list(items)
         self.max_pixels = max_pixels
         self.sizes = dict(sizes) if sizes is not None else {}
@@ -53,9 +47,6 @@ class ImageFiles(Dataset):
         return image_id, image
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -77,11 +68,9 @@ def _die_with_parent(parent_pid: int, worker_id: int) -> None:
 
 
 def worker_init_fn() -> Callable[[int], None]:
-    """A DataLoader ``worker_init_fn`` for loaders iterated by this process: on Linux the kernel
-    sends each worker SIGKILL when the process that started it dies, however it dies (SIGKILL
-    included), and a worker whose parent died before that was set exits at once. Elsewhere a no-op.
-    (Strictly, the kernel watches the thread that started the worker: iterate from the main thread.)
-    """
+    """A DataLoader ``worker_init_fn``: on Linux the kernel sends each worker SIGKILL when the process that started
+    it dies, however it dies (a worker whose parent died before that was set exits at once); elsewhere a no-op.
+    The kernel watches the thread that started the worker: iterate from the main thread."""
     return functools.partial(_die_with_parent, os.getpid())
 
 

@@ -20,44 +20,24 @@ from .transform import ImageBatch, Transform
 
 
 class MaskRCNN(nn.Module):
-    """ResNet-FPN Mask R-CNN, inference only: transform, backbone, FPN, RPN, box head, mask head.
-
-    ``forward(images)`` takes a list of HxWx3 uint8 arrays (or tensors) in the input's (BGR)
-    channel order and returns one dict per image with ``boxes`` (D, 4) float32 xyxy in
-    input pixels, ``scores`` (D,), ``labels`` (D,) int64 and, with a mask head,
-    ``masks`` (D, H, W) bool. The weight family's arithmetic lives in the parts (see
-    ``build_model``). ``amp_dtype``: autocast for the network layers (box math stays float32);
-    ``chunk_images``: images per network run (``chunk_size``). ``set_runtime`` sets what depends
-    on the device: the stage timer and the channels-last layout.
-    """
+    """ResNet-FPN Mask R-CNN, inference only. ``amp_dtype``: autocast for the network layers (box math
+    stays float32); ``chunk_images``: images per network run (``chunk_size``)."""
 
     def __init__(
-        self,
-        transform: Transform,
-        backbone: ResNet,
-        fpn: FPN,
-        rpn: RPN,
-        box_pooler: MultiScaleRoIAlign,
-        box_head: BoxHead,
-        box_predictor: BoxPredictor,
-        mask_pooler: MultiScaleRoIAlign | None = None,
-        mask_head: MaskHead | None = None,
-        *,
-        amp_dtype: torch.dtype | None = None,
-        chunk_images: int = 0,
+        self, transform: Transform, backbone: ResNet, fpn: FPN, rpn: RPN, box_pooler: MultiScaleRoIAlign,
+        box_head: BoxHead, box_predictor: BoxPredictor, mask_pooler: MultiScaleRoIAlign | None = None,
+        mask_head: MaskHead | None = None, *, amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
     ) -> None:
         super().__init__()
         self.transform, self.backbone, self.fpn, self.rpn = transform, backbone, fpn, rpn
         self.box_pooler, self.box_head, self.box_predictor = box_pooler, box_head, box_predictor
         self.mask_pooler, self.mask_head = mask_pooler, mask_head
         self.amp_dtype, self.chunk_images = amp_dtype, chunk_images
-        self.channels_last = False
-        self.timer = StageTimer(enabled=False)
+        self.channels_last, self.timer = False, StageTimer(enabled=False)
 
     def set_runtime(self, *, timer: StageTimer | None = None, channels_last: bool | None = None) -> MaskRCNN:
-        """The device-dependent run settings (``prepare_model`` calls it after moving the model):
-        ``timer`` receives the stage times; ``channels_last`` converts the weights to that
-        layout and runs the network on channels-last inputs. None keeps a setting."""
+        """The device-dependent settings, set after moving the model: ``timer`` gets the stage times;
+        ``channels_last`` converts the weights and runs on channels-last inputs. None keeps a setting."""
         if timer is not None:
             self.timer = timer
         if channels_last:
@@ -75,7 +55,6 @@ class MaskRCNN(nn.Module):
         return self.transform.preprocess(images)
 
     def _amp(self):
-        """Autocast for the network layers when ``amp_dtype`` is set; box math stays float32."""
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
@@ -90,11 +69,9 @@ class MaskRCNN(nn.Module):
 
     @torch.inference_mode()
     def forward(self, images: list) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: a dict of boxes (in original-image pixels), scores, labels, masks.
-
-        The batch is resized and padded as one; the network then runs on chunks of
-        ``chunk_size`` images (stage times add up over the chunks).
-        """
+        """HxWx3 uint8 arrays (or tensors) in the input's (BGR) channel order -> per image a dict of
+        ``boxes`` (D, 4) float32 xyxy in input pixels, ``scores`` (D,), ``labels`` (D,) int64 and, with a
+        mask head, ``masks`` (D, H, W) bool. The network runs on chunks of ``chunk_size`` images."""
         t = self.timer
         with t.stage("preprocess"):
             batch = self.transform.preprocess(images)
@@ -144,53 +121,34 @@ class MaskRCNN(nn.Module):
 
 
 def build_model(cfg: CfgNode) -> MaskRCNN:
-    """Build the detector described by ``cfg`` (weights are not loaded here), with the arithmetic
-    of ``MODEL.CONVENTION`` (``conventions.CONVENTIONS``) handed to the parts as plain arguments."""
+    """The detector described by ``cfg`` (weights not loaded), the arithmetic of ``MODEL.CONVENTION``
+    (``conventions.CONVENTIONS``) handed to the parts as plain arguments."""
     validate_cfg(cfg)
     m = cfg.MODEL
     conv = CONVENTIONS[m.CONVENTION]
-    kw = {"eps": m.FROZEN_BN_EPS, "num_groups": m.GN_NUM_GROUPS, "gn_eps": m.GN_EPS}
 
     def norm(c: int) -> nn.Module | None:
-        return get_norm(m.NORM, c, **kw)
+        return get_norm(m.NORM, c, eps=m.FROZEN_BN_EPS, num_groups=m.GN_NUM_GROUPS, gn_eps=m.GN_EPS)
 
     def no_norm(c: int) -> None:
         return None
 
+    inp = cfg.INPUT
     transform = Transform(
-        conv.resize,
-        cfg.INPUT.MIN_SIZE_TEST,
-        cfg.INPUT.MAX_SIZE_TEST,
-        cfg.INPUT.SIZE_DIVISIBILITY,
-        list(m.PIXEL_MEAN),
-        list(m.PIXEL_STD),
-        cfg.INPUT.PIXEL_RANGE,
-        flip_channels=cfg.INPUT.FORMAT != "BGR",  # the input is BGR
-        rescale=conv.rescale,
-        paste=conv.paste,
-        mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
+        conv.resize, inp.MIN_SIZE_TEST, inp.MAX_SIZE_TEST, inp.SIZE_DIVISIBILITY, list(m.PIXEL_MEAN),
+        list(m.PIXEL_STD), inp.PIXEL_RANGE, flip_channels=inp.FORMAT != "BGR",  # the input is BGR
+        rescale=conv.rescale, paste=conv.paste, mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
     )
     backbone = ResNet(m.RESNETS.DEPTH, norm, m.RESNETS.STRIDE_IN_1X1, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP)
     ch = m.FPN.OUT_CHANNELS
     fpn = FPN(backbone.out_channels, ch, norm if m.FPN.USE_NORM else no_norm)
     r = m.RPN
     rpn = RPN(
-        ch,
-        m.ANCHOR_GENERATOR.SIZES,
-        m.ANCHOR_GENERATOR.ASPECT_RATIOS,
-        r.CONV_DEPTH,
-        r.PRE_NMS_TOPK_TEST,
-        r.POST_NMS_TOPK_TEST,
-        r.NMS_THRESH,
-        r.MIN_SIZE,
-        anchor_generator=conv.anchors,
-        fixed_strides=conv.fixed_strides,
-        rank_by_logit=conv.rank_by_logit,
-        box_rule=conv.box_rule,
-        clip_to_padded=conv.clip_to_padded,
-        proposal_filter=conv.proposal_filter,
-        topk_per_level=conv.topk_per_level,
-        tv_tie_order=r.TORCHVISION_TIE_ORDER,
+        ch, m.ANCHOR_GENERATOR.SIZES, m.ANCHOR_GENERATOR.ASPECT_RATIOS, r.CONV_DEPTH, r.PRE_NMS_TOPK_TEST,
+        r.POST_NMS_TOPK_TEST, r.NMS_THRESH, r.MIN_SIZE, anchor_generator=conv.anchors,
+        fixed_strides=conv.fixed_strides, rank_by_logit=conv.rank_by_logit, box_rule=conv.box_rule,
+        clip_to_padded=conv.clip_to_padded, proposal_filter=conv.proposal_filter,
+        topk_per_level=conv.topk_per_level, tv_tie_order=r.TORCHVISION_TIE_ORDER,
     )
     scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     pool = {"aligned": conv.aligned_roi, "level_rule": conv.fpn_levels, "impl": m.ROI_ALIGN_IMPL}
@@ -203,18 +161,11 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     bg_last = m.CATEGORY_LAYOUT == "coco80"
     # detectron2 counts classes without background; its logits have one more column
     predictor = BoxPredictor(
-        box_head.out_dim,
-        num_classes + 1 if bg_last else num_classes,
-        num_classes if bg_last else None,
-        bbox_reg_weights=tuple(bh.BBOX_REG_WEIGHTS),
-        score_thresh=rh.SCORE_THRESH_TEST,
-        nms_thresh=rh.NMS_THRESH_TEST,
-        detections_per_image=rh.DETECTIONS_PER_IMAGE,
-        min_box_size=rh.MIN_BOX_SIZE if conv.small_box_filter else None,
-        bg_last=bg_last,
-        box_rule=conv.box_rule,
-        ties_at_cap=conv.ties_at_cap,
-        original_frame=conv.original_frame,
+        box_head.out_dim, num_classes + 1 if bg_last else num_classes, num_classes if bg_last else None,
+        bbox_reg_weights=tuple(bh.BBOX_REG_WEIGHTS), score_thresh=rh.SCORE_THRESH_TEST,
+        nms_thresh=rh.NMS_THRESH_TEST, detections_per_image=rh.DETECTIONS_PER_IMAGE,
+        min_box_size=rh.MIN_BOX_SIZE if conv.small_box_filter else None, bg_last=bg_last,
+        box_rule=conv.box_rule, ties_at_cap=conv.ties_at_cap, original_frame=conv.original_frame,
     )
     mask_pooler = mask_head = None
     if m.MASK_ON:

@@ -1,7 +1,5 @@
-"""torch.distributed set-up from torchrun's environment, and the few collectives the tools use.
-
-Without torchrun (no ``WORLD_SIZE`` above 1) everything here is a no-op on one process.
-"""
+"""torch.distributed set-up from torchrun's environment and the few collectives the tools use (without torchrun,
+no ``WORLD_SIZE`` above 1, everything here is a no-op on one process)."""
 
 from __future__ import annotations
 
@@ -35,20 +33,15 @@ def from_env(env: dict[str, str] | None = None) -> DistInfo:
     """Rank and world size from torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_*``)."""
     env = os.environ if env is None else env
     world = int(env.get("WORLD_SIZE", "1"))
-    return DistInfo(
-        rank=int(env.get("RANK", "0")) if world > 1 else 0,
-        world_size=world,
-        local_rank=int(env.get("LOCAL_RANK", "0")) if world > 1 else 0,
-        local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))) if world > 1 else 1,
-    )
+    if world <= 1:
+        return DistInfo(world_size=world)
+    return DistInfo(int(env.get("RANK", "0")), world, int(env.get("LOCAL_RANK", "0")),
+                    int(env.get("LOCAL_WORLD_SIZE", str(world))))
 
 
 def init(device: str) -> tuple[DistInfo, str]:
-    """Join torchrun's process group (NCCL on CUDA, gloo on CPU); returns the info and the device.
-
-    ``device`` is ``MODEL.DEVICE``: a plain ``cuda`` becomes ``cuda:<local rank>``. On CPU the
-    node's cores are shared between its processes (``torch.set_num_threads``).
-    """
+    """Join torchrun's process group (NCCL on CUDA, gloo on CPU); returns the info and ``device`` (``MODEL.DEVICE``;
+    a plain ``cuda`` becomes ``cuda:<local rank>``). On CPU the node's cores are shared between its processes."""
     info = from_env()
     if not info.distributed:
         return info, device
@@ -62,11 +55,6 @@ def init(device: str) -> tuple[DistInfo, str]:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
     return info, device
-
-
-def barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
 
 
 def broadcast(obj: Any) -> Any:

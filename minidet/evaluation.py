@@ -1,8 +1,7 @@
-"""COCO evaluation: detections to COCO results (RLE as each image finishes), checks, COCOeval.
+"""COCO evaluation: detections to COCO results (RLE as each image finishes), checks, pycocotools' COCOeval.
 
-Box and mask AP are pycocotools' own numbers; this module only feeds it. Metrics are returned
-as ``{"bbox": {"stats": [12 floats], "AP": ..., "AP50": ..., ..., "ARl": ...}, "segm": {...}}``
-in COCOeval's units (fractions; -1 where the ground truth has nothing to measure).
+Metrics: ``{"bbox": {"stats": [12 floats], "AP": ..., "AP50": ..., ..., "ARl": ...}, "segm": {...}}`` in
+COCOeval's units (fractions; -1 where the ground truth has nothing to measure).
 """
 
 from __future__ import annotations
@@ -62,12 +61,9 @@ def _load_json(path: str, what: str):
 
 
 def load_coco_annotations(path: str) -> COCO:
-    """Read a COCO instances annotation file into a pycocotools ``COCO``, checking its shape.
-
-    ``info`` and ``licenses`` are optional; crowd RLE annotations and images without
-    annotations are fine. Ids must be unique integers, every annotation must name a listed
-    image and category. Raises :class:`EvaluationError` naming ``path`` and the entry otherwise.
-    """
+    """Read a COCO instances annotation file into a pycocotools ``COCO``: ids must be unique integers, every
+    annotation must name a listed image and category (``info``, ``licenses``, crowd RLE and images without
+    annotations are fine). Raises :class:`EvaluationError` naming ``path`` and the entry otherwise."""
     data = _load_json(path, "annotation file")
     if not isinstance(data, dict):
         raise EvaluationError(f"{path}: not a COCO annotation file (expected a JSON object at top level)")
@@ -118,19 +114,10 @@ def load_coco_annotations(path: str) -> COCO:
     return coco
 
 
-def model_categories(layout: str) -> dict[int, str]:
-    """COCO category id -> name for the real classes of a checkpoint's category layout."""
-    return {
-        cid: name for cid, name in zip(category_ids(layout), class_names(layout)) if name not in (BACKGROUND, UNUSED)
-    }
-
-
 def check_categories(coco_gt: COCO, layout: str, source: str) -> None:
-    """Every category of the dataset must be a category of the checkpoint, by id and name.
-
-    Raises :class:`EvaluationError` naming ``source`` (the annotation file) otherwise.
-    """
-    known = model_categories(layout)
+    """Raise :class:`EvaluationError` naming ``source`` unless every dataset category is the checkpoint's (id, name)."""
+    classes = zip(category_ids(layout), class_names(layout))
+    known = {cid: name for cid, name in classes if name not in (BACKGROUND, UNUSED)}
     for cat in sorted(coco_gt.dataset["categories"], key=lambda c: c["id"]):
         cid, name = cat["id"], cat["name"]
         if cid not in known:
@@ -149,13 +136,9 @@ def check_categories(coco_gt: COCO, layout: str, source: str) -> None:
 def instances_to_coco(
     image_id: int, output: Mapping, box_offset: int = 0, keep: Iterable[int] | None = None
 ) -> tuple[list[dict], int]:
-    """One image's predictor output as COCO result dicts; masks become RLE here.
-
-    ``output`` holds ``boxes`` (N, 4) xyxy, ``scores`` (N,), ``category_ids`` (N,) and
-    optionally ``masks`` (N, H, W) bool. Detections whose category id is not in ``keep``
-    (e.g. coco91's unused slots, or classes a dataset lacks) are dropped. Returns the
-    results (``image_id``, ``category_id``, ``bbox`` [x, y, w, h], ``score``,
-    ``segmentation``) in the output's order, and the number dropped.
+    """One image's predictor output (``boxes`` (N, 4) xyxy, ``scores`` (N,), ``category_ids`` (N,), optional
+    ``masks`` (N, H, W) bool) as COCO result dicts in its order, masks as RLE; detections whose category id is
+    not in ``keep`` (coco91's unused slots, classes a dataset lacks) are dropped. Returns (results, number dropped).
     """
     cat = np.asarray(output["category_ids"]).reshape(-1)
     sel = np.isin(cat, np.fromiter(keep, dtype=np.int64)) if keep is not None else np.ones(len(cat), bool)
@@ -172,30 +155,17 @@ def instances_to_coco(
     return results, int(len(cat) - len(idx))
 
 
-def _result_order(r: dict) -> tuple:
-    return r["image_id"], -r["score"]
-
-
-def sort_results(results: Iterable[dict]) -> list[dict]:
-    """Results in a fixed order: by image id, then by decreasing score (ties keep their order)."""
-    return sorted(results, key=_result_order)
-
-
 def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
     """The evaluations a results list allows: ``bbox`` and/or ``segm``, by its first entry."""
-    if not results:
-        return ()
-    return tuple(t for t in IOU_TYPES if _RESULT_FIELD[t] in results[0])
+    return tuple(t for t in IOU_TYPES if _RESULT_FIELD[t] in results[0]) if results else ()
 
 
 def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
-    """Check a results list against the COCO results schema and the annotation file.
+    """Check a results list against the COCO results schema and the annotation file; returns its IoU types.
 
-    Every entry needs an ``image_id`` of the annotation file, an integer ``category_id``, a
-    finite ``score``, and the same of ``bbox`` ([x, y, w, h], w and h >= 0) and
-    ``segmentation`` (RLE ``{"size": [H, W], "counts": ...}`` of the image's size, whose runs
-    add up to H*W) as the first entry. Uncompressed RLE counts are compressed in place. Returns
-    the IoU types the file allows; raises :class:`EvaluationError` naming ``source`` and the entry.
+    Every entry needs an ``image_id`` of the annotation file, an integer ``category_id``, a finite ``score``,
+    and the same of ``bbox`` ([x, y, w, h], w, h >= 0) and ``segmentation`` (RLE of the image's size whose runs
+    add up to H*W; uncompressed counts are compressed in place) as the first entry. Raises :class:`EvaluationError`.
     """
     if not isinstance(results, list):
         raise EvaluationError(f"{source}: COCO results must be a JSON list of detections, got {type(results).__name__}")
@@ -206,16 +176,15 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
     types = result_iou_types(results)
     if not types:
         raise EvaluationError(f"{source}: entry 0 has neither 'bbox' nor 'segmentation'; nothing to evaluate")
-    fields = [_RESULT_FIELD[t] for t in types]
+    needed = ("image_id", "category_id", "score", *(_RESULT_FIELD[t] for t in types))
     strings: list[tuple[int, str, int, int]] = []  # compressed RLE counts: (entry, counts, H, W)
     for i, r in enumerate(results):
         where = f"{source}: entry {i}"
         if not isinstance(r, dict):
             raise EvaluationError(f"{where}: expected an object, got {type(r).__name__}")
-        for key in ("image_id", "category_id", "score", *fields):
+        for key in needed:
             if key not in r:
-                raise EvaluationError(f"{where}: no {key!r} (every entry needs 'image_id', 'category_id', 'score'"
-                                      f"{''.join(', ' + repr(f) for f in fields)})")
+                raise EvaluationError(f"{where}: no {key!r} (every entry needs {', '.join(map(repr, needed))})")
         image_id = r["image_id"]
         if not _is_int(image_id) or image_id not in coco_gt.imgs:
             raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")
@@ -223,11 +192,11 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
             raise EvaluationError(f"{where}: category_id must be an integer, got {r['category_id']!r}")
         if not _is_real(r["score"]):
             raise EvaluationError(f"{where}: score must be a finite number, got {r['score']!r}")
-        if "bbox" in fields:
+        if "bbox" in needed:
             b = r["bbox"]
             if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
                 raise EvaluationError(f"{where}: bbox must be [x, y, width, height] with width, height >= 0; got {b!r}")
-        if "segmentation" in fields:
+        if "segmentation" in needed:
             image = coco_gt.imgs[image_id]
             counts = _check_rle(r, image, where)
             if counts is not None:
@@ -241,17 +210,12 @@ def _check_rle(r: dict, image: dict, where: str) -> str | None:
     seg = r["segmentation"]
     if not (isinstance(seg, dict) and "size" in seg and "counts" in seg):
         raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}}")
-    size = seg["size"]
-    if not (isinstance(size, list) and len(size) == 2 and size == [image["height"], image["width"]]):
-        raise EvaluationError(
-            f"{where}: segmentation size {size!r} is not the image's [height, width] "
-            f"[{image['height']}, {image['width']}]"
-        )
+    size, hw = seg["size"], [image["height"], image["width"]]
+    if not (isinstance(size, list) and size == hw):
+        raise EvaluationError(f"{where}: segmentation size {size!r} is not the image's [height, width] {hw}")
     counts = seg["counts"]
     if isinstance(counts, list):
-        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts) or sum(counts) != (
-            size[0] * size[1]
-        ):
+        if not all(_is_int(c) and c >= 0 for c in counts) or sum(counts) != size[0] * size[1]:
             raise EvaluationError(f"{where}: uncompressed RLE counts must be non-negative integers summing to H*W")
         compressed = mask_utils.frPyObjects(seg, size[0], size[1])
         r["segmentation"] = {"size": size, "counts": compressed["counts"].decode("ascii")}
@@ -282,13 +246,12 @@ NOT_RLE, NEGATIVE_RUN = -1, -2  # rle_string_totals of a string that is not RLE,
 
 
 def rle_string_totals(strings: Sequence[str]) -> np.ndarray:
-    """The pixels covered by the runs of each compressed COCO RLE ``counts`` string (int64);
-    :data:`NOT_RLE` for a string that is not one, :data:`NEGATIVE_RUN` where a run is below 0.
+    """The pixels covered by the runs of each compressed COCO RLE ``counts`` string (int64), decoded all together
+    (numpy); :data:`NOT_RLE` for a string that is not one, :data:`NEGATIVE_RUN` where a run is below 0.
 
-    The format: each run length is a little-endian sequence of 5-bit groups stored as characters
-    ``chr(48 + g)``, bit 0x20 of a character meaning "more groups follow" and bit 0x10 of the last
-    one the sign; from the fourth run on, a run is stored as its difference to the run two before.
-    All strings are decoded together (numpy), not one by one.
+    The format: each run length is a little-endian sequence of 5-bit groups stored as characters ``chr(48 + g)``,
+    bit 0x20 of a character meaning "more groups follow" and bit 0x10 of the last one the sign; from the fourth
+    run on, a run is stored as its difference to the run two before.
     """
     n = len(strings)
     out = np.zeros(n, np.int64)
@@ -340,12 +303,8 @@ def load_results(path: str, coco_gt: COCO) -> tuple[list[dict], tuple[str, ...]]
 def _results_api(coco_gt: COCO, dets: list[dict]) -> COCO:
     if dets:
         return _quiet(coco_gt.loadRes, dets)[0]
-    empty = COCO()  # loadRes refuses an empty list; no detections is a valid (zero) result
-    empty.dataset = {
-        "images": list(coco_gt.dataset["images"]),
-        "categories": copy.deepcopy(coco_gt.dataset["categories"]),
-        "annotations": [],
-    }
+    empty, gt = COCO(), coco_gt.dataset  # loadRes refuses an empty list; no detections is a valid (zero) result
+    empty.dataset = {"images": list(gt["images"]), "categories": copy.deepcopy(gt["categories"]), "annotations": []}
     _quiet(empty.createIndex)
     return empty
 
@@ -353,12 +312,9 @@ def _results_api(coco_gt: COCO, dets: list[dict]) -> COCO:
 def coco_metrics(
     coco_gt: COCO, results: Sequence[dict], iou_types: Sequence[str], image_ids: Iterable[int] | None = None
 ) -> tuple[dict[str, dict], dict[str, str]]:
-    """Run COCOeval per IoU type on ``results`` over ``image_ids`` (default: every image).
-
-    Returns ``(metrics, tables)``: ``metrics[iou_type]`` is ``{"stats": [12 floats], "AP": ...}``
-    (see :data:`METRIC_NAMES`), ``tables[iou_type]`` the summary pycocotools prints.
-    ``results`` is not modified.
-    """
+    """Run COCOeval per IoU type on ``results`` (not modified) over ``image_ids`` (default: every image).
+    Returns ``(metrics, tables)``: ``metrics[iou_type]`` is ``{"stats": [12 floats], "AP": ...}`` (see
+    :data:`METRIC_NAMES`), ``tables[iou_type]`` the summary pycocotools prints."""
     ids = sorted(coco_gt.getImgIds() if image_ids is None else set(image_ids))
     metrics, tables = {}, {}
     for iou_type in iou_types:
@@ -368,13 +324,10 @@ def coco_metrics(
             lacking = [a["id"] for a in coco_gt.dataset["annotations"] if "segmentation" not in a]
             if lacking:
                 raise EvaluationError(f"annotation {lacking[0]} has no segmentation; cannot evaluate masks")
-        # One field per evaluation: with a bbox present, pycocotools would take a mask's area from
-        # its box, which changes what counts as small / medium / large.
-        field = _RESULT_FIELD[iou_type]
-        dets = [
-            {"image_id": r["image_id"], "category_id": r["category_id"], field: r[field], "score": r["score"]}
-            for r in results
-        ]
+        # one field per evaluation: with a bbox present, pycocotools would take a mask's area from its box
+        # (which changes what counts as small / medium / large)
+        keys = ("image_id", "category_id", _RESULT_FIELD[iou_type], "score")
+        dets = [{k: r[k] for k in keys} for r in results]
         ev = COCOeval(coco_gt, _results_api(coco_gt, dets), iou_type)
         ev.params.imgIds = ids
         _quiet(ev.evaluate)
@@ -388,11 +341,10 @@ def coco_metrics(
 class COCOEvaluator:
     """Collects one dataset's detections as COCO results and evaluates them with pycocotools.
 
-    ``reset()`` empties it, ``process(image_ids, outputs)`` converts a batch of predictor
-    outputs (masks to RLE right away, so memory holds no mask arrays), ``extend`` adds results
-    converted earlier (e.g. read back from disk), ``evaluate()`` returns the metrics over the
-    processed images and keeps the pycocotools printouts in ``tables``. Detections of categories
-    the annotation file does not have are dropped and counted in ``dropped``.
+    ``process`` converts a batch of predictor outputs (masks to RLE right away: memory holds no mask arrays),
+    ``extend`` adds results converted earlier (read back from disk), ``evaluate()`` returns the metrics over the
+    processed images and keeps pycocotools' printouts in ``tables``. Detections of categories the annotation
+    file lacks are dropped and counted in ``dropped``.
     """
 
     def __init__(self, coco_gt: COCO, box_offset: int = 0) -> None:
@@ -424,8 +376,8 @@ class COCOEvaluator:
         self.dropped += dropped
 
     def sorted_results(self) -> list[dict]:
-        """The results, sorted in place in :func:`sort_results` order (what is written and evaluated)."""
-        self.results.sort(key=_result_order)  # stable; linear when already sorted
+        """The results sorted in place by image id, then decreasing score (what is written and evaluated)."""
+        self.results.sort(key=lambda r: (r["image_id"], -r["score"]))  # stable; linear when already sorted
         return self.results
 
     def evaluate(self, iou_types: Sequence[str] | None = None) -> dict[str, dict]:

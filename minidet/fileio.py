@@ -42,8 +42,8 @@ class OutputError(OSError):
         self.errno = errno
 
 
-def _temp_name(name: str = "") -> str:
-    """A temporary name for a file written into a folder; ``name`` (the target's) is not part of it."""
+def _temp_name() -> str:
+    """A temporary name for a file written into a folder (the target's name is no part of it)."""
     return f".md-{os.getpid()}-{secrets.token_hex(4)}.tmp"
 
 
@@ -52,11 +52,8 @@ def _why(e: OSError) -> str:
 
 
 def remove_temp_files(folder: str) -> list[str]:
-    """Remove the temporary files that killed writers left in ``folder``; returns their names.
-
-    A process killed (SIGKILL, power loss) inside :func:`atomic_open` leaves its temporary file
-    behind, never the target. Call this only while nothing writes into ``folder``.
-    """
+    """Remove the temporary files that writers killed inside :func:`atomic_open` left in ``folder``; returns their
+    names. Call this only while nothing writes into ``folder``."""
     if not os.path.isdir(folder):
         return []
     names = sorted(n for n in os.listdir(folder) if _TEMP_RE.match(n))
@@ -68,16 +65,12 @@ def remove_temp_files(folder: str) -> list[str]:
 
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w") -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on a clean exit it is renamed to ``path``.
-
-    ``mode`` is ``"w"`` (text, UTF-8) or ``"wb"``. If the block raises, the temporary file is
-    removed and ``path`` keeps its previous content (or stays absent). A failure to create the
-    temporary file or to rename it raises :class:`OutputError` naming ``path``.
-    """
+    """Open a temporary file beside ``path`` (``mode`` ``"w"``: UTF-8 text, or ``"wb"``), renamed to ``path`` on a
+    clean exit; if the block raises, it is removed and ``path`` stays as it was. A failure to create or rename
+    it raises :class:`OutputError` naming ``path``."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes only; mode must be 'w' or 'wb', got {mode!r}")
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, _temp_name())
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), _temp_name())
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask
     except OSError as e:
@@ -109,14 +102,10 @@ def write_json(path: str, obj: Any, indent: int | None = None) -> None:
 
 
 class OutputDir:
-    """An output folder, checked before a run: created if needed, a folder, files can be created
-    and renamed in it. Raises :class:`OutputError` naming ``flag`` (e.g. ``--output``) otherwise.
-
-    With ``lock``, :data:`LOCK_NAME` in the folder is locked (``flock``) until :meth:`close` or the
-    end of the process, however it ends: a second run on the same folder is refused, one killed
-    does not block the next (forked children do not hold it). :meth:`close` removes the lock file,
-    and the folders it created if the run left them empty.
-    """
+    """An output folder, checked before a run: created if needed, a folder, files can be created and renamed in
+    it; else :class:`OutputError` naming ``flag``. With ``lock``, :data:`LOCK_NAME` in it is locked (``flock``)
+    until :meth:`close` or the end of the process, however it ends: a second run on the folder is refused, one
+    killed does not block the next (forked children do not hold it)."""
 
     def __init__(self, path: str, flag: str = "--output", lock: bool = True) -> None:
         self.path, self.flag = path, flag
@@ -162,19 +151,15 @@ class OutputDir:
             except BlockingIOError:
                 pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
-                raise OutputError(
-                    f"{self.flag} {self.path}: another minidet run (pid {pid}) is writing into this folder; "
-                    "wait for it to end or choose another folder"
-                ) from None
+                raise OutputError(f"{self.flag} {self.path}: another minidet run (pid {pid}) is writing into this "
+                                  "folder; wait for it to end or choose another folder") from None
             except OSError:  # a file system without flock: run unlocked
                 os.close(fd)
                 return
-            try:  # the lock file may have been removed by the holder we waited for: lock the current one
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            # the lock file may have been removed by the holder we waited for: lock the current one
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
             os.close(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

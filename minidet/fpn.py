@@ -11,18 +11,10 @@ from .norm import NormFn
 
 
 class FPN(nn.Module):
-    """Maps ``{"res2".."res5"}`` to ``{"p2".."p6"}`` with ``out_channels`` each.
+    """Maps ``{"res2".."res5"}`` to ``{"p2".."p6"}``: C_k (N, in_k, H/2^k, W/2^k) -> P_k (N, out_channels,
+    H/2^k, W/2^k); P6 is a stride-2 max-pool (kernel 1) of P5. With a norm, convs have no bias."""
 
-    P6 is a stride-2 max-pool (kernel 1) of P5. With a norm, convs have no bias.
-    Shapes: C_k (N, in_k, H/2^k, W/2^k) -> P_k (N, out_channels, H/2^k, W/2^k).
-    """
-
-    def __init__(
-        self,
-        in_channels: dict[str, int],
-        out_channels: int,
-        norm: NormFn,
-    ) -> None:
+    def __init__(self, in_channels: dict[str, int], out_channels: int, norm: NormFn) -> None:
         super().__init__()
         self.in_features = list(in_channels)  # res2..res5, fine to coarse
         for i, name in enumerate(self.in_features):

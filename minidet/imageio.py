@@ -1,33 +1,21 @@
-"""Robust image reading (always HxWx3 uint8 BGR) and input listing.
+"""Robust image reading (always HxWx3 uint8 BGR; any failure one :class:`ImageReadError`) and input listing.
 
-Every failure to read one image raises :class:`ImageReadError` with a one-line message
-``"<file>: <what is wrong>"``, so a batch tool can report it and go on.
-
-Decoding uses OpenCV with ``IMREAD_COLOR | IMREAD_ANYDEPTH``: that applies the EXIF
-orientation (so a rotated phone JPEG comes out the way viewers show it), drops an alpha
-channel, expands grayscale and palette images to three channels and converts CMYK JPEGs,
-while keeping 16-bit samples, which are then rounded to 8 bits here (``v / 257``).
-
-A file is judged by its first bytes before it is read whole: a file that is not in a known
-image format, whose header announces more than the pixel limit (PNG, JPEG, BMP, GIF, WebP,
-TIFF), or that is far larger than any image of that size (more than
-:data:`MAX_BYTES_PER_PIXEL` bytes per pixel plus :data:`METADATA_BYTES`) is refused without
-allocating memory for it; the pixel limit of other formats is checked after decoding.
-
-What the native decoders print on file descriptor 2 (libjpeg's "Corrupt JPEG data", libpng's
-warnings) is captured during decoding and becomes one warning naming the file, or part of the
-error when decoding fails; set :data:`SHOW_NATIVE_MESSAGES` to let it through unchanged.
+OpenCV decodes (``IMREAD_COLOR | IMREAD_ANYDEPTH``: EXIF orientation applied, alpha dropped, 16-bit samples
+rounded to 8 bits here). A file in no known format, or whose header or size shows more than the pixel limit, is
+refused before it is read whole; what the native decoders print on fd 2 becomes one warning naming the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import stat
 import sys
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import cv2
@@ -35,15 +23,16 @@ import numpy as np
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 DEFAULT_MAX_PIXELS = 100_000_000
-# A file larger than this for the pixel count its header announces (or, without one, for the
-# pixel limit) is refused before it is read: 16 bytes per pixel is 4 channels of 32-bit samples,
-# twice the largest layout decoded here (16-bit RGBA); compressed data is smaller than raw
-# samples; 64 MiB leaves room for metadata (EXIF, ICC, XMP, previews), real files carry a few MB.
+# Most bytes a file may have for the pixel count its header announces (else the pixel limit): 16 per pixel is
+# twice 16-bit RGBA (compressed data is smaller); 64 MiB leaves ample room for metadata (EXIF, ICC, previews).
 MAX_BYTES_PER_PIXEL = 16
 METADATA_BYTES = 64 * 2**20
 HEAD_BYTES = 64 * 1024  # read first, to sniff the format and parse the header
-# True: the native decoders' own messages reach file descriptor 2 as they are (a tool's --debug)
-SHOW_NATIVE_MESSAGES = False
+SHOW_NATIVE_MESSAGES = False  # True: the native decoders' messages reach fd 2 as they are (a tool's --debug)
+_FD2_LOCK = threading.Lock()  # file descriptor 2 is shared by all threads
+_BMP_HEADER_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)  # the DIB header variants
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_JPEG_MAX_MARKERS = 65536  # far more than a real file has before its frame header
 
 
 class ImageReadError(Exception):
@@ -61,13 +50,9 @@ class ImageReadError(Exception):
 def read_image(
     path: str, max_pixels: int = DEFAULT_MAX_PIXELS, on_warning: Callable[[str], None] | None = None
 ) -> np.ndarray:
-    """Read an image file as an HxWx3 uint8 BGR array in its displayed orientation.
-
-    ``max_pixels`` > 0 refuses images with more than that many pixels (``INPUT.MAX_PIXELS``);
-    0 disables the check. Raises :class:`ImageReadError` for any problem with the file.
-    A file that decoded although its decoder complained (a corrupt but readable JPEG) calls
-    ``on_warning("<path>: <what>")``; by default that is printed as ``warning: ...`` on stderr.
-    """
+    """Read an image file as an HxWx3 uint8 BGR array in its displayed orientation; :class:`ImageReadError` for
+    any problem, more than ``max_pixels`` pixels included (0: no limit). A file decoded although its decoder
+    complained calls ``on_warning("<path>: <what>")`` (default: ``warning: ...`` on stderr)."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
@@ -113,17 +98,12 @@ def _read_checked(f, name: str, max_pixels: int) -> bytes:
 
 def _too_large(nbytes: int, size: tuple[int, int] | None, pixels: int) -> str:
     what = f"a {size[1]} x {size[0]} image ({pixels} pixels)" if size else f"INPUT.MAX_PIXELS ({pixels} pixels)"
-    return (
-        f"file is {nbytes} bytes, implausibly large for {what}: images take at most "
-        f"{MAX_BYTES_PER_PIXEL} bytes per pixel + {METADATA_BYTES >> 20} MiB of metadata; not read"
-    )
+    return (f"file is {nbytes} bytes, implausibly large for {what}: images take at most "
+            f"{MAX_BYTES_PER_PIXEL} bytes per pixel + {METADATA_BYTES >> 20} MiB of metadata; not read")
 
 
 def read_image_bytes(
-    data: bytes,
-    name: str,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    on_warning: Callable[[str], None] | None = None,
+    data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, on_warning: Callable[[str], None] | None = None
 ) -> np.ndarray:
     """Decode encoded image bytes like :func:`read_image`; ``name`` is used in messages."""
     data = bytes(data)
@@ -152,8 +132,7 @@ def read_image_bytes(
 
 @contextlib.contextmanager
 def native_messages(show: bool) -> Iterator[None]:
-    """Within the block, the native decoders' own messages reach fd 2 unchanged if ``show``
-    (a tool's ``--debug``), else they are captured (the default); the old setting is restored."""
+    """Within the block, the native decoders' messages reach fd 2 unchanged if ``show``, else are captured."""
     global SHOW_NATIVE_MESSAGES
     old, SHOW_NATIVE_MESSAGES = SHOW_NATIVE_MESSAGES, show
     try:
@@ -166,9 +145,6 @@ def _print_warning(message: str) -> None:
     from tqdm import tqdm  # keeps a progress bar intact; plain text in a DataLoader worker
 
     tqdm.write(f"warning: {message}", file=sys.stderr)
-
-
-_FD2_LOCK = threading.Lock()  # file descriptor 2 is shared by all threads
 
 
 def _imdecode(buf: np.ndarray) -> tuple[np.ndarray | None, str]:
@@ -196,8 +172,7 @@ def _imdecode(buf: np.ndarray) -> tuple[np.ndarray | None, str]:
             return cv2.imdecode(buf, flags), ""
         finally:
             os.close(saved)
-    lines = [" ".join(line.split()) for line in text.splitlines()]
-    native = "; ".join(line for line in lines if line)
+    native = "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
     return img, native if len(native) <= 300 else native[:297] + "..."
 
 
@@ -228,9 +203,6 @@ def _to_bgr8(img: np.ndarray, name: str) -> np.ndarray:
     return np.ascontiguousarray(img)
 
 
-_BMP_HEADER_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)  # the DIB header variants
-
-
 def sniff_format(data: bytes) -> str | None:
     """Name of the image format announced by the first bytes of ``data``, or None."""
     if data.startswith(b"\xff\xd8\xff"):
@@ -258,17 +230,9 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
-_JPEG_MAX_MARKERS = 65536  # far more than a real file has before its frame header
-
-
 def header_size(data: bytes) -> tuple[int, int] | None:
-    """``(height, width)`` stored in the header of a PNG, JPEG, BMP, GIF, WebP or TIFF.
-
-    Returns None for other formats, malformed headers, or a zero dimension. The size is
-    the stored one, before any EXIF rotation (which does not change the pixel count).
-    ``data`` is the file's bytes, or any object with ``len``, indexing and slicing like them.
-    """
+    """``(height, width)`` stored (before EXIF rotation) in the header of a PNG, JPEG, BMP, GIF, WebP or TIFF;
+    None for other formats, malformed headers or a zero dimension. ``data``: bytes, or indexable like them."""
     try:
         size = _parse_header(data, sniff_format(data[:32]))
     except (IndexError, ValueError):
@@ -279,9 +243,8 @@ def header_size(data: bytes) -> tuple[int, int] | None:
 
 
 class _FileView:
-    """A regular file's bytes for the header parsers (``len``, ``view[i]``, ``view[a:b]``), read
-    in windows of :data:`HEAD_BYTES`, the first being ``head``; after 64 more (4 MiB) a read
-    raises ValueError, so a header that is not found costs little."""
+    """A regular file's bytes for the header parsers, read in windows of :data:`HEAD_BYTES` (the first: ``head``);
+    after 64 more (4 MiB) a read raises ValueError, so a header that is not found costs little."""
 
     def __init__(self, f, size: int, head: bytes) -> None:
         self.f, self.size = f, size
@@ -294,9 +257,7 @@ class _FileView:
         if isinstance(key, slice):
             start, stop, _ = key.indices(self.size)
             return self._read(start, max(0, stop - start))
-        if key < 0:
-            key += self.size
-        if not 0 <= key < self.size:
+        if not 0 <= key < self.size:  # the parsers index from the start only
             raise IndexError(key)
         return self._read(key, 1)[0]
 
@@ -384,16 +345,11 @@ def _tiff_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _has_glob_magic(s: str) -> bool:
-    return any(c in s for c in "*?[")
-
-
 def _is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-# why a folder or glob entry is not listed: (one, several); other entries are skipped for their
-# extension ("" when they have none)
+# why a folder or glob entry is not listed: (one, several); other entries are skipped for their extension
 _SKIP_LABELS = {
     "dangling": ("dangling link", "dangling links"),
     "loop": ("symlink loop", "symlink loops"),
@@ -406,8 +362,6 @@ _SKIP_LABELS = {
 def _skip_reason(path: str) -> str | None:
     """Why ``path`` (a folder's entry or a glob match) is not an image to read; None for an image
     file, and for what is not worth a word (a hidden file, a subfolder with a plain name)."""
-    import errno
-
     name = os.path.basename(path)
     ext = os.path.splitext(name)[1].lower()
     if ext not in IMAGE_EXTENSIONS and name.startswith("."):
@@ -426,9 +380,7 @@ def _skip_reason(path: str) -> str | None:
 
 def describe_skipped(reasons: list[str]) -> str:
     """``"2 dangling links, 1 .gif (not an image extension: .jpg, ...)"`` for the reasons of :func:`find_images`."""
-    counts: dict[str, int] = {}
-    for r in sorted(reasons, key=lambda r: (r[:1] in ("", "."), r)):  # the kinds first, then the extensions
-        counts[r] = counts.get(r, 0) + 1
+    counts = Counter(sorted(reasons, key=lambda r: (r[:1] in ("", "."), r)))  # the kinds first, then extensions
     parts = [f"{n} {_SKIP_LABELS[r][n > 1] if r in _SKIP_LABELS else r}" for r, n in counts.items()]
     if any(r[:1] in ("", ".") for r in counts):
         parts[-1] += f" (not an image extension: {', '.join(IMAGE_EXTENSIONS)})"
@@ -436,11 +388,8 @@ def describe_skipped(reasons: list[str]) -> str:
 
 
 def find_images(inputs: list[str]) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
-    """:func:`list_images`, and what it left out: ``{folder or pattern: [(path, reason), ...]}``.
-
-    A reason is a key of ``_SKIP_LABELS`` or the extension of a file that is not an image; see
-    :func:`describe_skipped`. Hidden files and plain subfolders are left out without a word.
-    """
+    """:func:`list_images`, and what it left out: ``{folder or pattern: [(path, reason), ...]}``, a reason
+    being a key of ``_SKIP_LABELS`` or a file's extension (hidden files and plain subfolders are not listed)."""
     found: list[str] = []
     skipped: dict[str, list[tuple[str, str]]] = {}
     for item in inputs:
@@ -450,7 +399,7 @@ def find_images(inputs: list[str]) -> tuple[list[str], dict[str, list[tuple[str,
             continue
         if os.path.isdir(item):
             entries = [os.path.join(item, n) for n in sorted(os.listdir(item))]
-        elif _has_glob_magic(item):
+        elif any(c in item for c in "*?["):  # a glob pattern
             entries = sorted(glob.glob(item))
         else:
             raise FileNotFoundError(f"no such file or folder: {item}")
@@ -460,27 +409,16 @@ def find_images(inputs: list[str]) -> tuple[list[str], dict[str, list[tuple[str,
         if not images:
             raise FileNotFoundError(f"no image files match: {item}")
         found.extend(images)
-        gone = [(p, r) for p in entries if (r := _skip_reason(p)) is not None]
-        if gone:
+        if gone := [(p, r) for p in entries if (r := _skip_reason(p)) is not None]:
             skipped[item] = gone
-    unique: list[str] = []
-    seen: set[str] = set()
+    unique: dict[str, str] = {}  # the first of the paths naming one file
     for p in found:
-        key = os.path.abspath(p)
-        if key not in seen:
-            seen.add(key)
-            unique.append(p)
-    return unique, skipped
+        unique.setdefault(os.path.abspath(p), p)
+    return list(unique.values()), skipped
 
 
 def list_images(inputs: list[str]) -> list[str]:
-    """Expand files, folders and glob patterns into a list of image paths.
-
-    A folder contributes its image files (extensions in :data:`IMAGE_EXTENSIONS`, any case;
-    not recursive; sorted by name). A glob pattern contributes the matching image files,
-    sorted. A file named explicitly is kept whatever its extension, so a bad file is
-    reported by :func:`read_image` rather than silently skipped; so is a folder named like an
-    image (``x.jpg``; ``x.jpg/`` is a folder to list). Repeats are dropped.
-    Raises FileNotFoundError naming the first input that yields no image.
-    """
+    """Files, folders (their image files, any case, not recursive) and glob patterns as image paths, each sorted,
+    repeats dropped. A path named explicitly is kept whatever it is (a folder ``x.jpg`` too; ``x.jpg/`` is listed)
+    for :func:`read_image` to report. Raises FileNotFoundError naming the first input that yields no image."""
     return find_images(inputs)[0]

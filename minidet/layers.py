@@ -1,9 +1,5 @@
-"""``Conv2d`` (conv -> norm -> + addend -> ReLU) and its oneDNN post-op fusion.
-
-The private torch APIs minidet relies on live here and nowhere else:
-``torch.ops.mkldnn._convolution_pointwise`` (one oneDNN call for conv + add + ReLU) and
-``torch._C._select_conv_backend`` (whether PyTorch would pick oneDNN itself).
-"""
+"""``Conv2d`` (conv -> norm -> + addend -> ReLU) and its oneDNN post-op fusion: the only users of the
+private torch APIs ``torch.ops.mkldnn._convolution_pointwise`` and ``torch._C._select_conv_backend``."""
 
 from __future__ import annotations
 
@@ -13,16 +9,11 @@ from torch.nn import functional as F
 
 
 class Conv2d(nn.Conv2d):
-    """``nn.Conv2d`` with an optional ``norm``, an optional addend and ReLU applied after it.
-
-    ``forward(x, add=None)`` computes ``relu(norm(conv(x)) + add)`` (each part when present).
-    The conv->norm pairing is structural (``self.norm``), which is what folding uses.
-    With ``self.fuse`` (set by ``fuse_convs``) and no norm left, a float32 CPU call outside
-    autocast that PyTorch would run on oneDNN anyway runs as one oneDNN convolution with the
-    addition and the ReLU as post-ops: the same kernel and the same arithmetic (bit-identical
-    results), one pass over the output instead of three. Small inputs for which PyTorch
-    picks its own kernels stay unfused.
-    """
+    """``nn.Conv2d`` whose ``forward(x, add=None)`` computes ``relu(norm(conv(x)) + add)`` (each part
+    when present; ``self.norm`` is what folding uses). With ``self.fuse`` (``fuse_convs``) and no norm,
+    a float32 CPU call outside autocast that PyTorch would run on oneDNN anyway runs as one oneDNN
+    convolution with the addition and ReLU as post-ops: the same kernel and arithmetic (bit-identical),
+    one pass over the output instead of three."""
 
     def __init__(self, *args, norm: nn.Module | None = None, relu: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -32,14 +23,10 @@ class Conv2d(nn.Conv2d):
 
     def _fusable(self, x: torch.Tensor, add: torch.Tensor | None) -> bool:
         return (
-            self.fuse
-            and self.norm is None
-            and x.dtype == torch.float32
-            and x.device.type == "cpu"
+            self.fuse and self.norm is None and x.dtype == torch.float32 and x.device.type == "cpu"
             and self.weight.dtype == torch.float32
             and (add is None or (add.dtype == torch.float32 and add.device.type == "cpu"))
-            and not torch.is_autocast_enabled("cpu")
-            and _onednn_backend(x, self)
+            and not torch.is_autocast_enabled("cpu") and _onednn_backend(x, self)
         )
 
     def forward(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
@@ -63,17 +50,13 @@ def _onednn_backend(x: torch.Tensor, conv: nn.Conv2d) -> bool:
     select = getattr(torch._C, "_select_conv_backend", None)
     if select is None:
         return False
-    backend = select(
-        x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, False, (0, 0), conv.groups, None
-    )
-    return backend == torch._C._ConvBackend.Mkldnn
+    args = (conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, False, (0, 0), conv.groups, None)
+    return select(x, *args) == torch._C._ConvBackend.Mkldnn
 
 
 def fuse_convs(model: nn.Module, enabled: bool = True) -> int:
     """Let every ``Conv2d`` of ``model`` run fused (see ``Conv2d``) where it can; returns the count.
-
-    Needs oneDNN (``torch.backends.mkldnn``); without it nothing changes.
-    """
+    Without oneDNN (``torch.backends.mkldnn``) nothing changes."""
     enabled = enabled and torch.backends.mkldnn.is_available()
     n = 0
     for m in model.modules():

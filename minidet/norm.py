@@ -1,16 +1,6 @@
-"""Normalization layers, the one norm factory, and conv->norm folding.
-
-Three frozen implementations of the same per-channel affine map ``y = x * s + t``:
-
-- ``FrozenBN``: buffers ``weight, bias, running_mean, running_var`` and an explicit
-  ``eps``; ``s`` and ``t`` are recomputed in every forward (maskrcnn-benchmark's way,
-  two extra elementwise ops per layer).
-- ``Affine``: ``s`` and ``t`` precomputed once when weights are loaded; one fused
-  op in forward (Detectron's AffineChannel).
-- folded: ``s`` and ``t`` multiplied into the preceding conv (``fold_norms``); no op.
-
-``GN`` is ``nn.GroupNorm`` with a group count parameter.
-"""
+"""Normalization layers, the norm factory, and conv->norm folding. Three frozen forms of the per-channel
+``y = x * s + t``: ``FrozenBN`` recomputes ``s``, ``t`` from its statistics in every forward; ``Affine``
+holds them precomputed (Detectron's AffineChannel); ``fold_norms`` multiplies them into the conv before."""
 
 from __future__ import annotations
 
@@ -25,18 +15,12 @@ NormFn = Callable[[int], nn.Module | None]  # channels -> a norm layer, or None 
 
 
 class FrozenBN(nn.Module):
-    """Batch norm with fixed statistics; scale/shift computed in forward.
-
-    Args:
-        num_channels: C.
-        eps: added to ``running_var``; it belongs to the weights' source.
-    Shapes: (N, C, H, W) -> (N, C, H, W).
-    """
+    """Batch norm with fixed statistics, (N, C, H, W) -> same; ``eps`` (added to ``running_var``)
+    belongs to the weights' source."""
 
     def __init__(self, num_channels: int, eps: float = 1e-5) -> None:
         super().__init__()
-        self.num_channels = num_channels
-        self.eps = eps
+        self.num_channels, self.eps = num_channels, eps
         self.register_buffer("weight", torch.ones(num_channels))
         self.register_buffer("bias", torch.zeros(num_channels))
         self.register_buffer("running_mean", torch.zeros(num_channels))
@@ -62,10 +46,7 @@ class FrozenBN(nn.Module):
 
 
 class Affine(nn.Module):
-    """Per-channel ``x * scale + shift`` with precomputed buffers; one fused op.
-
-    Shapes: (N, C, H, W) -> (N, C, H, W).
-    """
+    """Per-channel ``x * scale + shift`` with precomputed buffers, (N, C, H, W) -> same; one fused op."""
 
     def __init__(self, num_channels: int) -> None:
         super().__init__()
@@ -80,8 +61,7 @@ class Affine(nn.Module):
         """Precompute scale = w / sqrt(var + eps), shift = b - mean * scale."""
         with torch.no_grad():
             scale = weight * (var + eps).rsqrt()
-            self.scale.copy_(scale.view(-1, 1, 1))
-            self.shift.copy_((bias - mean * scale).view(-1, 1, 1))
+            self.load_scale_shift(scale, bias - mean * scale)
 
     def load_scale_shift(self, scale: torch.Tensor, shift: torch.Tensor) -> None:
         """Load an already-folded affine (Caffe2 AffineChannel ``_s``/``_b``)."""
@@ -97,10 +77,8 @@ class Affine(nn.Module):
 
 
 def get_norm(norm: str | NormFn | None, channels: int, **kwargs) -> nn.Module | None:
-    """The norm factory: ``"FrozenBN" | "Affine" | "GN" | "" | None | callable``.
-
-    kwargs: ``eps`` (FrozenBN, default 1e-5), ``num_groups`` (GN, default 32), ``gn_eps`` (GN, default 1e-5).
-    """
+    """The norm factory: ``"FrozenBN" | "Affine" | "GN" | "" | None | callable``. kwargs: ``eps``
+    (FrozenBN, default 1e-5), ``num_groups`` (GN, default 32), ``gn_eps`` (GN, default 1e-5)."""
     if norm is None or norm == "":
         return None
     if callable(norm) and not isinstance(norm, str):
@@ -116,11 +94,8 @@ def get_norm(norm: str | NormFn | None, channels: int, **kwargs) -> nn.Module | 
 
 @torch.no_grad()
 def fold_norms(model: nn.Module) -> int:
-    """Fold every ``Conv2d.norm`` that is a FrozenBN or Affine into its conv.
-
-    The conv gets ``w' = w * s`` (per output channel) and ``b' = b * s + t``; its norm
-    is removed. Returns the number of folded pairs. GroupNorm is left alone.
-    """
+    """Fold every ``Conv2d.norm`` that is a FrozenBN or Affine into its conv (``w' = w * s`` per output
+    channel, ``b' = b * s + t``; GroupNorm is left alone); returns the number of folded pairs."""
     n = 0
     for m in model.modules():
         if isinstance(m, Conv2d) and isinstance(m.norm, (FrozenBN, Affine)):

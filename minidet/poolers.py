@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from torchvision.ops import roi_align
 
 ROI_ALIGN_IMPLS = ("gather", "torchvision")  # MultiScaleRoIAlign(impl=...), config MODEL.ROI_ALIGN_IMPL
-LevelRule = Callable[[torch.Tensor, int, int], torch.Tensor]  # (boxes (R, 4), min_level, max_level) -> (R,)
+LevelRule = Callable[[torch.Tensor, int, int], torch.Tensor]  # (boxes (R, 4), min, max level) -> (R,) 0-based
 
 
 def _level_index(level: torch.Tensor, min_level: int, max_level: int) -> torch.Tensor:
@@ -38,12 +38,10 @@ def detectron2_levels(boxes: torch.Tensor, min_level: int, max_level: int) -> to
 
 
 def _axis_samples(start, bin_size, size: int, out: int, g: int):
-    """Sample coordinates of RoIAlign along one axis, and their bilinear neighbours.
-
-    ``start``, ``bin_size``: (R,) per RoI; ``g`` the samples per bin of this call.
-    Returns, each (R, out, g): valid, low index, high index, low weight, high weight, with
-    torchvision's (and Caffe2's) rules: a sample beyond [-1, size] contributes zero, one in
-    [-1, 0] reads row 0, one past ``size - 1`` reads the last row.
+    """RoIAlign's sample coordinates along one axis (``start``, ``bin_size``: (R,); ``g`` samples per
+    bin) -> each (R, out, g): valid, low index, high index, low weight, high weight. torchvision's
+    (and Caffe2's) rules: a sample beyond [-1, size] contributes zero, one in [-1, 0] reads row 0,
+    one past ``size - 1`` reads the last row.
     """
     dt = start.dtype
     p = torch.arange(out, dtype=dt, device=start.device)[None, :, None]
@@ -55,8 +53,7 @@ def _axis_samples(start, bin_size, size: int, out: int, g: int):
     c = c.clamp(min=0.0)
     lo = c.floor()
     top = lo >= size - 1
-    last = torch.full_like(lo, size - 1)
-    lo = torch.where(top, last, lo)
+    lo = torch.where(top, torch.full_like(lo, size - 1), lo)
     c = torch.where(top, lo, c)
     hi = torch.where(top, lo, lo + 1)
     frac = c - lo
@@ -75,24 +72,15 @@ def _roi_frame(rois: torch.Tensor, spatial_scale: float, aligned: bool) -> tuple
 
 
 def roi_align_gather(
-    table: torch.Tensor,
-    height: int,
-    width: int,
-    rois: torch.Tensor,
-    output_size: int,
-    spatial_scale: float,
-    grid: tuple[int, int],
-    aligned: bool,
+    table: torch.Tensor, height: int, width: int, rois: torch.Tensor, output_size: int, spatial_scale: float,
+    grid: tuple[int, int], aligned: bool,
 ) -> torch.Tensor:
-    """RoIAlign (torchvision's / Caffe2's arithmetic) as one weighted gather over NHWC features.
+    """RoIAlign (torchvision's / Caffe2's arithmetic) as one weighted gather over NHWC features:
+    table (N*H*W, C), rois (R, 5) [batch index, x1, y1, x2, y2] -> (R, S, S, C).
 
-    Every output bin is the mean of ``gh x gw`` bilinear samples; each sample is a weighted
-    sum of four feature rows, so a bin is one bag of ``4 gh gw`` (row, weight) pairs and the
-    whole call is a single ``embedding_bag`` over ``table``, the features as rows
-    (N*H*W, C). All RoIs of a call share the sampling grid ``grid`` = (gh, gw) samples per bin.
-    Same values as ``torchvision.ops.roi_align`` up to the order of the float additions.
-
-    Shapes: table (N*H*W, C), rois (R, 5) [batch index, x1, y1, x2, y2] -> (R, S, S, C).
+    A bin is the mean of ``gh x gw`` bilinear samples of four feature rows each: one bag of
+    ``4 gh gw`` (row, weight) pairs, so the call is one ``embedding_bag`` over ``table``. All RoIs
+    share ``grid`` = (gh, gw). Same values as ``torchvision.ops.roi_align`` up to the order of the sums.
     """
     r, s = len(rois), output_size
     gh, gw = grid
@@ -114,62 +102,33 @@ def roi_align_gather(
     valid = vy[:, :, None, :, None, None] & vx[:, None, :, None, :, None]
     weight = (weight * valid) / (gh * gw)
     bag = 4 * gh * gw
-    out = F.embedding_bag(
-        index.reshape(r * s * s, bag),
-        table,
-        per_sample_weights=weight.reshape(r * s * s, bag).to(table.dtype),
-        mode="sum",
-    )
-    return out.view(r, s, s, -1)
-
-
-def _adaptive_grids(rois: torch.Tensor, output_size: int, spatial_scale: float, aligned: bool) -> torch.Tensor:
-    """(R, 2) sampling grid (gh, gw) per RoI for ``sampling_ratio <= 0``: ceil(roi size / S)."""
-    extent = _roi_frame(rois, spatial_scale, aligned)[1]
-    return torch.ceil(extent / output_size).to(torch.int64).flip(1)
+    index, weight = index.reshape(r * s * s, bag), weight.reshape(r * s * s, bag).to(table.dtype)
+    return F.embedding_bag(index, table, per_sample_weights=weight, mode="sum").view(r, s, s, -1)
 
 
 class MultiScaleRoIAlign(nn.Module):
-    """RoIAlign each box on its FPN level (P2..P5 by default).
+    """RoIAlign each box on its FPN level: features[l] (N, C, H_l, W_l), boxes list of (R_i, 4) ->
+    (sum R_i, C, S, S), with channels-last strides for ``impl="gather"``.
 
-    Args:
-        scales: spatial scale of each feature map (1/4, 1/8, ...).
-        min_level: FPN level of the first feature map.
-        aligned: RoIAlign shifted by half a pixel (detectron2's ROIAlignV2).
-        level_rule: the FPN level of each box, ``(boxes (R, 4), min_level, max_level) -> (R,)``
-            0-based index (``torchvision_levels``, ``detectron_levels``, ``detectron2_levels``).
-        impl: one of ``ROI_ALIGN_IMPLS``: ``"gather"`` (``roi_align_gather``: one vectorized
-            weighted gather per level over channels-last features, multi-threaded) or
-            ``"torchvision"`` (``torchvision.ops.roi_align``, the reference; serial on CPU).
-    Shapes: features[l] (N, C, H_l, W_l), boxes list of (R_i, 4) -> (sum R_i, C, S, S);
-    with ``impl="gather"`` the result has channels-last strides.
+    ``scales``: spatial scale of each feature map (1/4, 1/8, ...); ``min_level``: FPN level of the
+    first; ``aligned``: shifted by half a pixel (ROIAlignV2); ``level_rule``: a ``LevelRule``;
+    ``impl``: ``"gather"`` (``roi_align_gather``, vectorized over channels-last features) or
+    ``"torchvision"`` (``torchvision.ops.roi_align``, the reference; serial on CPU).
     """
 
     def __init__(
-        self,
-        output_size: int,
-        scales: Sequence[float],
-        sampling_ratio: int,
-        aligned: bool = False,
-        min_level: int = 2,
-        level_rule: LevelRule = torchvision_levels,
-        impl: str = "gather",
+        self, output_size: int, scales: Sequence[float], sampling_ratio: int, aligned: bool = False,
+        min_level: int = 2, level_rule: LevelRule = torchvision_levels, impl: str = "gather",
     ) -> None:
         super().__init__()
         if impl not in ROI_ALIGN_IMPLS:
             raise ValueError(f"unknown RoIAlign implementation {impl!r}; choose one of {', '.join(ROI_ALIGN_IMPLS)}")
-        self.output_size = (output_size, output_size)
-        self.scales = list(scales)
-        self.sampling_ratio = sampling_ratio
-        self.aligned = aligned
-        self.min_level = min_level
-        self.level_rule = level_rule
-        self.impl = impl
+        self.output_size, self.scales, self.sampling_ratio = (output_size, output_size), list(scales), sampling_ratio
+        self.aligned, self.min_level, self.level_rule, self.impl = aligned, min_level, level_rule, impl
 
     def layout(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The pooled levels (the first ``len(scales)``) in the memory layout ``impl`` reads:
-        NCHW for torchvision's RoIAlign, channels-last for the gather. Convert once per chunk and
-        pass the result to every pooler of that ``impl``."""
+        """The pooled levels (the first ``len(scales)``) in the memory layout ``impl`` reads (NCHW for
+        torchvision's, channels-last for the gather), to convert once for every pooler of that ``impl``."""
         fmt = torch.contiguous_format if self.impl == "torchvision" else torch.channels_last
         return [f.contiguous(memory_format=fmt) for f in features[: len(self.scales)]]
 
@@ -177,8 +136,7 @@ class MultiScaleRoIAlign(nn.Module):
         cat = torch.cat(boxes)
         idx = torch.cat([torch.full((len(b), 1), i, dtype=cat.dtype, device=cat.device) for i, b in enumerate(boxes)])
         rois = torch.cat([idx, cat], dim=1)
-        c = features[0].shape[1]
-        s = self.output_size[0]
+        c, s = features[0].shape[1], self.output_size[0]
         if len(rois) == 0:
             return features[0].new_zeros((0, c, s, s))
         levels = self.level_rule(cat, self.min_level, self.min_level + len(features) - 1)
@@ -191,14 +149,7 @@ class MultiScaleRoIAlign(nn.Module):
             if gather:
                 y = self._gather_level(feat, rois[sel], scale)
             else:
-                y = roi_align(
-                    feat,
-                    rois[sel],
-                    self.output_size,
-                    spatial_scale=scale,
-                    sampling_ratio=self.sampling_ratio,
-                    aligned=self.aligned,
-                )
+                y = roi_align(feat, rois[sel], self.output_size, scale, self.sampling_ratio, self.aligned)
             if sel.numel() == len(rois):
                 out = y.to(out.dtype)
             else:
@@ -212,8 +163,9 @@ class MultiScaleRoIAlign(nn.Module):
         args = (table, h, w)
         if self.sampling_ratio > 0:
             return roi_align_gather(*args, rois, s, scale, (self.sampling_ratio,) * 2, self.aligned)
-        # adaptive sampling: one call per distinct (gh, gw) grid
-        grids, which = torch.unique(_adaptive_grids(rois, s, scale, self.aligned), dim=0, return_inverse=True)
+        # adaptive sampling: (gh, gw) = ceil(RoI size / S) samples per bin, one call per distinct grid
+        per_roi = torch.ceil(_roi_frame(rois, scale, self.aligned)[1] / s).to(torch.int64).flip(1)
+        grids, which = torch.unique(per_roi, dim=0, return_inverse=True)
         if len(grids) == 1:
             return roi_align_gather(*args, rois, s, scale, tuple(grids[0].tolist()), self.aligned)
         out = table.new_empty((len(rois), s, s, c))

@@ -16,36 +16,29 @@ from .norm import fold_norms
 from .timing import StageTimer
 
 logger = logging.getLogger("minidet")
-
-
 NO_WEIGHTS = "none"  # MODEL.WEIGHTS value (any case) that runs the network with random weights
 
 
 def weights_path(cfg: CfgNode, weights: str | None = None) -> str | None:
-    """The checkpoint to load (``weights``, default ``MODEL.WEIGHTS``); None for ``none``.
-
-    An empty value is an error: random weights give detections that look real.
-    """
+    """The checkpoint to load (``weights``, default ``MODEL.WEIGHTS``); None for ``none``. An empty value is an
+    error: random weights give detections that look real."""
     path = cfg.MODEL.WEIGHTS if weights is None else weights
     if not str(path).strip():
-        raise CheckpointError(
-            "MODEL.WEIGHTS is empty; name a checkpoint file, or set MODEL.WEIGHTS none to run with random "
-            "weights (e.g. for benchmarks)"
-        )
+        raise CheckpointError("MODEL.WEIGHTS is empty; name a checkpoint file, or set MODEL.WEIGHTS none to run with "
+                              "random weights (e.g. for benchmarks)")
     return None if str(path).strip().lower() == NO_WEIGHTS else str(path)
 
 
 def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
-    """Build the model, load ``weights`` (default ``MODEL.WEIGHTS``; ``none``: random weights),
-    fold norms, move to device. The report is None without weights."""
+    """Build the model, load ``weights`` (default ``MODEL.WEIGHTS``; ``none``: random weights, report None), fold
+    norms, move to the device, eval mode."""
     model = build_model(cfg)
     path = weights_path(cfg, weights)
     report = None
     if path is not None:
         report = load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS, convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:
-        n = fold_norms(model)
-        logger.info("folded %d norm layers into their convs", n)
+        logger.info("folded %d norm layers into their convs", fold_norms(model))
     fuse_convs(model, cfg.MODEL.FUSE_CONVS)
     device = torch.device(cfg.MODEL.DEVICE)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -56,22 +49,17 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
 
 
 class Predictor:
-    """Build, load ``MODEL.WEIGHTS``, eval mode, on ``MODEL.DEVICE``; then call on images.
-
-    ``predictor(image)`` takes an HxWx3 uint8 BGR numpy array (as ``cv2.imread`` gives) and
-    returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels`` (N,)
-    int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks``
-    (N, H, W) bool (with ``MODEL.MASK_ON``) and ``timings`` (stage -> seconds for this call).
-    ``weights_summary`` names what was loaded, for the tools' start line.
-    """
+    """Built and loaded from a config, on ``MODEL.DEVICE``: ``predictor(image)`` takes an HxWx3 uint8 BGR array (as
+    ``cv2.imread`` gives) and returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels``
+    (N,) int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks`` (N, H, W) bool
+    (``MODEL.MASK_ON``) and ``timings`` (stage -> seconds). ``weights_summary`` names what was loaded."""
 
     def __init__(self, cfg: CfgNode) -> None:
         self.cfg = cfg.clone()
         self.cfg.freeze()
         self.model, self.load_report = prepare_model(self.cfg)
-        self.weights_summary: str = (
-            self.load_report.summary if self.load_report is not None else "none (random weights: MODEL.WEIGHTS none)"
-        )
+        random = "none (random weights: MODEL.WEIGHTS none)"
+        self.weights_summary: str = self.load_report.summary if self.load_report is not None else random
         # boxes are pixel-inclusive (width = x2 - x1 + 1) under Detectron's convention
         self.box_offset: int = 1 if self.cfg.MODEL.CONVENTION == "detectron" else 0
         layout = self.cfg.MODEL.CATEGORY_LAYOUT
@@ -92,17 +80,13 @@ class Predictor:
                 raise ValueError(f"image {i}: empty ({w} x {h} pixels)")
             cin = self.cfg.INPUT
             if min(h, w) * min(cin.MIN_SIZE_TEST / min(h, w), cin.MAX_SIZE_TEST / max(h, w)) < 1:
-                raise ValueError(
-                    f"image {i}: {w} x {h} is too elongated: with its long side resized to at most "
-                    f"INPUT.MAX_SIZE_TEST {cin.MAX_SIZE_TEST}, its short side would be under one pixel"
-                )
+                raise ValueError(f"image {i}: {w} x {h} is too elongated: with its long side resized to at most "
+                                 f"INPUT.MAX_SIZE_TEST {cin.MAX_SIZE_TEST}, its short side would be under one pixel")
         self.model.timer.reset()
         outs = self.model(images)
         timings = dict(self.model.timer.times)
-        results = []
-        for o in outs:
-            r = {k: v.cpu() for k, v in o.items()}
+        results = [{k: v.cpu() for k, v in o.items()} for o in outs]
+        for r in results:
             r["category_ids"] = self._cat_ids[r["labels"]] if len(r["labels"]) else r["labels"].clone()
             r["timings"] = timings
-            results.append(r)
         return results

@@ -1,11 +1,11 @@
 """Safe checkpoint readers: ``torch.load(weights_only=True)`` and a numpy-only unpickler.
 
-Nothing in a checkpoint file is executed (see SECURITY.md). ``read_checkpoint`` picks the reader by the
-file's content; every failure is a one-line ``CheckpointError``. Renaming and matching: ``checkpoint.py``.
+Nothing in a checkpoint file is executed (see SECURITY.md); every failure is a one-line ``CheckpointError``.
 """
 
 from __future__ import annotations
 
+import codecs
 import collections
 import os
 import pickle
@@ -20,11 +20,9 @@ WEIGHTS_HELP = "official weights are listed in weights/README.md (URLs and sha25
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable or does not fit the model; one-line message.
-
-    ``refused`` names the global (``module.name``) a refused pickle asked for, else None;
-    ``content`` is True when a reader parsed the file and what it holds is wrong.
-    """
+    """A checkpoint is missing, unreadable or does not fit the model (one-line message). ``refused``: the
+    global (``module.name``) a refused pickle asked for, else None; ``content``: a reader parsed the file and
+    what it holds is wrong."""
 
     def __init__(self, message: str, refused: str | None = None, content: bool = False) -> None:
         super().__init__(message)
@@ -36,11 +34,6 @@ class StateDict(dict):
     """A checkpoint's entries by name; ``author`` is the ``__author__`` of a detectron2 wrapper, else None."""
 
     author: str | None = None
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text or e.__class__.__name__
 
 
 def _zip_without_pickle(path: str) -> str | None:
@@ -74,9 +67,11 @@ def _torch_load_error(path: str, e: Exception) -> CheckpointError:
     return CheckpointError(f"{head}: {' '.join(text.split()).split('. ')[0].rstrip('.') or type(e).__name__}")
 
 
-def _refuse_safetensors(path: str) -> None:
-    """Refuse a safetensors file by its content (8-byte little-endian header length, then JSON):
-    torch reads it only through the ``safetensors`` package, which minidet does not depend on."""
+def _check_file(path: str) -> None:
+    """Refuse a missing file, and a safetensors file by its content (8-byte little-endian header length,
+    then JSON): torch reads it only through the ``safetensors`` package, which minidet does not depend on."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
     with open(path, "rb") as f:
         head = f.read(9)
     if len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= os.path.getsize(path) - 8:
@@ -91,13 +86,10 @@ def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
     """The dict of weights in a loaded file: unwrap ``{wrapper: {...}}``; keep detectron2's ``__author__``."""
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict of tensors, got {type(obj).__name__}", content=True)
-    out = StateDict(obj)
-    for key in wrappers:
-        if isinstance(obj.get(key), dict):
-            out = StateDict(obj[key])
-            if key == "model" and "__author__" in obj:  # detectron2: {'model': ..., '__author__': ...}
-                out.author = str(obj["__author__"])[:80]
-            break
+    key = next((k for k in wrappers if isinstance(obj.get(k), dict)), None)
+    out = StateDict(obj if key is None else obj[key])
+    if key == "model" and "__author__" in obj:  # detectron2: {'model': ..., '__author__': ...}
+        out.author = str(obj["__author__"])[:80]
     if not out:
         raise CheckpointError(f"{path}: holds no weights (an empty dict)", content=True)
     return out
@@ -105,9 +97,7 @@ def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
 
 def read_torch_file(path: str) -> StateDict:
     """Read a ``torch.save`` state dict safely; unwrap ``{"model"|"state_dict": ...}``."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
-    _refuse_safetensors(path)
+    _check_file(path)
     try:  # from an open file: torch.load would take a path named .safetensors for one, whatever it holds
         with warnings.catch_warnings(), open(path, "rb") as f:  # warnings: noise around a one-line error
             warnings.simplefilter("ignore")
@@ -121,33 +111,19 @@ def read_torch_file(path: str) -> StateDict:
     return obj
 
 
-def _numpy_global(name: str):
-    core = getattr(np, "_core", None) or np.core
-    return {
-        "_reconstruct": core.multiarray._reconstruct,
-        "scalar": core.multiarray.scalar,
-        "ndarray": np.ndarray,
-        "dtype": np.dtype,
-    }[name]
-
-
-# the only globals a pickle of numpy arrays needs; anything else is refused unexecuted. An
-# OrderedDict is built from the pickle's own (already safe) items and runs no code of the file.
+_multiarray = (getattr(np, "_core", None) or np.core).multiarray
+# the only globals a pickle of numpy arrays needs, and what they resolve to; anything else is refused
+# unexecuted. An OrderedDict is built from the pickle's own (already safe) items and runs no code of the file.
 _PICKLE_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("_codecs", "encode"),
-    ("collections", "OrderedDict"),
+    ("numpy.core.multiarray", "_reconstruct"): _multiarray._reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _multiarray._reconstruct,
+    ("numpy.core.multiarray", "scalar"): _multiarray.scalar,
+    ("numpy._core.multiarray", "scalar"): _multiarray.scalar,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): codecs.encode,
+    ("collections", "OrderedDict"): collections.OrderedDict,
 }
-
-
-def _allowed_global(name: str) -> bool:
-    module, _, attr = name.rpartition(".")
-    return (module, attr) in _PICKLE_ALLOWED
 
 
 class _Refused(pickle.UnpicklingError):
@@ -158,58 +134,37 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) not in _PICKLE_ALLOWED:
             raise _Refused(f"{module}.{name}")
-        if module == "_codecs":
-            import codecs
-
-            return codecs.encode
-        if module == "collections":
-            return collections.OrderedDict
-        return _numpy_global(name)
+        return _PICKLE_ALLOWED[module, name]
 
 
 def read_pickle_file(path: str) -> StateDict:
-    """Read a Caffe2 Detectron ``.pkl`` (Python-2 protocol-2 pickle) without running code.
-
-    Only numpy array reconstruction (and ``OrderedDict``) is allowed (``encoding='latin1'`` maps
-    py2 byte strings 1:1). Returns the blob dict: ``obj['blobs']`` for detection models, the flat
-    dict for ImageNet init files, ``obj['model']`` for detectron2 pickles.
-    """
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
-    _refuse_safetensors(path)
+    """Read a pickle of numpy arrays (Detectron's py2 ``.pkl``; ``latin1`` maps its byte strings 1:1)
+    without running code. Returns ``obj['blobs']`` (Detectron), ``obj['model']`` (detectron2) or the flat dict."""
+    _check_file(path)
     try:
         with open(path, "rb") as f:
             obj = _NumpyOnlyUnpickler(f, encoding="latin1").load()
     except _Refused as e:
-        raise CheckpointError(
-            f"{path}: refused: the pickle asks for {e}, outside the numpy allow-list (nothing was run)", str(e)
-        ) from None
+        what = f"the pickle asks for {e}, outside the numpy allow-list (nothing was run)"
+        raise CheckpointError(f"{path}: refused: {what}", str(e)) from None
     except Exception as e:  # noqa: BLE001 - truncated/garbage files raise many types
-        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {_one_line(e)}") from None
+        detail = " ".join(str(e).split()) or type(e).__name__
+        raise CheckpointError(f"{path}: cannot read as a Detectron pickle: {detail}") from None
     return _state_dict(obj, path, ("model", "blobs"))
 
 
-_ZIP_MAGIC = b"PK\x03\x04"
-
-
 def read_checkpoint(path: str) -> StateDict:
-    """Read any supported checkpoint file with the safe reader its content calls for.
-
-    A zip archive is a ``torch.save`` file whatever its name; a safetensors file is refused.
-    Another file is a pickle: a ``.pkl`` is read by the numpy-only unpickler first, anything else
-    by ``torch.load`` (legacy non-zip torch files) first; if that reader fails the other one is
-    tried (both run no code). When both fail, the more telling error is reported (``_rank``).
-    """
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
-    _refuse_safetensors(path)
+    """Read a checkpoint with the safe reader its content calls for: a zip archive is a ``torch.save`` file
+    whatever its name; another file goes to the numpy-only unpickler first if named ``.pkl``, else to
+    ``torch.load`` (legacy non-zip files) first, then to the other reader; if both fail, the more telling
+    error is raised (``_rank``)."""
+    _check_file(path)
     with open(path, "rb") as f:
         head = f.read(4)
-    if head == _ZIP_MAGIC:
+    if head == b"PK\x03\x04":  # a zip archive
         return read_torch_file(path)
-    first, second = (
-        (read_pickle_file, read_torch_file) if str(path).endswith(".pkl") else (read_torch_file, read_pickle_file)
-    )
+    pkl = str(path).endswith(".pkl")
+    first, second = (read_pickle_file, read_torch_file) if pkl else (read_torch_file, read_pickle_file)
     try:
         return first(path)
     except CheckpointError as e:
@@ -227,5 +182,6 @@ def _rank(e: CheckpointError) -> int:
     a file read whose content is wrong (2), a file the reader cannot parse (1), a refused global
     that the other reader allows (0)."""
     if e.refused is not None:
-        return 0 if _allowed_global(e.refused) else 3
+        module, _, name = e.refused.rpartition(".")
+        return 0 if (module, name) in _PICKLE_ALLOWED else 3
     return 2 if e.content else 1

@@ -13,45 +13,23 @@ BLOCKS_PER_STAGE = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
 
 
 class Bottleneck(nn.Module):
-    """1x1 -> 3x3 -> 1x1 residual block; ReLU after the sum.
-
-    ``stride_in_1x1`` puts the stride on the first 1x1 conv (MSRA/Caffe2 models)
-    instead of the 3x3 (torchvision, "ResNet v1.5").
-    """
+    """1x1 -> 3x3 -> 1x1 residual block, ReLU after the sum. ``stride_in_1x1`` puts the stride on the
+    first 1x1 conv (MSRA/Caffe2 models) instead of the 3x3 (torchvision, "ResNet v1.5")."""
 
     def __init__(
-        self,
-        in_channels: int,
-        bottleneck_channels: int,
-        out_channels: int,
-        stride: int,
-        norm: NormFn,
-        stride_in_1x1: bool = False,
-        num_groups: int = 1,
+        self, in_channels: int, bottleneck_channels: int, out_channels: int, stride: int, norm: NormFn,
+        stride_in_1x1: bool = False, num_groups: int = 1,
     ) -> None:
         super().__init__()
         s1, s3 = (stride, 1) if stride_in_1x1 else (1, stride)
-        self.shortcut = (
-            Conv2d(in_channels, out_channels, 1, stride=stride, bias=False, norm=norm(out_channels))
-            if in_channels != out_channels or stride != 1
-            else None
-        )
-        self.conv1 = Conv2d(
-            in_channels, bottleneck_channels, 1, stride=s1, bias=False, norm=norm(bottleneck_channels), relu=True
-        )
-        self.conv2 = Conv2d(
-            bottleneck_channels,
-            bottleneck_channels,
-            3,
-            stride=s3,
-            padding=1,
-            groups=num_groups,
-            bias=False,
-            norm=norm(bottleneck_channels),
-            relu=True,
-        )
+        self.shortcut = None
+        if in_channels != out_channels or stride != 1:
+            self.shortcut = Conv2d(in_channels, out_channels, 1, stride=stride, bias=False, norm=norm(out_channels))
+        bc = bottleneck_channels
+        self.conv1 = Conv2d(in_channels, bc, 1, stride=s1, bias=False, norm=norm(bc), relu=True)
+        self.conv2 = Conv2d(bc, bc, 3, stride=s3, padding=1, groups=num_groups, bias=False, norm=norm(bc), relu=True)
         # conv3's ReLU comes after the residual sum: relu(norm(conv3(.)) + identity)
-        self.conv3 = Conv2d(bottleneck_channels, out_channels, 1, bias=False, norm=norm(out_channels), relu=True)
+        self.conv3 = Conv2d(bc, out_channels, 1, bias=False, norm=norm(out_channels), relu=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.shortcut is None else self.shortcut(x)
@@ -70,26 +48,17 @@ class Stem(nn.Module):
 
 
 class ResNet(nn.Module):
-    """Returns ``{"res2": C2, ..., "res5": C5}`` at strides 4, 8, 16, 32.
-
-    Channels of C2..C5: 256, 512, 1024, 2048 (for ``width_per_group=64``).
-    """
+    """Returns ``{"res2": C2, ..., "res5": C5}`` at strides 4, 8, 16, 32, with 256, 512, 1024, 2048 channels."""
 
     def __init__(
-        self,
-        depth: int,
-        norm: NormFn,
-        stride_in_1x1: bool = False,
-        num_groups: int = 1,
-        width_per_group: int = 64,
+        self, depth: int, norm: NormFn, stride_in_1x1: bool = False, num_groups: int = 1, width_per_group: int = 64
     ) -> None:
         super().__init__()
         if depth not in BLOCKS_PER_STAGE:
             raise ValueError(f"ResNet depth must be one of {sorted(BLOCKS_PER_STAGE)}; got {depth}")
         self.stem = Stem(norm)
         in_ch, bott, out_ch = 64, num_groups * width_per_group, 256
-        self.stage_names = []
-        self.out_channels = {}
+        self.out_channels = {}  # stage name -> channels, in order
         for i, n in enumerate(BLOCKS_PER_STAGE[depth]):
             blocks = []
             for b in range(n):
@@ -98,14 +67,13 @@ class ResNet(nn.Module):
                 in_ch = out_ch
             name = f"res{i + 2}"
             self.add_module(name, nn.Sequential(*blocks))
-            self.stage_names.append(name)
             self.out_channels[name] = out_ch
             bott, out_ch = bott * 2, out_ch * 2
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self.stem(x)
         out = {}
-        for name in self.stage_names:
+        for name in self.out_channels:
             x = getattr(self, name)(x)
             out[name] = x
         return out

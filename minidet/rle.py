@@ -18,8 +18,7 @@ def encode_mask(mask: np.ndarray) -> dict:
     mask = np.asarray(mask)
     if mask.ndim != 2:
         raise ValueError(f"expected an HxW mask, got shape {mask.shape}")
-    fortran = np.asfortranarray((mask != 0).astype(np.uint8)[:, :, None])
-    return _json_rle(mask_utils.encode(fortran)[0])
+    return encode_masks(mask[None])[0]
 
 
 def encode_masks(masks: np.ndarray) -> list[dict]:
@@ -34,9 +33,7 @@ def encode_masks(masks: np.ndarray) -> list[dict]:
 
 
 def xyxy_to_xywh(boxes: np.ndarray, offset: int = 0) -> list[list[float]]:
-    """Convert (N, 4) ``x1, y1, x2, y2`` boxes to COCO ``[x, y, width, height]`` lists.
-
-    ``offset=1`` for Detectron's pixel-inclusive boxes (width = x2 - x1 + 1).
-    """
+    """(N, 4) ``x1, y1, x2, y2`` boxes as COCO ``[x, y, width, height]`` lists; ``offset=1`` for
+    Detectron's pixel-inclusive boxes (width = x2 - x1 + 1)."""
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     return [[float(x1), float(y1), float(x2 - x1 + offset), float(y2 - y1 + offset)] for x1, y1, x2, y2 in b]

@@ -14,12 +14,9 @@ from .norm import NormFn
 
 
 class Detections(NamedTuple):
-    """One image's detections, sorted by decreasing score.
-
-    boxes (D, 4) xyxy in ``frame``: ``"resized"`` (the network input's pixels) or ``"original"``
-    (the input image's pixels); scores (D,); labels (D,) int64, the checkpoint's class index;
-    masks (D, M, M) probabilities of each box's class (set by the mask head), or None.
-    """
+    """One image's detections, sorted by decreasing score: boxes (D, 4) xyxy in ``frame``
+    (``"resized"``: the network input's pixels, or ``"original"``); scores (D,); labels (D,) int64,
+    the checkpoint's class index; masks (D, M, M) probabilities of each box's class, or None."""
 
     boxes: torch.Tensor
     scores: torch.Tensor
@@ -32,14 +29,7 @@ class BoxHead(nn.Module):
     """``num_conv`` 3x3 conv(+norm)+ReLU, flatten, ``num_fc`` fc+ReLU: (R, C, 7, 7) -> (R, fc_dim)."""
 
     def __init__(
-        self,
-        in_channels: int,
-        resolution: int,
-        num_conv: int,
-        conv_dim: int,
-        num_fc: int,
-        fc_dim: int,
-        norm: NormFn,
+        self, in_channels: int, resolution: int, num_conv: int, conv_dim: int, num_fc: int, fc_dim: int, norm: NormFn
     ) -> None:
         super().__init__()
         self.num_conv, self.num_fc = num_conv, num_fc
@@ -64,30 +54,16 @@ class BoxHead(nn.Module):
 
 
 class BoxPredictor(nn.Module):
-    """Class logits (R, K) and class-specific box deltas (R, 4K); K includes background.
-
-    ``inference`` turns them into detections with the settings held here: ``bbox_reg_weights``,
-    ``score_thresh``, ``nms_thresh``, ``detections_per_image`` (the cap), ``min_box_size`` (None:
-    no small-box filter), ``bg_last`` (background is the last column, else the first),
-    ``box_rule`` (+1 sizes, inclusive NMS), ``ties_at_cap`` (every detection scoring at least the
-    cap-th best is kept, so ties can exceed the cap) and ``original_frame`` (decode and clip in
-    original-image pixels instead of the resized input's).
-    """
+    """Class logits (R, K) and class-specific box deltas (R, 4K); K includes background. ``inference``
+    turns them into detections: ``detections_per_image`` is the cap, ``min_box_size`` None means no
+    small-box filter, ``bg_last``: background is the last column (else the first); ``box_rule``,
+    ``ties_at_cap`` and ``original_frame`` are the weight family's (``conventions.Convention``)."""
 
     def __init__(
-        self,
-        in_dim: int,
-        num_classes: int,
-        num_bbox_reg_classes: int | None = None,
-        *,
-        bbox_reg_weights: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0),
-        score_thresh: float = 0.05,
-        nms_thresh: float = 0.5,
-        detections_per_image: int = 100,
-        min_box_size: float | None = None,
-        bg_last: bool = False,
-        box_rule: BoxRule = PLAIN_BOX_RULE,
-        ties_at_cap: bool = False,
+        self, in_dim: int, num_classes: int, num_bbox_reg_classes: int | None = None, *,
+        bbox_reg_weights: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0), score_thresh: float = 0.05,
+        nms_thresh: float = 0.5, detections_per_image: int = 100, min_box_size: float | None = None,
+        bg_last: bool = False, box_rule: BoxRule = PLAIN_BOX_RULE, ties_at_cap: bool = False,
         original_frame: bool = False,
     ) -> None:
         super().__init__()
@@ -102,11 +78,9 @@ class BoxPredictor(nn.Module):
         return self.cls_score(x), self.bbox_pred(x)
 
     def inference(self, logits: torch.Tensor, deltas: torch.Tensor, proposals: list[torch.Tensor], images) -> list:
-        """Softmax, class-specific decode, clip, threshold, per-class NMS, cap: one ``Detections`` per image.
-
-        ``logits`` (R, K), ``deltas`` (R, 4K') float32 for the concatenated ``proposals`` (R_i, 4)
-        in the resized frame; ``images`` the chunk's ``transform.ImageBatch`` (sizes, scales).
-        """
+        """Softmax, threshold, class-specific decode, clip, per-class NMS, cap -> one ``Detections`` per
+        image, from ``logits`` (R, K), ``deltas`` (R, 4K') float32 for the concatenated ``proposals``
+        (R_i, 4) in the resized frame; ``images`` is the chunk's ``transform.ImageBatch``."""
         if self.original_frame:
             proposals, sizes, frame = images.to_original(proposals), images.orig_sizes, "original"
         else:
@@ -144,10 +118,7 @@ class BoxPredictor(nn.Module):
 
 
 class MaskHead(nn.Module):
-    """``num_conv`` 3x3 conv(+norm)+ReLU, 2x2/2 deconv+ReLU, 1x1 predictor.
-
-    Shapes: (R, C, 14, 14) -> logits (R, num_classes, 28, 28).
-    """
+    """``num_conv`` 3x3 conv(+norm)+ReLU, 2x2/2 deconv+ReLU, 1x1 predictor: (R, C, 14, 14) -> (R, K, 28, 28)."""
 
     def __init__(self, in_channels: int, num_conv: int, conv_dim: int, num_classes: int, norm: NormFn) -> None:
         super().__init__()

@@ -25,8 +25,7 @@ def torchvision_cell_anchors(size: float, aspect_ratios: Sequence[float], stride
 
 
 def detectron2_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
-    """detectron2's ``DefaultAnchorGenerator``: exact areas; for r = h / w, w = sqrt(size^2 / r),
-    h = r * w, computed in double, stored as float32."""
+    """detectron2: exact areas; for r = h / w, w = sqrt(size^2 / r), h = r * w, in double, stored as float32."""
     out = []
     for r in aspect_ratios:
         w = math.sqrt(size * size / r)
@@ -36,12 +35,9 @@ def detectron2_cell_anchors(size: float, aspect_ratios: Sequence[float], stride:
 
 
 def detectron_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
-    """Detectron's ``generate_anchors`` for one FPN level.
-
-    A ``stride`` x ``stride`` base box [0, 0, stride-1, stride-1] is reshaped to each
-    aspect ratio r = h / w at constant area (sides rounded half-to-even), then scaled by
-    ``size / stride``; boxes stay centred at ((stride-1)/2, (stride-1)/2) with +1 sizes.
-    """
+    """Detectron's ``generate_anchors``: the base box [0, 0, stride-1, stride-1] reshaped to each aspect
+    ratio r = h / w at constant area (sides rounded half-to-even), scaled by ``size / stride``, centred
+    at ((stride-1)/2, (stride-1)/2) with +1 sizes."""
     ctr = 0.5 * (stride - 1)
     out = []
     for r in aspect_ratios:
@@ -71,19 +67,13 @@ def keep_original_pixels(boxes: torch.Tensor, min_size: float, scale: float, pad
     ph, pw = padded_size
     ws, hs = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
     min_size = max(min_size, 1.0)
-    return (
-        (ws / scale + 1 >= min_size)
-        & (hs / scale + 1 >= min_size)
-        & (boxes[:, 0] + (ws + 1) / 2.0 < pw)
-        & (boxes[:, 1] + (hs + 1) / 2.0 < ph)
-    )
+    big_enough = (ws / scale + 1 >= min_size) & (hs / scale + 1 >= min_size)
+    return big_enough & (boxes[:, 0] + (ws + 1) / 2.0 < pw) & (boxes[:, 1] + (hs + 1) / 2.0 < ph)
 
 
 class RPNHead(nn.Module):
-    """``conv_depth`` 3x3 conv+ReLU layers, then per-anchor objectness and box deltas.
-
-    Shapes: P_k (N, C, H, W) -> logits (N, A, H, W), deltas (N, 4A, H, W).
-    """
+    """``conv_depth`` 3x3 conv+ReLU layers, then per-anchor objectness and box deltas:
+    P_k (N, C, H, W) -> logits (N, A, H, W), deltas (N, 4A, H, W)."""
 
     def __init__(self, in_channels: int, num_anchors: int, conv_depth: int = 1) -> None:
         super().__init__()
@@ -103,49 +93,23 @@ class RPNHead(nn.Module):
 
 
 class RPN(nn.Module):
-    """Proposals per image from the FPN levels.
-
-    Per level, the ``pre_nms_topk`` highest logits are kept, decoded against their anchors
-    (weights 1,1,1,1), clipped, filtered, and NMS-ed per level at ``nms_thresh``; the
-    ``post_nms_topk`` best over all levels are returned. The weight family's arithmetic comes in
-    as plain arguments:
-
-    - ``anchor_generator``: one level's cell anchors, ``(size, aspect_ratios, stride) -> (A, 4)``;
-      ``fixed_strides``: anchors at strides 2^level (else padded size // grid size, torchvision's).
-    - ``rank_by_logit``: rank by logits (detectron2; sigmoid can tie saturated scores).
-    - ``box_rule``: +1 sizes and inclusive NMS (``boxes.BoxRule``).
-    - ``clip_to_padded``: clip to the padded input instead of each image.
-    - ``proposal_filter``: ``(boxes, min_size, scale, padded_size) -> keep`` (``keep_min_size``,
-      ``keep_above_min_size``, ``keep_original_pixels``).
-    - ``topk_per_level``: ``post_nms_topk`` per level before the overall cut (Detectron).
-    - ``tv_tie_order``: proposals of exactly equal score in torchvision's (unstable-sort) order
-      rather than in level/rank order; the same proposals either way (``boxes.batched_nms``).
-    """
+    """Proposals from the FPN levels (P2 onwards): ``head`` gives logits and deltas, ``select`` the
+    proposals: per level the ``pre_nms_topk`` highest logits, decoded against their anchors, clipped,
+    filtered, NMS-ed per level; the ``post_nms_topk`` best over all levels. ``anchor_generator`` to
+    ``topk_per_level`` are the weight family's arithmetic (``conventions.Convention``).
+    ``tv_tie_order``: equal scores in torchvision's order, not level/rank order (the same proposals)."""
 
     def __init__(
-        self,
-        in_channels: int,
-        anchor_sizes: Sequence[float],
-        aspect_ratios: Sequence[float],
-        conv_depth: int = 1,
-        pre_nms_topk: int = 1000,
-        post_nms_topk: int = 1000,
-        nms_thresh: float = 0.7,
-        min_size: float = 1e-3,
-        *,
-        min_level: int = 2,
-        anchor_generator: Callable[..., torch.Tensor] = torchvision_cell_anchors,
-        fixed_strides: bool = False,
-        rank_by_logit: bool = False,
-        box_rule: BoxRule = PLAIN_BOX_RULE,
-        clip_to_padded: bool = False,
-        proposal_filter: Callable[..., torch.Tensor] = keep_min_size,
-        topk_per_level: bool = False,
+        self, in_channels: int, anchor_sizes: Sequence[float], aspect_ratios: Sequence[float], conv_depth: int = 1,
+        pre_nms_topk: int = 1000, post_nms_topk: int = 1000, nms_thresh: float = 0.7, min_size: float = 1e-3, *,
+        anchor_generator: Callable[..., torch.Tensor] = torchvision_cell_anchors, fixed_strides: bool = False,
+        rank_by_logit: bool = False, box_rule: BoxRule = PLAIN_BOX_RULE, clip_to_padded: bool = False,
+        proposal_filter: Callable[..., torch.Tensor] = keep_min_size, topk_per_level: bool = False,
         tv_tie_order: bool = False,
     ) -> None:
         super().__init__()
         self.head = RPNHead(in_channels, len(aspect_ratios), conv_depth)
-        self.strides = [2 ** (min_level + i) for i in range(len(anchor_sizes))]
+        self.strides = [2 ** (2 + i) for i in range(len(anchor_sizes))]
         self.cell_anchors = [anchor_generator(s, aspect_ratios, st) for s, st in zip(anchor_sizes, self.strides)]
         self.pre_nms_topk, self.post_nms_topk = pre_nms_topk, post_nms_topk
         self.nms_thresh, self.min_size = nms_thresh, min_size
@@ -171,35 +135,21 @@ class RPN(nn.Module):
             self._grid_cache[key] = a
         return a
 
-    def forward(self, features: list[torch.Tensor], images) -> list[torch.Tensor]:
-        """Proposals in the resized frame, one (R_i, 4) per image of ``images`` (a
-        ``transform.ImageBatch``: padded size, resized sizes, resize factors), sorted by score."""
-        logits, deltas = self.head(features)
-        return self.select(logits, deltas, tuple(images.tensor.shape[-2:]), images.sizes, images.scales)
-
     def select(
-        self,
-        logits: list[torch.Tensor],
-        deltas: list[torch.Tensor],
-        padded_size: tuple[int, int],
-        image_sizes: list[tuple[int, int]],
-        image_scales: list[float] | None = None,
+        self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded_size: tuple[int, int],
+        image_sizes: list[tuple[int, int]], image_scales: list[float] | None = None,
     ) -> list[torch.Tensor]:
-        """Proposal selection from the head's per-level outputs (computed in float32).
-
-        ``image_sizes`` are the resized, unpadded sizes; ``image_scales`` the resize factors
-        (read by the proposal filter; default 1).
-        """
+        """The head's per-level outputs -> proposals in the resized frame, one (R_i, 4) per image,
+        sorted by score (computed in float32). ``image_sizes`` are the resized, unpadded sizes;
+        ``image_scales`` the resize factors (read by the proposal filter; default 1)."""
         logits = [x.float() for x in logits]
         deltas = [x.float() for x in deltas]
         n = logits[0].shape[0]
         sel_scores, sel_deltas, sel_anchors, sel_levels = [], [], [], []
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
             a, h, w = lg.shape[1:]
-            if self.fixed_strides:
-                stride = (self.strides[lvl], self.strides[lvl])
-            else:  # padded size // grid size, as torchvision computes it
-                stride = (padded_size[0] // h, padded_size[1] // w)
+            # fixed strides, or padded size // grid size as torchvision computes them
+            stride = (self.strides[lvl],) * 2 if self.fixed_strides else (padded_size[0] // h, padded_size[1] // w)
             anchors = self.grid_anchors(lvl, (h, w), stride, lg.device)
             lg = lg.permute(0, 2, 3, 1).reshape(n, -1)
             dl = dl.view(n, a, 4, h, w).permute(0, 3, 4, 1, 2).reshape(n, -1, 4)

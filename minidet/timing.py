@@ -9,22 +9,18 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-# the stages in pipeline order (MaskRCNN.forward, the benchmark, minidet.testing.tvref): the one list
+# the stages in pipeline order (MaskRCNN.forward, the benchmark, minidet.testing.tvref)
 STAGES = ("preprocess", "backbone", "fpn", "rpn", "box_head", "mask_head", "paste")
 # steps inside the stages, timed only with ``StageTimer(detail=True)`` (into ``timer.details``)
 DETAILS = ("rpn_select", "box_roi_align", "box_postprocess", "mask_roi_align")
+_NULL = contextlib.nullcontext()
 
 
 class StageTimer:
-    """Accumulates seconds per stage name for one call.
-
-    ``timer.stage("rpn")`` is a context manager. With ``enabled=False`` it returns a
-    shared no-op context and records nothing. On CUDA devices it synchronizes before
-    reading the clock so GPU work is charged to the stage that launched it.
-    ``timer.detail("rpn_select")`` times a step inside a stage into ``timer.details`` (kept
-    apart from ``times`` so stage sums stay the wall time); it records only with
-    ``detail=True`` (the benchmark's per-step comparison; on CUDA each step synchronizes).
-    """
+    """Seconds per stage name for one call: ``with timer.stage("rpn"):`` adds to ``timer.times`` (nothing when not
+    ``enabled``; on CUDA it synchronizes first, so GPU work is charged to the stage that launched it).
+    ``timer.detail("rpn_select")`` times a step inside a stage into ``timer.details`` (apart, so that stage sums
+    stay the wall time), only with ``detail=True``."""
 
     def __init__(self, enabled: bool = True, device: torch.device | str = "cpu", detail: bool = False) -> None:
         self.enabled = enabled
@@ -50,43 +46,31 @@ class StageTimer:
             into[name] = into.get(name, 0.0) + time.perf_counter() - t0
 
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
-        if not self.enabled:
-            return _NULL
-        return self._measure(name, self.times)
+        return self._measure(name, self.times) if self.enabled else _NULL
 
     def detail(self, name: str) -> contextlib.AbstractContextManager[None]:
-        if not self.detailed:
-            return _NULL
-        return self._measure(name, self.details)
-
-
-_NULL = contextlib.nullcontext()
+        return self._measure(name, self.details) if self.detailed else _NULL
 
 
 def summarize(records: Sequence[Mapping[str, float]], skip: int = 0) -> dict[str, dict[str, float]]:
-    """Statistics per stage over per-call records (seconds), ignoring the first ``skip``.
-
-    Returns ``{stage: {"mean", "median", "std", "min", "max", "n"}}`` plus a ``"total"`` row.
-    """
+    """``{stage: {"mean", "median", "std", "min", "max", "n"}}`` plus a ``"total"`` row over per-call records
+    (seconds), ignoring the first ``skip``."""
     recs = list(records)[skip:] if len(records) > skip else list(records)
     names = [s for s in STAGES if any(s in r for r in recs)]
     names += sorted({k for r in recs for k in r} - set(names) - {"total"})
+    columns = {name: [r.get(name, 0.0) for r in recs] for name in names}
+    columns["total"] = [sum(v for k, v in r.items() if k != "total") for r in recs]
     out: dict[str, dict[str, float]] = {}
-    for name in [*names, "total"]:
-        if name == "total":
-            vals = [sum(v for k, v in r.items() if k != "total") for r in recs]
-        else:
-            vals = [r.get(name, 0.0) for r in recs]
-        if not vals:
-            continue
-        out[name] = {
-            "mean": statistics.fmean(vals),
-            "median": statistics.median(vals),
-            "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
-            "min": min(vals),
-            "max": max(vals),
-            "n": len(vals),
-        }
+    for name, vals in columns.items():
+        if vals:
+            out[name] = {
+                "mean": statistics.fmean(vals),
+                "median": statistics.median(vals),
+                "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                "min": min(vals),
+                "max": max(vals),
+                "n": len(vals),
+            }
     return out
 
 
@@ -98,8 +82,6 @@ def format_table(stats: Mapping[str, Mapping[str, float]], title: str = "") -> s
     lines.append(f"{'stage':<11}: {'mean ms':>9} {'(sd)':>9} {'median':>9} {'min':>9} {'share':>6}   [n={n}]")
     for name, s in stats.items():
         share = "" if name == "total" else f"{100 * s['mean'] / total:5.1f}%"
-        lines.append(
-            f"{name:<11}: {1e3 * s['mean']:9.2f} ({1e3 * s['std']:7.2f}) {1e3 * s['median']:9.2f}"
-            f" {1e3 * s['min']:9.2f} {share:>6}"
-        )
+        lines.append(f"{name:<11}: {1e3 * s['mean']:9.2f} ({1e3 * s['std']:7.2f}) {1e3 * s['median']:9.2f}"
+                     f" {1e3 * s['min']:9.2f} {share:>6}")
     return "\n".join(lines)

@@ -1,14 +1,7 @@
-"""Pre- and post-processing around the network: resize, normalize and pad a batch; rescale,
-clip and paste the detections into the input images (the role of torchvision's
-``GeneralizedRCNNTransform``). The algorithms of each weight family are plain functions:
-
-- resizers ``(transform, image) -> ((3, h, w) float32 normalized, scale)``: ``resize_torch``,
-  ``resize_cv2``, ``resize_pil``;
-- rescalers ``(Detections, resized size, original size) -> Detections`` of boxes in the resized
-  frame: ``rescale_per_axis``, ``rescale_clip_nonempty``;
-- pasters ``(probs (D, M, M), boxes (D, 4), height, width, threshold) -> (D, H, W) bool``:
-  ``paste_masks``, ``paste_masks_aligned``.
-"""
+"""Pre- and post-processing around the network (torchvision's ``GeneralizedRCNNTransform``). Each weight
+family's algorithms are plain functions: resizers ``(transform, image) -> ((3, h, w) float32 normalized,
+scale)``; rescalers ``(Detections, resized size, original size) -> Detections`` of boxes in the resized
+frame; pasters ``(probs (D, M, M), boxes (D, 4), height, width, threshold) -> (D, H, W) bool``."""
 
 from __future__ import annotations
 
@@ -45,15 +38,9 @@ class ImageBatch(NamedTuple):
 
 
 def resize_torch(tf: Transform, img) -> tuple[torch.Tensor, float]:
-    """torchvision: normalize on the device, then bilinear resize (output size floored).
-
-    The float image is made once, channels last, and normalized in place: 12 bytes per
-    input pixel where three NCHW temporaries and the kernel's channels-last copy took about
-    36. The values are the same: the CPU kernels do not depend on the input's memory layout
-    (the CUDA kernel is given the NCHW layout it had).
-    """
-    t = torch.as_tensor(np.ascontiguousarray(img)) if isinstance(img, np.ndarray) else img
-    t = t.to(tf.device)
+    """torchvision: normalize on the device, then bilinear resize (output size floored). One channels-last
+    float image, normalized in place: the CPU kernels' values do not depend on the memory layout."""
+    t = (torch.as_tensor(np.ascontiguousarray(img)) if isinstance(img, np.ndarray) else img).to(tf.device)
     h, w = t.shape[:2]
     x = torch.empty((h, w, 3), dtype=torch.float32, device=tf.device)
     for c in range(3):
@@ -70,10 +57,8 @@ def resize_torch(tf: Transform, img) -> tuple[torch.Tensor, float]:
 
 
 def resize_cv2(tf: Transform, img) -> tuple[torch.Tensor, float]:
-    """Detectron: subtract the mean from the float image, then cv2 INTER_LINEAR (size rounded).
-
-    One float copy of the image (12 bytes per pixel), normalized in place.
-    """
+    """Detectron: subtract the mean from the float image (one copy, normalized in place), then cv2
+    INTER_LINEAR (size rounded)."""
     import cv2
 
     a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
@@ -95,12 +80,8 @@ def resize_cv2(tf: Transform, img) -> tuple[torch.Tensor, float]:
 
 
 def resize_pil(tf: Transform, img) -> tuple[torch.Tensor, float]:
-    """detectron2: PIL bilinear resize of the uint8 image (size rounded half up), then normalize.
-
-    One channel at a time, as 8-bit grayscale images: PIL resamples each band with the same
-    integer arithmetic, so the values are those of the RGB resize, without PIL's 4-byte-per-
-    pixel RGB copy of the full image.
-    """
+    """detectron2: PIL bilinear resize of the uint8 image (size rounded half up), then normalize. One
+    channel at a time as 8-bit grayscale: the same integer arithmetic as an RGB resize, without its copy."""
     from PIL import Image
 
     a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
@@ -146,13 +127,10 @@ def rescale_clip_nonempty(det, size: tuple[int, int], orig: tuple[int, int]):
 def paste_masks(
     masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
 ) -> torch.Tensor:
-    """Paste (N, M, M) mask probabilities into (N, height, width) bool masks.
-
-    torchvision/Detectron geometry: the mask is padded by one pixel, the box expanded by
-    (M + 2) / M about its centre and truncated to integers, the padded mask resized
-    bilinearly (align_corners=False) to the box's (x2 - x1 + 1, y2 - y1 + 1) size, and
-    binarized with ``> threshold``. Only the box region is interpolated.
-    """
+    """torchvision/Detectron: paste (N, M, M) mask probabilities into (N, height, width) bool masks. The
+    mask is padded by one pixel, the box expanded by (M + 2) / M about its centre and truncated to
+    integers, the padded mask resized bilinearly (align_corners=False) to the box's
+    (x2 - x1 + 1, y2 - y1 + 1) size, and binarized with ``> threshold``."""
     n = masks.shape[0]
     out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
     if n == 0:
@@ -166,8 +144,7 @@ def paste_masks(
     y_c = (boxes[:, 3] + boxes[:, 1]) * 0.5
     ib = torch.stack((x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half), dim=1).to(torch.int64).tolist()
     for i, (x0, y0, x1, y1) in enumerate(ib):
-        w = max(x1 - x0 + 1, 1)
-        h = max(y1 - y0 + 1, 1)
+        w, h = max(x1 - x0 + 1, 1), max(y1 - y0 + 1, 1)
         xa, xb = max(x0, 0), min(x1 + 1, width)
         ya, yb = max(y0, 0), min(y1 + 1, height)
         if xa >= xb or ya >= yb:
@@ -180,12 +157,9 @@ def paste_masks(
 def paste_masks_aligned(
     masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
 ) -> torch.Tensor:
-    """detectron2's paste: sample each (M, M) mask at the image's pixel centres inside its box.
-
-    Pixel (x + 0.5, y + 0.5) maps to [-1, 1] across the float box and is read from the mask
-    with ``grid_sample`` (bilinear, zeros outside, align_corners=False); ``>= threshold``.
-    Only a window around each box is computed.
-    """
+    """detectron2: sample each (M, M) mask at the pixel centres inside its box: pixel (x + 0.5, y + 0.5)
+    maps to [-1, 1] across the float box, read with ``grid_sample`` (bilinear, zeros outside,
+    align_corners=False); ``>= threshold``."""
     n = masks.shape[0]
     out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
     for i in range(n):
@@ -196,10 +170,8 @@ def paste_masks_aligned(
         if x1i <= x0i or y1i <= y0i:
             continue
         x0, y0, x1, y1 = torch.split(box, 1, dim=1)
-        img_y = torch.arange(y0i, y1i, device=masks.device, dtype=torch.float32) + 0.5
-        img_x = torch.arange(x0i, x1i, device=masks.device, dtype=torch.float32) + 0.5
-        img_y = (img_y - y0) / (y1 - y0) * 2 - 1
-        img_x = (img_x - x0) / (x1 - x0) * 2 - 1
+        img_y = (torch.arange(y0i, y1i, device=masks.device, dtype=torch.float32) + 0.5 - y0) / (y1 - y0) * 2 - 1
+        img_x = (torch.arange(x0i, x1i, device=masks.device, dtype=torch.float32) + 0.5 - x0) / (x1 - x0) * 2 - 1
         gx = img_x[:, None, :].expand(1, img_y.size(1), img_x.size(1))
         gy = img_y[:, :, None].expand(1, img_y.size(1), img_x.size(1))
         grid = torch.stack([gx, gy], dim=3)
@@ -209,28 +181,16 @@ def paste_masks_aligned(
 
 
 class Transform(nn.Module):
-    """Pre-processing (``preprocess``: resize to short side ``min_size``, long side <= ``max_size``,
-    normalize, pad to ``size_divisibility``) and post-processing (``postprocess``: boxes to
-    original-image pixels, masks pasted and binarized at ``mask_threshold``).
-
-    ``pixel_mean``/``pixel_std`` are in the network's channel order and ``pixel_range``'s scale;
-    ``flip_channels``: the input's channel order (BGR) is not the network's. ``resize``, ``rescale``
-    and ``paste`` are the weight family's algorithms (see the module docstring).
-    """
+    """``preprocess``: resize to short side ``min_size``, long side <= ``max_size``, normalize, pad
+    to ``size_divisibility``; ``postprocess``: boxes to original-image pixels, masks pasted and
+    binarized at ``mask_threshold``. ``pixel_mean``/``pixel_std``: in the network's channel order
+    and ``pixel_range``'s scale; ``flip_channels``: the input's channel order (BGR) is not the
+    network's. ``resize``, ``rescale``, ``paste``: the weight family's (see the module docstring)."""
 
     def __init__(
-        self,
-        resize: Callable,
-        min_size: int,
-        max_size: int,
-        size_divisibility: int,
-        pixel_mean: list[float],
-        pixel_std: list[float],
-        pixel_range: float = 255.0,
-        flip_channels: bool = False,
-        rescale: Callable = rescale_per_axis,
-        paste: Callable = paste_masks,
-        mask_threshold: float = 0.5,
+        self, resize: Callable, min_size: int, max_size: int, size_divisibility: int, pixel_mean: list[float],
+        pixel_std: list[float], pixel_range: float = 255.0, flip_channels: bool = False,
+        rescale: Callable = rescale_per_axis, paste: Callable = paste_masks, mask_threshold: float = 0.5,
     ) -> None:
         super().__init__()
         self.resize, self.rescale, self.paste = resize, rescale, paste
@@ -245,23 +205,20 @@ class Transform(nn.Module):
 
     def preprocess(self, images: list) -> ImageBatch:
         """HxWx3 uint8 arrays (or tensors) in the input's channel order -> the padded batch."""
-        resized, scales = [], []
-        for img in images:
-            x, scale = self.resize(self, img)
-            resized.append(x)
-            scales.append(scale)
-        sizes = [(x.shape[-2], x.shape[-1]) for x in resized]
+        resized = [self.resize(self, img) for img in images]  # (image, scale) pairs
+        sizes = [(x.shape[-2], x.shape[-1]) for x, _ in resized]
         d = self.size_divisibility
         ph = int(-(-max(s[0] for s in sizes) // d) * d)
         pw = int(-(-max(s[1] for s in sizes) // d) * d)
-        batch = resized[0].new_zeros((len(resized), 3, ph, pw))
-        for i, x in enumerate(resized):
+        batch = resized[0][0].new_zeros((len(resized), 3, ph, pw))
+        for i, (x, _) in enumerate(resized):
             batch[i, :, : x.shape[1], : x.shape[2]].copy_(x)
-        return ImageBatch(batch, sizes, [(int(im.shape[0]), int(im.shape[1])) for im in images], scales)
+        orig_sizes = [(int(im.shape[0]), int(im.shape[1])) for im in images]
+        return ImageBatch(batch, sizes, orig_sizes, [scale for _, scale in resized])
 
     def postprocess(self, dets: list, images: ImageBatch) -> list[dict[str, torch.Tensor]]:
-        """Per image ``Detections`` -> a dict of ``boxes`` (D, 4) in original-image pixels,
-        ``scores``, ``labels`` and, where the detections carry mask probabilities, ``masks`` (D, H, W) bool."""
+        """Per image ``Detections`` -> a dict of ``boxes`` (D, 4) in original-image pixels, ``scores``,
+        ``labels`` and, where the detections carry mask probabilities, ``masks`` (D, H, W) bool."""
         results = []
         for det, size, (oh, ow) in zip(dets, images.sizes, images.orig_sizes):
             if det.frame == "resized":

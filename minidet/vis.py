@@ -13,11 +13,8 @@ _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
 def palette(n: int) -> np.ndarray:
-    """``n`` well-separated BGR colours (uint8, shape (n, 3)); colour ``i`` never depends on ``n``.
-
-    Hues step by the golden ratio around the colour wheel, and saturation/brightness
-    alternate, so neighbouring indices never get similar colours.
-    """
+    """``n`` well-separated BGR colours (uint8, shape (n, 3)); colour ``i`` never depends on ``n``: hues step by the
+    golden ratio around the wheel and saturation/brightness alternate, so neighbouring indices differ."""
     i = np.arange(n)
     hue = (0.08 + i * _GOLDEN) % 1.0
     sat = np.where(i % 3 == 1, 0.65, 0.92)
@@ -28,22 +25,11 @@ def palette(n: int) -> np.ndarray:
     return np.round(rgb[:, ::-1] * 255.0).astype(np.uint8)
 
 
-def draw_instances(
-    image_bgr: np.ndarray,
-    boxes: np.ndarray,
-    scores: np.ndarray,
-    labels: Sequence[str],
-    masks: np.ndarray | None = None,
-    thresh: float = 0.5,
-    alpha: float = 0.5,
-) -> np.ndarray:
-    """Return a new uint8 BGR image with the instances scoring ``>= thresh`` drawn on it.
-
-    ``boxes`` is (N, 4) xyxy in pixels, ``scores`` (N,), ``labels`` N class names and
-    ``masks`` (N, H, W) boolean (or None). Masks are blended with weight ``alpha`` and
-    outlined; boxes and the ``"name 0.93"`` labels use the instance's colour. Line widths
-    and font size grow with the image. The input image is not modified.
-    """
+def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray, labels: Sequence[str],
+                   masks: np.ndarray | None = None, thresh: float = 0.5, alpha: float = 0.5) -> np.ndarray:
+    """A new uint8 BGR image with the instances scoring ``>= thresh`` drawn on it: ``boxes`` (N, 4) xyxy in pixels,
+    ``scores`` (N,), ``labels`` N class names, ``masks`` (N, H, W) boolean or None (blended with weight ``alpha``,
+    outlined); boxes and ``"name 0.93"`` labels in the instance's colour, lines and font growing with the image."""
     img = np.asarray(image_bgr)
     if img.dtype != np.uint8:
         raise ValueError(f"image must be uint8, got {img.dtype}")
@@ -53,7 +39,6 @@ def draw_instances(
         raise ValueError(f"image must be HxWx3 BGR, got shape {img.shape}")
     out = np.ascontiguousarray(img).copy()
     height, width = out.shape[:2]
-
     boxes = np.nan_to_num(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
     n = len(scores)
@@ -66,11 +51,9 @@ def draw_instances(
     keep = [i for i in range(n) if scores[i] >= thresh]
     if not keep:
         return out
-
     colors = palette(n)
     diag = math.sqrt(height * width)
     line = max(1, round(diag / 500))
-
     if masks is not None:
         # Big masks first so that small ones stay visible on top.
         for i in sorted(keep, key=lambda k: -int(masks[k].sum())):
@@ -81,11 +64,9 @@ def draw_instances(
             out[m] = (out[m].astype(np.float32) * (1.0 - alpha) + color * alpha + 0.5).astype(np.uint8)
             contours, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE)
             cv2.drawContours(out, contours, -1, _bgr(colors[i]), line, cv2.LINE_AA)
-
     for i in keep:
         x1, y1, x2, y2 = _clip_box(boxes[i], width, height)
         cv2.rectangle(out, (x1, y1), (x2, y2), _bgr(colors[i]), line, cv2.LINE_AA)
-
     scale = min(2.5, max(0.4, diag / 1100))
     thick = max(1, round(scale * 1.6))
     # Lowest scores first so that the most confident labels end up on top.
@@ -100,9 +81,7 @@ def _bgr(color: np.ndarray) -> tuple[int, int, int]:
 
 
 def _clip_box(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:
-    x1, y1, x2, y2 = (float(v) for v in box)
-    x1, x2 = (min(max(round(v), 0), width - 1) for v in (x1, x2))
-    y1, y2 = (min(max(round(v), 0), height - 1) for v in (y1, y2))
+    x1, y1, x2, y2 = (min(max(round(float(v)), 0), size - 1) for v, size in zip(box, (width, height) * 2))
     return x1, y1, x2, y2
 
 

@@ -169,7 +169,7 @@ def test_remove_temp_files_takes_only_temp_files(tmp_path):
     keep = ["results.json", ".hidden", "a.tmp", ".x.json.12.zz.tmp", "run001-rank0000-00000.json"]
     for name in keep:
         (tmp_path / name).write_text("{}")
-    left = fileio._temp_name("results.json")  # what a writer killed inside atomic_open leaves
+    left = fileio._temp_name()  # what a writer killed inside atomic_open leaves
     (tmp_path / left).write_text("[")
     assert remove_temp_files(str(tmp_path)) == [left]
     assert sorted(os.listdir(tmp_path)) == sorted(keep)
