@@ -230,6 +230,68 @@ def rename_detectron2(name: str) -> str | None:
     return name
 
 
+# maskrcnn-benchmark / MLPerf (after the ``module.`` strip): ResNet body named as torchvision's but for the
+# stem; `fpn_inner{j}` / `fpn_layer{j}` (j = 1 for C2), a Sequential (`.0` conv, `.1` GN) when normalized
+_MB_LEVEL = {"inner": "lateral", "layer": "output"}
+_MB_FX = r"^roi_heads\.box\.feature_extractor\."
+_MB_RULES: list[tuple[str, Callable]] = [
+    (r"^backbone\.body\.stem\.conv1\.", lambda m: "backbone.stem.conv1."),
+    (r"^backbone\.body\.stem\.bn1\.", lambda m: "backbone.stem.conv1.norm."),
+    *_TV_RULES[2:6],  # layer{1..4}: conv, bn, downsample as torchvision's
+    (r"^backbone\.fpn\.fpn_(inner|layer)(\d)\.(?:0\.)?", lambda m: f"fpn.{_MB_LEVEL[m[1]]}{int(m[2]) + 1}."),
+    (r"^rpn\.head\.conv\.", lambda m: "rpn.head.convs.0."),
+    (r"^rpn\.head\.cls_logits\.", lambda m: "rpn.head.objectness_logits."),
+    (r"^rpn\.head\.bbox_pred\.", lambda m: "rpn.head.anchor_deltas."),
+    (_MB_FX + r"fc([67])\.1\.", lambda m: f"box_head.fc{int(m[1]) - 5}_norm."),
+    (_MB_FX + r"fc([67])\.(?:0\.)?", lambda m: f"box_head.fc{int(m[1]) - 5}."),
+    (r"^roi_heads\.box\.predictor\.", lambda m: "box_predictor."),
+    (r"^roi_heads\.mask\.feature_extractor\.mask_fcn(\d)\.(?:0\.)?", lambda m: f"mask_head.mask_fcn{m[1]}."),
+    (r"^roi_heads\.mask\.predictor\.conv5_mask\.", lambda m: "mask_head.deconv."),
+    (r"^roi_heads\.mask\.predictor\.mask_fcn_logits\.", lambda m: "mask_head.predictor."),
+]
+_MB_COMPILED = [(re.compile(p), r) for p, r in _MB_RULES]
+_MB_NORM = re.compile(r"^(backbone\.fpn\.fpn_(?:inner|layer)\d|roi_heads\.mask\.feature_extractor\.mask_fcn\d)\.1\.")
+_MB_ANCHORS = re.compile(r"^rpn\.anchor_generator\.cell_anchors\.(\d+)$")
+
+
+def is_maskrcnn_benchmark(keys) -> bool:
+    return any(k.startswith(("backbone.body.stem.", "rpn.anchor_generator.", "roi_heads.box.")) for k in keys)
+
+
+def maskrcnn_benchmark_renamer(keys) -> Callable[[str], str | None]:
+    """maskrcnn-benchmark key -> minidet name, for a file with ``keys``: the 4conv1fc head's ``xconvs``
+    Sequential holds (conv, GN, ReLU) per conv with GN, (conv, ReLU) without. None for the stored anchors."""
+    step = 3 if any(re.search(r"\.xconvs\.1\.weight$", k) for k in keys) else 2
+
+    def rename(name: str) -> str | None:
+        if _MB_ANCHORS.match(name):
+            return None
+        if m := _MB_NORM.match(name):  # the GN of a normalized FPN or mask conv
+            return rename(m[1] + ".0.")[:-1] + ".norm." + name[m.end() :]
+        if m := re.match(_MB_FX + r"xconvs\.(\d+)\.", name):
+            j, part = divmod(int(m[1]), step)
+            return f"box_head.conv{j + 1}.{'norm.' if part else ''}{name[m.end() :]}"
+        for pat, rep in _MB_COMPILED:
+            if m := pat.match(name):
+                return rep(m) + name[m.end() :]
+        return name
+
+    return rename
+
+
+def check_mb_anchors(model: nn.Module, src: dict[str, torch.Tensor], path: str) -> None:
+    """maskrcnn-benchmark files store the anchors its strict load puts in place of the configured ones:
+    one warning line when they are not minidet's."""
+    for k, v in src.items():
+        if (m := _MB_ANCHORS.match(k)) is None:
+            continue
+        ours = model.rpn.cell_anchors[int(m[1])] if int(m[1]) < len(model.rpn.cell_anchors) else None
+        if ours is None or tuple(v.shape) != tuple(ours.shape) or not torch.equal(v.float(), ours):
+            what = "no such level" if ours is None else f"file {v.tolist()} vs {ours.tolist()}"
+            logger.warning("%s: %s is not the anchors minidet generates (%s); minidet uses its own", path, k, what)
+            return
+
+
 _STAT_NAMES = ("weight", "bias", "running_mean", "running_var", "scale", "shift")
 
 
@@ -253,7 +315,8 @@ def match_state(
     for path, mod in norms.items():
         got = {s: src.pop(f"{path}.{s}") for s in _STAT_NAMES if f"{path}.{s}" in src}
         full = f"{path}.{{{', '.join(sorted(got))}}}"
-        where = f"{report.path}: {full}"
+        in_file = (names or {}).get(f"{path}.{next(iter(got))}", "").rpartition(".")[0] if got else ""
+        where = f"{report.path}: {in_file or path}.{{{', '.join(sorted(got))}}}"  # named as in the file
         c = mod.num_channels
         wrong = [(f"{path}.{s}", tuple(v.shape), (c,)) for s, v in got.items() if v.shape != (c,)]
         report.mismatched.extend(wrong)
@@ -309,6 +372,7 @@ FORMAT_CONFIG: dict[tuple[str, str], dict[str, object]] = {
     ("torchvision", "v2"): {"MODEL.CONVENTION": "torchvision"},
     ("detectron", ""): {"MODEL.CONVENTION": "detectron"},
     ("detectron2", ""): {"MODEL.CONVENTION": "detectron2"},
+    ("maskrcnn_benchmark", ""): {"MODEL.CONVENTION": "maskrcnn_benchmark", "MODEL.FROZEN_BN_EPS": 0.0},
     ("minidet", ""): {},
 }
 
@@ -357,8 +421,10 @@ def load_checkpoint(
     integer tensors for float weights, NaN or infinite weights, another ResNet depth.
     """
     src = read_checkpoint(path)
-    keys = list(src)
     author = getattr(src, "author", None)
+    if all(k.startswith("module.") for k in src):  # saved from DistributedDataParallel
+        src = {k[len("module.") :]: v for k, v in src.items()}
+    keys = list(src)
     src, dropped = _to_tensors(src, path)
     if not src:
         raise CheckpointError(f"{path}: holds no weights (no arrays among {len(keys)} entries)")
@@ -369,19 +435,30 @@ def load_checkpoint(
         fmt, rename = "detectron2", rename_detectron2
     elif dropped:
         raise CheckpointError(f"{path}: not a checkpoint of known layout (entry {dropped[0]!r} is no array)")
+    elif is_maskrcnn_benchmark(keys):
+        fmt, rename = "maskrcnn_benchmark", maskrcnn_benchmark_renamer(keys)
     elif any(k.startswith("backbone.body.") for k in keys):
         fmt, rename, layout = "torchvision", rename_torchvision, torchvision_layout(keys)
     elif any(k.startswith("backbone.stem.") for k in keys):
         fmt, rename = "minidet", lambda k: k
+    elif prefixed := [k for k in keys if k.startswith("module.")]:
+        plain = next(k for k in keys if not k.startswith("module."))
+        raise CheckpointError(
+            f"{path}: {len(prefixed)} of {len(keys)} keys start with 'module.' but {plain!r} does not, so the "
+            "prefix was not stripped; a mixed file is no checkpoint of known layout"
+        )
     else:
         raise CheckpointError(
             f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); expected a torchvision "
-            "maskrcnn_resnet50_fpn[_v2], Detectron or detectron2 checkpoint, or a minidet state dict"
+            "maskrcnn_resnet50_fpn[_v2], Detectron, detectron2 or maskrcnn-benchmark checkpoint, or a minidet "
+            "state dict"
         )
     report = LoadReport(path=path, format=fmt, layout=layout, ignored=dropped)
     check_format_config(report, {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps})
     if fmt == "detectron":
         check_detectron_variant(model, src, path)
+    if fmt == "maskrcnn_benchmark":
+        check_mb_anchors(model, src, path)
     renamed: dict[str, torch.Tensor] = {}
     names: dict[str, str] = {}  # minidet -> checkpoint name
     for k, v in src.items():

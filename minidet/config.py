@@ -238,6 +238,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.ROI_BOX_HEAD.NUM_FC": (2, "[0, 8]"),
     "MODEL.ROI_BOX_HEAD.FC_DIM": (1024, "[1, 16384]"),
     "MODEL.ROI_BOX_HEAD.USE_NORM": (False, None),
+    "MODEL.ROI_BOX_HEAD.NORM_FC": (False, None),  # bias-free fcs, each followed by MODEL.NORM (GN only)
     "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": (7, "[1, 32]"),
     "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": (2, "[0, 64]"),  # 0: adaptive
     "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": ([10.0, 10.0, 5.0, 5.0], "4 x (0, inf)"),
@@ -348,6 +349,8 @@ def validate_cfg(cfg: CfgNode) -> None:
         raise ConfigError("MODEL.FOLD_NORM applies to FrozenBN/Affine only; GroupNorm cannot be folded")
     if m.ROI_BOX_HEAD.NUM_CONV == 0 and m.ROI_BOX_HEAD.NUM_FC == 0:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
+    if m.ROI_BOX_HEAD.NORM_FC and m.NORM != "GN":
+        raise ConfigError(f"MODEL.ROI_BOX_HEAD.NORM_FC needs MODEL.NORM GN (a norm after an fc); got {m.NORM}")
     if m.ROI_HEADS.NUM_CLASSES < 2 and m.CATEGORY_LAYOUT != "coco80":
         raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CATEGORY_LAYOUT "
                           f"{m.CATEGORY_LAYOUT}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
@@ -359,6 +362,7 @@ def validate_cfg(cfg: CfgNode) -> None:
         }
         for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD"):
             normalized[f"MODEL.{h}.CONV_DIM"] = m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
+        normalized["MODEL.ROI_BOX_HEAD.FC_DIM"] = m.ROI_BOX_HEAD.FC_DIM if m.ROI_BOX_HEAD.NORM_FC else 0
         for what, channels in normalized.items():
             if channels % m.GN_NUM_GROUPS:
                 raise ConfigError(f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm "

@@ -17,6 +17,7 @@ from .rpn import (
     detectron_cell_anchors,
     keep_above_min_size,
     keep_min_size,
+    keep_min_size_inclusive,
     keep_original_pixels,
     torchvision_cell_anchors,
 )
@@ -27,6 +28,7 @@ from .transform import (
     rescale_per_axis,
     resize_cv2,
     resize_pil,
+    resize_pil_mb,
     resize_torch,
 )
 
@@ -68,5 +70,17 @@ DETECTRON2 = Convention(
     aligned_roi=True, fpn_levels=detectron2_levels, original_frame=False, small_box_filter=False,
     ties_at_cap=False, rescale=rescale_clip_nonempty, paste=paste_masks_aligned,
 )
+# maskrcnn-benchmark (and MLPerf): Detectron's anchors, +1 sizes and levels, but PIL resizing by its own
+# size rule, NMS suppressing at IoU > thresh (its CUDA kernel; the CPU kernel uses >=), clipping to each
+# image, boxes decoded in the resized frame and scaled per axis, torchvision's paste (which came from it)
+MASKRCNN_BENCHMARK = Convention(
+    resize=resize_pil_mb, anchors=detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
+    box_rule=BoxRule(offset=1, inclusive_nms=False), clip_to_padded=False, proposal_filter=keep_min_size_inclusive,
+    topk_per_level=True, aligned_roi=False, fpn_levels=detectron_levels, original_frame=False,
+    small_box_filter=False, ties_at_cap=True, rescale=rescale_per_axis, paste=paste_masks,
+)
 # MODEL.CONVENTION -> its arithmetic (Detectron's boxes arrive in the original frame: no rescale)
-CONVENTIONS: dict[str, Convention] = {"torchvision": TORCHVISION, "detectron": DETECTRON, "detectron2": DETECTRON2}
+CONVENTIONS: dict[str, Convention] = {
+    "torchvision": TORCHVISION, "detectron": DETECTRON, "detectron2": DETECTRON2,
+    "maskrcnn_benchmark": MASKRCNN_BENCHMARK,
+}

@@ -155,7 +155,8 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     bh, rh = m.ROI_BOX_HEAD, m.ROI_HEADS
     box_pooler = MultiScaleRoIAlign(bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, **pool)
     box_head = BoxHead(
-        ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM, norm if bh.USE_NORM else no_norm
+        ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM,
+        norm if bh.USE_NORM else no_norm, norm if bh.NORM_FC else None,
     )
     num_classes = rh.NUM_CLASSES
     bg_last = m.CATEGORY_LAYOUT == "coco80"

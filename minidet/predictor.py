@@ -60,8 +60,8 @@ class Predictor:
         self.model, self.load_report = prepare_model(self.cfg)
         random = "none (random weights: MODEL.WEIGHTS none)"
         self.weights_summary: str = self.load_report.summary if self.load_report is not None else random
-        # boxes are pixel-inclusive (width = x2 - x1 + 1) under Detectron's convention
-        self.box_offset: int = 1 if self.cfg.MODEL.CONVENTION == "detectron" else 0
+        # JSON widths as the weights' family counts them: pixel-inclusive (x2 - x1 + 1) for +1 box rules
+        self.box_offset: int = self.model.box_predictor.box_rule.offset
         layout = self.cfg.MODEL.CATEGORY_LAYOUT
         self.class_names: list[str] = class_names(layout)
         self._cat_ids = torch.tensor(category_ids(layout), dtype=torch.int64)

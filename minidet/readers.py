@@ -57,7 +57,8 @@ def _torch_load_error(path: str, e: Exception) -> CheckpointError:
     refused = re.search(r"GLOBAL ([\w.]+)", text)
     if refused:
         what = f"the pickle asks for {refused[1]}, outside torch's weights_only allow-list (nothing was run)"
-        return CheckpointError(f"{head}: refused: {what}", refused[1])
+        fix = f"; to take out only the weights, without running it: python tools/extract_weights.py {path} OUT.pth"
+        return CheckpointError(f"{head}: refused: {what}{fix}", refused[1])
     held = _zip_without_pickle(path)
     if held is not None:
         return CheckpointError(f"{head}: a zip archive but not a torch.save file (no data.pkl; it holds {held})")
@@ -87,6 +88,11 @@ def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict of tensors, got {type(obj).__name__}", content=True)
     key = next((k for k in wrappers if isinstance(obj.get(k), dict)), None)
+    if key is None and {"optimizer", "iteration"} & obj.keys():
+        raise CheckpointError(
+            f"{path}: a training checkpoint without its 'model' entry (it holds {', '.join(map(str, obj))})",
+            content=True,
+        )
     out = StateDict(obj if key is None else obj[key])
     if key == "model" and "__author__" in obj:  # detectron2: {'model': ..., '__author__': ...}
         out.author = str(obj["__author__"])[:80]

@@ -26,13 +26,15 @@ class Detections(NamedTuple):
 
 
 class BoxHead(nn.Module):
-    """``num_conv`` 3x3 conv(+norm)+ReLU, flatten, ``num_fc`` fc+ReLU: (R, C, 7, 7) -> (R, fc_dim)."""
+    """``num_conv`` 3x3 conv(+norm)+ReLU, flatten, ``num_fc`` fc(+norm)+ReLU: (R, C, 7, 7) -> (R, fc_dim).
+    ``fc_norm``: each fc bias-free and followed by this norm (``fc<i>_norm``; maskrcnn-benchmark's GN MLP head)."""
 
     def __init__(
-        self, in_channels: int, resolution: int, num_conv: int, conv_dim: int, num_fc: int, fc_dim: int, norm: NormFn
+        self, in_channels: int, resolution: int, num_conv: int, conv_dim: int, num_fc: int, fc_dim: int, norm: NormFn,
+        fc_norm: NormFn | None = None,
     ) -> None:
         super().__init__()
-        self.num_conv, self.num_fc = num_conv, num_fc
+        self.num_conv, self.num_fc, self.norm_fc = num_conv, num_fc, fc_norm is not None
         c = in_channels
         for i in range(num_conv):
             nm = norm(conv_dim)
@@ -40,7 +42,9 @@ class BoxHead(nn.Module):
             c = conv_dim
         d = c * resolution * resolution
         for i in range(num_fc):
-            self.add_module(f"fc{i + 1}", nn.Linear(d, fc_dim))
+            self.add_module(f"fc{i + 1}", nn.Linear(d, fc_dim, bias=fc_norm is None))
+            if fc_norm is not None:
+                self.add_module(f"fc{i + 1}_norm", fc_norm(fc_dim))
             d = fc_dim
         self.out_dim = d
 
@@ -49,7 +53,10 @@ class BoxHead(nn.Module):
             x = getattr(self, f"conv{i + 1}")(x)
         x = x.flatten(1)
         for i in range(self.num_fc):
-            x = F.relu_(getattr(self, f"fc{i + 1}")(x))
+            x = getattr(self, f"fc{i + 1}")(x)
+            if self.norm_fc:
+                x = getattr(self, f"fc{i + 1}_norm")(x)
+            x = F.relu_(x)
         return x
 
 

@@ -57,6 +57,11 @@ def keep_min_size(boxes: torch.Tensor, min_size: float, scale: float, padded_siz
     return nonempty(boxes, min_size)
 
 
+def keep_min_size_inclusive(boxes: torch.Tensor, min_size: float, scale: float, padded_size) -> torch.Tensor:
+    """maskrcnn-benchmark: +1 width and height >= ``min_size``."""
+    return nonempty(boxes, min_size, offset=1)
+
+
 def keep_above_min_size(boxes: torch.Tensor, min_size: float, scale: float, padded_size) -> torch.Tensor:
     """detectron2: width and height > ``min_size`` (strictly)."""
     return ((boxes[:, 2] - boxes[:, 0]) > min_size) & ((boxes[:, 3] - boxes[:, 1]) > min_size)

@@ -79,11 +79,23 @@ def resize_cv2(tf: Transform, img) -> tuple[torch.Tensor, float]:
     return torch.from_numpy(x).permute(2, 0, 1).to(tf.device), scale
 
 
-def resize_pil(tf: Transform, img) -> tuple[torch.Tensor, float]:
-    """detectron2: PIL bilinear resize of the uint8 image (size rounded half up), then normalize. One
-    channel at a time as 8-bit grayscale: the same integer arithmetic as an RGB resize, without its copy."""
+def _resize_planes(tf: Transform, a: np.ndarray, newh: int, neww: int) -> torch.Tensor:
+    """PIL bilinear resize of the uint8 image to (newh, neww), then normalize. One channel at a time as
+    8-bit grayscale: the same integer arithmetic as an RGB resize, without its copy."""
     from PIL import Image
 
+    planes = []
+    for c in range(3):
+        plane = Image.fromarray(np.ascontiguousarray(a[:, :, 2 - c if tf.flip_channels else c]))
+        planes.append(np.asarray(plane.resize((neww, newh), Image.BILINEAR)))
+    x = torch.as_tensor(np.stack(planes).astype("float32")).to(tf.device)
+    if tf.pixel_range != 255.0:
+        x = x / (255.0 / tf.pixel_range)
+    return (x - tf.pixel_mean) / tf.pixel_std
+
+
+def resize_pil(tf: Transform, img) -> tuple[torch.Tensor, float]:
+    """detectron2: PIL bilinear resize of the uint8 image (size rounded half up), then normalize."""
     a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
     h, w = a.shape[:2]
     size = tf.min_size * 1.0
@@ -93,14 +105,27 @@ def resize_pil(tf: Transform, img) -> tuple[torch.Tensor, float]:
         scale = tf.max_size * 1.0 / max(newh, neww)
         newh, neww = newh * scale, neww * scale
     neww, newh = int(neww + 0.5), int(newh + 0.5)
-    planes = []
-    for c in range(3):
-        plane = Image.fromarray(np.ascontiguousarray(a[:, :, 2 - c if tf.flip_channels else c]))
-        planes.append(np.asarray(plane.resize((neww, newh), Image.BILINEAR)))
-    x = torch.as_tensor(np.stack(planes).astype("float32")).to(tf.device)
-    if tf.pixel_range != 255.0:
-        x = x / (255.0 / tf.pixel_range)
-    return (x - tf.pixel_mean) / tf.pixel_std, newh / h
+    return _resize_planes(tf, a, newh, neww), newh / h
+
+
+def mb_size(h: int, w: int, min_size: int, max_size: int) -> tuple[int, int]:
+    """maskrcnn-benchmark's ``Resize.get_size``: the short side ``min_size`` unless the long side would
+    pass ``max_size`` (then the short side is ``round`` half-to-even), the long side truncated."""
+    size, short, long = min_size, float(min(w, h)), float(max(w, h))
+    if long / short * size > max_size:
+        size = int(round(max_size * short / long))
+    if (w <= h and w == size) or (h <= w and h == size):
+        return h, w
+    return (int(size * h / w), size) if w < h else (size, int(size * w / h))
+
+
+def resize_pil_mb(tf: Transform, img) -> tuple[torch.Tensor, float]:
+    """maskrcnn-benchmark: PIL bilinear resize of the uint8 image to ``mb_size``, then normalize (its
+    ToTensor's /255 and TO_BGR255's *255 give back every uint8 value exactly)."""
+    a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
+    h, w = a.shape[:2]
+    newh, neww = mb_size(h, w, tf.min_size, tf.max_size)
+    return _resize_planes(tf, a, newh, neww), newh / h
 
 
 def rescale_per_axis(det, size: tuple[int, int], orig: tuple[int, int]):

@@ -171,24 +171,195 @@ def d2_weights(depth: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in d2_state_shapes(depth).items():
-        if name.endswith("norm.weight"):
-            v = rng.uniform(0.1, 0.3, shape) if ".conv3." in name else rng.uniform(0.6, 1.2, shape)
-        elif name.endswith(("norm.bias", "running_mean")):
-            v = rng.normal(0, 0.1, shape)
-        elif name.endswith("running_var"):
-            v = rng.uniform(0.5, 2.0, shape)
-        elif name.endswith("weight"):
-            fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
-            v = rng.normal(0, math.sqrt(2.0 / fan_in), shape)
-            if "stem" in name:
-                v /= 60.0  # 0-255 pixels
-            if "fpn_" in name:
-                v *= 0.4
-            if "cls_score" in name:
-                v = (v - v.mean(axis=1, keepdims=True)) * 3.0
-            if "bbox_pred" in name:
-                v *= 0.3
-        else:
-            v = rng.normal(0, 0.05, shape)
+        role = next((r for r in ("norm.weight", "norm.bias", "running_mean", "running_var") if name.endswith(r)), "")
+        role = role or ("weight" if name.endswith("weight") else "bias")
+        fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
+        v = _sane_value(rng, name, shape, role, small_norm=".conv3." in name, fan_in=fan_in, stem="stem" in name,
+                        damp="fpn_" in name, spread=3.0)
         out[name] = v.astype(np.float32)
     return out
+
+
+def _sane_value(rng, name: str, shape: tuple, role: str, *, small_norm: bool, fan_in: int, stem: bool, damp: bool,
+                spread: float = CLASS_SPREAD) -> np.ndarray:
+    """One tensor of realistic random weights by its ``role``: a norm's ``norm.weight`` (small on a residual
+    branch's last norm), ``norm.bias`` / ``running_mean``, ``running_var``, a conv/fc ``weight`` (He-scaled by
+    ``fan_in``; 60x smaller on the stem, which takes 0-255 pixels; ``damp``ed where no norm follows; zero-mean
+    class-logit rows spread by ``spread``; small box deltas) or a ``bias``."""
+    if role == "norm.weight":
+        return rng.uniform(0.1, 0.3, shape) if small_norm else rng.uniform(0.6, 1.2, shape)
+    if role in ("norm.bias", "running_mean"):
+        return rng.normal(0, 0.1, shape)
+    if role == "running_var":
+        return rng.uniform(0.5, 2.0, shape)
+    if role != "weight":
+        return rng.normal(0, 0.05, shape)
+    v = rng.normal(0, math.sqrt(2.0 / fan_in), shape)
+    if stem:
+        v /= 60.0
+    if damp:
+        v *= 0.4
+    if "cls_score" in name:
+        v = (v - v.mean(axis=1, keepdims=True)) * spread
+    if "bbox_pred" in name:
+        v *= 0.3
+    return v
+
+
+def mb_cell_anchors(stride: int, size: float, aspect_ratios=(0.5, 1.0, 2.0)) -> np.ndarray:
+    """maskrcnn-benchmark's ``generate_anchors`` (a port of Detectron's), restated: (A, 4) float32."""
+    base = np.array([0.0, 0.0, stride - 1.0, stride - 1.0])
+    w, h = base[2] - base[0] + 1, base[3] - base[1] + 1
+    cx, cy = base[0] + 0.5 * (w - 1), base[1] + 0.5 * (h - 1)
+    ratios = np.array(aspect_ratios, dtype=np.float64)
+    ws = np.round(np.sqrt(w * h / ratios))
+    hs = np.round(ws * ratios)
+    rows = []
+    for wr, hr in zip(ws, hs):
+        rcx, rcy = cx, cy  # _whctrs of the ratio anchor: same centre
+        sw, sh = wr * (size / stride), hr * (size / stride)
+        rows.append([rcx - 0.5 * (sw - 1), rcy - 0.5 * (sh - 1), rcx + 0.5 * (sw - 1), rcy + 0.5 * (sh - 1)])
+    return np.array(rows, dtype=np.float32)
+
+
+def mb_state_shapes(
+    depth: int = 50, num_groups: int = 1, width_per_group: int = 64, gn: bool = False, box_head: str = "2fc"
+) -> dict[str, tuple]:
+    """Names and shapes of maskrcnn-benchmark's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from
+    its module tree: backbone.body (ResNet: stem.conv1/bn1, layer1..4 with conv1..3, bn1..3,
+    downsample.0/1), backbone.fpn (fpn_inner1..4, fpn_layer1..4), rpn.anchor_generator.cell_anchors,
+    rpn.head (conv, cls_logits, bbox_pred), roi_heads.box (feature_extractor fc6/fc7, or xconvs + fc6
+    for ``box_head="xconv1fc"``; predictor cls_score 81, bbox_pred 81 x 4), roi_heads.mask
+    (feature_extractor mask_fcn1..4, predictor conv5_mask, mask_fcn_logits).
+
+    ``gn``: the GroupNorm baselines: ``bn*`` are GroupNorm (weight, bias), the convs before a GN
+    have no bias, and a conv (or fc) followed by GN becomes a Sequential (``.0`` conv, ``.1`` GN).
+    """
+    out: dict[str, tuple] = {}
+    norm_keys = ("weight", "bias") if gn else ("weight", "bias", "running_mean", "running_var")
+
+    def norm(name, c):
+        for k in norm_keys:
+            out[f"{name}.{k}"] = (c,)
+
+    def conv(name, cout, cin, k, bias=True, groups=1):
+        out[f"{name}.weight"] = (cout, cin // groups, k, k)
+        if bias:
+            out[f"{name}.bias"] = (cout,)
+
+    def conv_gn(name, cout, cin, k):  # conv_with_kaiming_uniform / make_conv3x3 with and without GN
+        if gn:
+            conv(f"{name}.0", cout, cin, k, bias=False)
+            norm(f"{name}.1", cout)
+        else:
+            conv(name, cout, cin, k)
+
+    body = "backbone.body"
+    conv(f"{body}.stem.conv1", 64, 3, 7, bias=False)
+    norm(f"{body}.stem.bn1", 64)
+    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    cin, bott, cout = 64, num_groups * width_per_group, 256
+    for stage, n in enumerate(blocks, start=1):
+        for i in range(n):
+            pre = f"{body}.layer{stage}.{i}"
+            if i == 0:
+                conv(f"{pre}.downsample.0", cout, cin, 1, bias=False)
+                norm(f"{pre}.downsample.1", cout)
+            conv(f"{pre}.conv1", bott, cin if i == 0 else cout, 1, bias=False)
+            norm(f"{pre}.bn1", bott)
+            conv(f"{pre}.conv2", bott, bott, 3, bias=False, groups=num_groups)
+            norm(f"{pre}.bn2", bott)
+            conv(f"{pre}.conv3", cout, bott, 1, bias=False)
+            norm(f"{pre}.bn3", cout)
+        cin, bott, cout = cout, bott * 2, cout * 2
+    for j, c in enumerate((256, 512, 1024, 2048), start=1):
+        conv_gn(f"backbone.fpn.fpn_inner{j}", 256, c, 1)
+        conv_gn(f"backbone.fpn.fpn_layer{j}", 256, 256, 3)
+    for j in range(5):
+        out[f"rpn.anchor_generator.cell_anchors.{j}"] = (3, 4)
+    conv("rpn.head.conv", 256, 256, 3)
+    conv("rpn.head.cls_logits", 3, 256, 1)
+    conv("rpn.head.bbox_pred", 12, 256, 1)
+    fx = "roi_heads.box.feature_extractor"
+    if box_head == "xconv1fc":
+        for j in range(4):
+            idx = 3 * j if gn else 2 * j
+            conv(f"{fx}.xconvs.{idx}", 256, 256, 3, bias=not gn)
+            if gn:
+                norm(f"{fx}.xconvs.{idx + 1}", 256)
+        out[f"{fx}.fc6.weight"], out[f"{fx}.fc6.bias"] = (1024, 256 * 49), (1024,)
+    else:
+        for name, d_in in (("fc6", 256 * 49), ("fc7", 1024)):
+            if gn:  # make_fc with GN: bias-free Linear, then GroupNorm
+                out[f"{fx}.{name}.0.weight"] = (1024, d_in)
+                norm(f"{fx}.{name}.1", 1024)
+            else:
+                out[f"{fx}.{name}.weight"], out[f"{fx}.{name}.bias"] = (1024, d_in), (1024,)
+    pr = "roi_heads.box.predictor"
+    out[f"{pr}.cls_score.weight"], out[f"{pr}.cls_score.bias"] = (81, 1024), (81,)
+    out[f"{pr}.bbox_pred.weight"], out[f"{pr}.bbox_pred.bias"] = (324, 1024), (324,)
+    for j in range(1, 5):
+        conv_gn(f"roi_heads.mask.feature_extractor.mask_fcn{j}", 256, 256, 3)
+    out["roi_heads.mask.predictor.conv5_mask.weight"] = (256, 256, 2, 2)  # ConvTranspose2d: (in, out, k, k)
+    out["roi_heads.mask.predictor.conv5_mask.bias"] = (256,)
+    conv("roi_heads.mask.predictor.mask_fcn_logits", 81, 256, 1)
+    return out
+
+
+def mb_weights(shapes: dict[str, tuple], seed: int = 0) -> dict:
+    """Random but sane float32 tensors for ``mb_state_shapes``: He-scaled convs and fcs, non-trivial
+    frozen-BN statistics (small scale on each residual branch's last norm), maskrcnn-benchmark's own
+    cell anchors, class logits spread so detections pass 0.05."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes.items():
+        if ".cell_anchors." in name:
+            j = int(name.rsplit(".", 1)[1])
+            v = mb_cell_anchors(4 * 2**j, 32 * 2**j)
+        else:
+            norm = _is_mb_norm(name, shapes)
+            last = name.rsplit(".", 1)[1]
+            role = ("norm." + last if last in ("weight", "bias") else last) if norm else last
+            fan_in = int(np.prod(shape[1:])) if "conv5_mask" not in name else shape[0] * 4
+            damp = ".fpn." in name and not name.endswith(".0.weight")  # no norm after the FPN conv
+            v = _sane_value(rng, name, shape, role, small_norm=name.endswith("bn3.weight"), fan_in=fan_in,
+                            stem=".stem." in name, damp=damp)
+        out[name] = torch.from_numpy(np.asarray(v, dtype=np.float32))
+    return out
+
+
+def _is_mb_norm(name: str, shapes: dict) -> bool:
+    """A norm's tensor: it is 1-D and its module has no 4-D / 2-D weight (a conv's or fc's bias is
+    1-D too, but its module's weight is not)."""
+    module = name.rsplit(".", 1)[0]
+    return len(shapes.get(f"{module}.weight", (0, 0))) == 1
+
+
+def write_mb_checkpoint(
+    path: str, model: dict, *, prefix: str = "module.", trainer_state: bool = True, legacy_format: bool = True
+) -> None:
+    """A training checkpoint as maskrcnn-benchmark's (and MLPerf's) ``Checkpointer.save`` writes it:
+    ``{"model": state_dict, "optimizer": SGD state, "scheduler": WarmupMultiStepLR state, "iteration"}``,
+    keys with ``prefix`` (``module.`` from DistributedDataParallel); ``legacy_format``: PyTorch 1.0's
+    pre-zip serialization, as the model-zoo files were written."""
+    from collections import OrderedDict
+
+    import torch
+
+    state = OrderedDict((prefix + k, v) for k, v in model.items())
+    data: dict = {"model": state}
+    if trainer_state:
+        params = [k for k in model if ".cell_anchors." not in k and "running_" not in k]
+        data["optimizer"] = {
+            "state": {i: {"momentum_buffer": torch.zeros_like(model[k])} for i, k in enumerate(params[:3])},
+            "param_groups": [
+                {"lr": 0.0002, "momentum": 0.9, "dampening": 0, "weight_decay": 0.0001, "nesterov": False,
+                 "params": list(range(len(params)))}
+            ],
+        }
+        data["scheduler"] = {"milestones": [60000, 80000], "gamma": 0.1, "warmup_factor": 0.3333333333333333,
+                             "warmup_iters": 500, "warmup_method": "linear", "base_lrs": [0.02], "last_epoch": 90000}
+        data["iteration"] = 90000
+    torch.save(data, path, _use_new_zipfile_serialization=not legacy_format)

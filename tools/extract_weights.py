@@ -1,0 +1,107 @@
+"""Extract the model weights of a training checkpoint that ``torch.load(weights_only=True)`` refuses.
+
+Usage::
+
+    python tools/extract_weights.py CKPT OUT.pth
+
+A trainer's checkpoint (maskrcnn-benchmark, MLPerf, ...) can hold Python objects beside the weights (a
+pickled config object, a logger's state) that torch's weights-only loader refuses, and loading it the
+plain way would run whatever those objects' pickles call. This tool reads the file with torch's own
+weights-only allowlist (tensors, storages, dicts, lists, numbers, strings) and replaces every other
+object by an inert placeholder: no constructor, ``__setstate__`` or function named in the file is called.
+It then writes ``{"model": state_dict}`` (the tensors of the ``model`` entry, or of the file itself when
+it is a plain dict of tensors), which minidet reads with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import sys
+import tempfile
+import types
+
+import torch
+from torch import _weights_only_unpickler  # torch's allowlist of what a weights-only load may build
+
+ALLOWED = {**_weights_only_unpickler._get_allowed_globals(), "collections.OrderedDict": None}
+
+
+class Inert(dict):
+    """What a refused object becomes: it accepts any construction, state and items, and does nothing."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__()
+
+    def __setstate__(self, state) -> None:
+        pass
+
+    def append(self, item) -> None:
+        pass
+
+    def extend(self, items) -> None:
+        pass
+
+
+class _Unpickler(pickle.Unpickler):
+    refused: set[str] = set()
+
+    def find_class(self, module: str, name: str):
+        if f"{module}.{name}" in ALLOWED:
+            return super().find_class(module, name)
+        _Unpickler.refused.add(f"{module}.{name}")
+        return Inert
+
+
+restricted_pickle = types.ModuleType("restricted_pickle")
+restricted_pickle.Unpickler = _Unpickler
+restricted_pickle.load = lambda f, **kw: _Unpickler(f, **kw).load()
+restricted_pickle.__name__ = "restricted_pickle"
+
+
+def extract(path: str) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The tensors of ``path``'s ``model`` entry (or of the file, if it is a dict of tensors), and the
+    names of the objects replaced by placeholders."""
+    _Unpickler.refused = set()
+    obj = torch.load(path, map_location="cpu", weights_only=False, pickle_module=restricted_pickle)
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a dict, got {type(obj).__name__}")
+    model = obj.get("model", obj)
+    if not isinstance(model, dict):
+        raise ValueError(f"{path}: entry 'model' is a {type(model).__name__}, not a dict of tensors")
+    weights = {k: v for k, v in model.items() if isinstance(v, torch.Tensor)}
+    if not weights:
+        raise ValueError(f"{path}: no tensors in {'its model entry' if 'model' in obj else 'the file'}")
+    return weights, sorted(_Unpickler.refused)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("output")
+    args = ap.parse_args(argv)
+    if os.path.abspath(args.output) == os.path.abspath(args.checkpoint):
+        print(f"error: {args.output}: would replace the input; choose another name", file=sys.stderr)
+        return 2
+    try:
+        weights, refused = extract(args.checkpoint)
+    except Exception as e:  # noqa: BLE001 - one line for any unreadable file
+        print(f"error: {args.checkpoint}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save({"model": weights}, tmp)
+        os.replace(tmp, args.output)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    skipped = f"; replaced by placeholders: {', '.join(refused)}" if refused else ""
+    print(f"extract_weights: {len(weights)} tensors -> {args.output}{skipped}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
