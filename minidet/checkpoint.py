@@ -314,9 +314,9 @@ def match_state(
         )
     for path, mod in norms.items():
         got = {s: src.pop(f"{path}.{s}") for s in _STAT_NAMES if f"{path}.{s}" in src}
-        full = f"{path}.{{{', '.join(sorted(got))}}}"
+        fields = "{" + ", ".join(sorted(got)) + "}"
         in_file = (names or {}).get(f"{path}.{next(iter(got))}", "").rpartition(".")[0] if got else ""
-        where = f"{report.path}: {in_file or path}.{{{', '.join(sorted(got))}}}"  # named as in the file
+        where = f"{report.path}: {in_file or path}.{fields}"  # named as in the file
         c = mod.num_channels
         wrong = [(f"{path}.{s}", tuple(v.shape), (c,)) for s, v in got.items() if v.shape != (c,)]
         report.mismatched.extend(wrong)
@@ -346,7 +346,7 @@ def match_state(
                 mod.weight.copy_(got["weight"])
                 mod.bias.copy_(got["bias"])
         else:
-            raise CheckpointError(f"{report.path}: incomplete norm parameters for {full}")
+            raise CheckpointError(f"{report.path}: incomplete norm parameters for {path}.{fields}")
         report.loaded += len(got)
     for name, tensor in own.items():
         if name in ("pixel_mean", "pixel_std"):

@@ -25,7 +25,7 @@ import types
 import torch
 from torch import _weights_only_unpickler  # torch's allowlist of what a weights-only load may build
 
-ALLOWED = {**_weights_only_unpickler._get_allowed_globals(), "collections.OrderedDict": None}
+ALLOWED = _weights_only_unpickler._get_allowed_globals()
 
 
 class Inert(dict):
@@ -57,7 +57,6 @@ class _Unpickler(pickle.Unpickler):
 restricted_pickle = types.ModuleType("restricted_pickle")
 restricted_pickle.Unpickler = _Unpickler
 restricted_pickle.load = lambda f, **kw: _Unpickler(f, **kw).load()
-restricted_pickle.__name__ = "restricted_pickle"
 
 
 def extract(path: str) -> tuple[dict[str, torch.Tensor], list[str]]:

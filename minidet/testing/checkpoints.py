@@ -215,10 +215,9 @@ def mb_cell_anchors(stride: int, size: float, aspect_ratios=(0.5, 1.0, 2.0)) -> 
     ws = np.round(np.sqrt(w * h / ratios))
     hs = np.round(ws * ratios)
     rows = []
-    for wr, hr in zip(ws, hs):
-        rcx, rcy = cx, cy  # _whctrs of the ratio anchor: same centre
+    for wr, hr in zip(ws, hs):  # each ratio anchor keeps the base box's centre
         sw, sh = wr * (size / stride), hr * (size / stride)
-        rows.append([rcx - 0.5 * (sw - 1), rcy - 0.5 * (sh - 1), rcx + 0.5 * (sw - 1), rcy + 0.5 * (sh - 1)])
+        rows.append([cx - 0.5 * (sw - 1), cy - 0.5 * (sh - 1), cx + 0.5 * (sw - 1), cy + 0.5 * (sh - 1)])
     return np.array(rows, dtype=np.float32)
 
 
