@@ -18,51 +18,39 @@ def decode_boxes(
 ) -> torch.Tensor:
     """Apply (R, 4k) (dx, dy, dw, dh) deltas for k classes (or k=1) to (R, 4) boxes -> (R, 4k) boxes."""
     boxes = boxes.to(deltas.dtype)
-    widths = boxes[:, 2] - boxes[:, 0] + offset
-    heights = boxes[:, 3] - boxes[:, 1] + offset
-    ctr_x = boxes[:, 0] + 0.5 * widths
-    ctr_y = boxes[:, 1] + 0.5 * heights
+    widths, heights = boxes[:, 2] - boxes[:, 0] + offset, boxes[:, 3] - boxes[:, 1] + offset
+    ctr_x, ctr_y = boxes[:, 0] + 0.5 * widths, boxes[:, 1] + 0.5 * heights
     wx, wy, ww, wh = weights
-    dx = deltas[:, 0::4] / wx
-    dy = deltas[:, 1::4] / wy
     dw = torch.clamp(deltas[:, 2::4] / ww, max=BBOX_XFORM_CLIP)
     dh = torch.clamp(deltas[:, 3::4] / wh, max=BBOX_XFORM_CLIP)
-    pred_ctr_x = dx * widths[:, None] + ctr_x[:, None]
-    pred_ctr_y = dy * heights[:, None] + ctr_y[:, None]
-    half_w = 0.5 * (torch.exp(dw) * widths[:, None])
-    half_h = 0.5 * (torch.exp(dh) * heights[:, None])
-    return torch.stack(
-        (pred_ctr_x - half_w, pred_ctr_y - half_h, pred_ctr_x + half_w - offset, pred_ctr_y + half_h - offset), dim=2
-    ).flatten(1)
+    pred_x = deltas[:, 0::4] / wx * widths[:, None] + ctr_x[:, None]  # the predicted centres
+    pred_y = deltas[:, 1::4] / wy * heights[:, None] + ctr_y[:, None]
+    half_w, half_h = 0.5 * (torch.exp(dw) * widths[:, None]), 0.5 * (torch.exp(dh) * heights[:, None])
+    corners = (pred_x - half_w, pred_y - half_h, pred_x + half_w - offset, pred_y + half_h - offset)
+    return torch.stack(corners, dim=2).flatten(1)
 
 
 def clip_boxes(boxes: torch.Tensor, height: int, width: int, offset: int = 0) -> torch.Tensor:
     """Clamp (..., 4) boxes to [0, width - offset] x [0, height - offset]."""
-    x = boxes[..., 0::2].clamp(min=0, max=width - offset)
-    y = boxes[..., 1::2].clamp(min=0, max=height - offset)
+    x, y = boxes[..., 0::2].clamp(min=0, max=width - offset), boxes[..., 1::2].clamp(min=0, max=height - offset)
     return torch.stack((x, y), dim=-1).reshape(boxes.shape)
 
 
 def nonempty(boxes: torch.Tensor, min_size: float, offset: int = 0) -> torch.Tensor:
     """Bool mask (R,) of boxes whose width and height are >= ``min_size``."""
-    ws = boxes[:, 2] - boxes[:, 0] + offset
-    hs = boxes[:, 3] - boxes[:, 1] + offset
-    return (ws >= min_size) & (hs >= min_size)
+    return (boxes[:, 2] - boxes[:, 0] + offset >= min_size) & (boxes[:, 3] - boxes[:, 1] + offset >= min_size)
 
 
 def batched_nms(
     boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float, offset: int = 0,
     inclusive: bool = False, topk: int | None = None, *, tv_tie_order: bool,
 ) -> torch.Tensor:
-    """NMS within each group id: boxes (R, 4), scores (R,), groups (R,) int64 -> kept indices (K,)
-    int64 by decreasing score. Suppresses at IoU > ``thresh`` (torchvision); ``offset=1,
-    inclusive=True`` is Detectron's IoU with +1 sizes, suppressing at IoU >= ``thresh``.
-
-    ``topk``: only the best ``topk`` kept boxes are wanted; the result is the full result's leading
-    part holding every kept box scoring at least the ``topk``-th. ``tv_tie_order``: kept boxes of
-    equal score in torchvision's (unstable-sort) order, else in index order (the same leading
-    ``topk``). Why both are exact: docs/exactness.md, "Exact top-k NMS".
-    """
+    """NMS within each group id: boxes (R, 4), scores (R,), groups (R,) int64 -> kept indices (K,) int64 by decreasing
+    score. Suppresses at IoU > ``thresh`` (torchvision); ``offset=1, inclusive=True`` is Detectron's IoU with +1
+    sizes, suppressing at IoU >= ``thresh``. ``topk``: only the best ``topk`` kept boxes are wanted; the result is the
+    full result's leading part holding every kept box scoring at least the ``topk``-th. ``tv_tie_order``: kept boxes
+    of equal score in torchvision's (unstable-sort) order, else in index order (the same leading ``topk``). Why both
+    are exact: docs/exactness.md, "Exact top-k NMS"."""
     if offset:
         boxes = boxes + torch.tensor([0.0, 0.0, offset, offset], dtype=boxes.dtype, device=boxes.device)
     if inclusive:
@@ -73,14 +61,11 @@ def batched_nms(
     n = len(scores)
     if topk is None or n <= 2 * topk or bool(torch.isnan(scores).any()):
         return _tv_batched_nms(boxes, scores, groups, thresh)
-    # torchvision.ops.batched_nms's choice of strategy, made on the full set
-    per_group = boxes.numel() > (4000 if boxes.device.type == "cpu" else 20000)
-    if not per_group:  # group shifts from the full set's largest coordinate, as torchvision computes them
-        shift = groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes))
-        boxes = boxes + shift[:, None]
     ranked = scores.sort(descending=True).values
-    if per_group:
+    if boxes.numel() > (4000 if boxes.device.type == "cpu" else 20000):  # torchvision's choice, on the full set
         return _topk_per_group(boxes, scores, groups, thresh, topk, ranked, tv_tie_order)
+    # group shifts from the full set's largest coordinate, as torchvision computes them
+    boxes = boxes + (groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes)))[:, None]
     m = 2 * topk
     while m < n:
         sel = torch.where(scores >= ranked[m - 1])[0]  # index order kept: the stable sort agrees

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,27 +43,37 @@ class LoadReport:
     def __str__(self) -> str:
         lines = [f"loaded {self.loaded} tensors from {self.path} (format: {self.format})"]
         titles = ("missing in checkpoint", "unexpected in checkpoint", "ignored by design")
-        for title, keys in zip(titles, (self.missing, self.unexpected, self.ignored)):
-            if keys:
-                lines.append(f"{title} ({len(keys)}): {_group(keys)}")
-        for name, a, b in self.mismatched:
-            lines.append(f"shape mismatch: {name}: checkpoint {tuple(a)} vs model {tuple(b)}")
+        listed = zip(titles, (self.missing, self.unexpected, self.ignored))
+        lines += [f"{title} ({len(keys)}): {_group(keys)}" for title, keys in listed if keys]
+        lines += [f"shape mismatch: {n}: checkpoint {tuple(a)} vs model {tuple(b)}" for n, a, b in self.mismatched]
         return "\n".join(lines)
 
 
 def _group(keys: list[str]) -> str:
     """Compact listing grouped by module: ``backbone.res2.0.conv1.{weight, norm.bias}``."""
-    groups: dict[str, list[str]] = defaultdict(list)
+    groups: dict[str, list[str]] = {}
     for k in keys:
         head, _, tail = k.rpartition(".")
-        groups[head].append(tail)
+        groups.setdefault(head, []).append(tail)
     parts = [f"{h}.{{{', '.join(v)}}}" if len(v) > 1 else f"{h}.{v[0]}" for h, v in groups.items()]
     if len(parts) > 12:
         parts = parts[:12] + [f"... {len(parts) - 12} more modules"]
     return "; ".join(parts)
 
 
-_TV_RULES: list[tuple[str, str]] = [
+def _rename(rules: list[tuple[str, str | Callable]], name: str) -> str:
+    """``name`` with what the first matching rule's pattern matches replaced (a template or a function of the match)."""
+    for pattern, rep in rules:
+        if m := re.match(pattern, name):
+            return (rep(m) if callable(rep) else m.expand(rep)) + name[m.end() :]
+    return name
+
+
+# output layer names shared by torchvision, maskrcnn-benchmark and Detectron
+_RPN_OUT = {"cls_logits": "objectness_logits", "bbox_pred": "anchor_deltas"}
+_MASK_OUT = {"conv5_mask": "deconv", "mask_fcn_logits": "predictor"}
+
+_TV_RULES: list[tuple[str, str | Callable]] = [
     (r"^backbone\.body\.conv1\.", "backbone.stem.conv1."),
     (r"^backbone\.body\.bn1\.", "backbone.stem.conv1.norm."),
     (r"^backbone\.body\.layer(\d)\.(\d+)\.conv(\d)\.", lambda m: f"backbone.res{int(m[1]) + 1}.{m[2]}.conv{m[3]}."),
@@ -76,35 +85,25 @@ _TV_RULES: list[tuple[str, str]] = [
     (r"^backbone\.fpn\.inner_blocks\.(\d)\.1\.", lambda m: f"fpn.lateral{int(m[1]) + 2}.norm."),
     (r"^backbone\.fpn\.layer_blocks\.(\d)\.(?:0\.)?(weight|bias)$", lambda m: f"fpn.output{int(m[1]) + 2}.{m[2]}"),
     (r"^backbone\.fpn\.layer_blocks\.(\d)\.1\.", lambda m: f"fpn.output{int(m[1]) + 2}.norm."),
-    (r"^rpn\.head\.conv\.(\d)\.0\.", lambda m: f"rpn.head.convs.{m[1]}."),
-    (r"^rpn\.head\.conv\.(weight|bias)$", lambda m: f"rpn.head.convs.0.{m[1]}"),  # legacy
-    (r"^rpn\.head\.cls_logits\.", "rpn.head.objectness_logits."),
-    (r"^rpn\.head\.bbox_pred\.", "rpn.head.anchor_deltas."),
-    (r"^roi_heads\.box_head\.fc6\.", "box_head.fc1."),
-    (r"^roi_heads\.box_head\.fc7\.", "box_head.fc2."),
+    (r"^rpn\.head\.conv\.(\d)\.0\.", r"rpn.head.convs.\1."),
+    (r"^rpn\.head\.conv\.(weight|bias)$", r"rpn.head.convs.0.\1"),  # legacy
+    (r"^rpn\.head\.(cls_logits|bbox_pred)\.", lambda m: f"rpn.head.{_RPN_OUT[m[1]]}."),
+    (r"^roi_heads\.box_head\.fc([67])\.", lambda m: f"box_head.fc{int(m[1]) - 5}."),
     (r"^roi_heads\.box_head\.([0-3])\.0\.", lambda m: f"box_head.conv{int(m[1]) + 1}."),  # v2 convs
     (r"^roi_heads\.box_head\.([0-3])\.1\.", lambda m: f"box_head.conv{int(m[1]) + 1}.norm."),
     (r"^roi_heads\.box_head\.5\.", "box_head.fc1."),  # v2: index 4 is Flatten
     (r"^roi_heads\.box_predictor\.", "box_predictor."),
-    (r"^roi_heads\.mask_head\.mask_fcn(\d)\.", lambda m: f"mask_head.mask_fcn{m[1]}."),  # legacy
+    (r"^roi_heads\.mask_head\.mask_fcn(\d)\.", r"mask_head.mask_fcn\1."),  # legacy
     (r"^roi_heads\.mask_head\.(\d)\.0\.", lambda m: f"mask_head.mask_fcn{int(m[1]) + 1}."),
     (r"^roi_heads\.mask_head\.(\d)\.1\.", lambda m: f"mask_head.mask_fcn{int(m[1]) + 1}.norm."),
-    (r"^roi_heads\.mask_predictor\.conv5_mask\.", "mask_head.deconv."),
-    (r"^roi_heads\.mask_predictor\.mask_fcn_logits\.", "mask_head.predictor."),
+    (r"^roi_heads\.mask_predictor\.(conv5_mask|mask_fcn_logits)\.", lambda m: f"mask_head.{_MASK_OUT[m[1]]}."),
 ]
-_TV_COMPILED = [(re.compile(p), r) for p, r in _TV_RULES]
 
 
 def rename_torchvision(name: str) -> str | None:
     """torchvision ``maskrcnn_resnet50_fpn`` (v1 legacy/current, v2) key -> minidet name; None for
     ``num_batches_tracked``; unknown keys come back unchanged for the matcher to report."""
-    if name.endswith("num_batches_tracked"):
-        return None
-    for pat, rep in _TV_COMPILED:
-        m = pat.match(name)
-        if m:
-            return (rep(m) if callable(rep) else rep) + name[m.end() :]
-    return name
+    return None if name.endswith("num_batches_tracked") else _rename(_TV_RULES, name)
 
 
 # the published COCO_V1 file's names (modules before torchvision's ``_version = 2``)
@@ -128,32 +127,25 @@ _PARAM = {
 }
 _CONV = {"a": 1, "b": 2, "c": 3}
 
-_DETECTRON_RULES: list[tuple[str, Callable]] = [
-    (r"conv1_(w|gn_[sb])", lambda m: f"backbone.stem.conv1.{_PARAM[m[1]]}"),
-    (r"res_conv1_(bn_[sb])", lambda m: f"backbone.stem.conv1.{_PARAM[m[1]]}"),
-    (
-        r"res(\d)_(\d+)_branch2([abc])_(w|[bg]n_[sb])",
-        lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}.{_PARAM[m[4]]}",
-    ),
-    (r"res(\d)_0_branch1_(w|[bg]n_[sb])", lambda m: f"backbone.res{m[1]}.0.shortcut.{_PARAM[m[2]]}"),
-    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_([wb]|gn_[sb])", lambda m: f"fpn.lateral{m[1]}.{_PARAM[m[2]]}"),
-    (r"fpn_res(\d)_\d+_sum_([wb]|gn_[sb])", lambda m: f"fpn.output{m[1]}.{_PARAM[m[2]]}"),
+# whole blob name (pattern, its last group the ending) -> module (template or function of the match)
+_DETECTRON_RULES: list[tuple[str, str | Callable]] = [
+    (r"conv1_(w|gn_[sb])", "backbone.stem.conv1"),
+    (r"res_conv1_(bn_[sb])", "backbone.stem.conv1"),
+    (r"res(\d)_(\d+)_branch2([abc])_(w|[bg]n_[sb])", lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}"),
+    (r"res(\d)_0_branch1_(w|[bg]n_[sb])", r"backbone.res\1.0.shortcut"),
+    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_([wb]|gn_[sb])", r"fpn.lateral\1"),
+    (r"fpn_res(\d)_\d+_sum_([wb]|gn_[sb])", r"fpn.output\1"),
     # the RPN head is defined on P2 and shared by all levels
-    (r"conv_rpn_fpn2_([wb])", lambda m: f"rpn.head.convs.0.{_PARAM[m[1]]}"),
-    (r"rpn_cls_logits_fpn2_([wb])", lambda m: f"rpn.head.objectness_logits.{_PARAM[m[1]]}"),
-    (r"rpn_bbox_pred_fpn2_([wb])", lambda m: f"rpn.head.anchor_deltas.{_PARAM[m[1]]}"),
-    (r"fc6_([wb])", lambda m: f"box_head.fc1.{_PARAM[m[1]]}"),
-    (r"fc7_([wb])", lambda m: f"box_head.fc2.{_PARAM[m[1]]}"),
-    (r"head_conv(\d)_([wb]|gn_[sb])", lambda m: f"box_head.conv{m[1]}.{_PARAM[m[2]]}"),
-    (r"cls_score_([wb])", lambda m: f"box_predictor.cls_score.{_PARAM[m[1]]}"),
-    (r"bbox_pred_([wb])", lambda m: f"box_predictor.bbox_pred.{_PARAM[m[1]]}"),
+    (r"conv_rpn_fpn2_([wb])", "rpn.head.convs.0"),
+    (r"rpn_(cls_logits|bbox_pred)_fpn2_([wb])", lambda m: f"rpn.head.{_RPN_OUT[m[1]]}"),
+    (r"fc([67])_([wb])", lambda m: f"box_head.fc{int(m[1]) - 5}"),
+    (r"head_conv(\d)_([wb]|gn_[sb])", r"box_head.conv\1"),
+    (r"(cls_score|bbox_pred)_([wb])", r"box_predictor.\1"),
     # BN heads name the mask convs `_[mask]_fcn{j}`, GN heads `_mask_fcn{j}`
-    (r"_(?:\[mask\]|mask)_fcn(\d)_([wb])", lambda m: f"mask_head.mask_fcn{m[1]}.{_PARAM[m[2]]}"),
-    (r"_mask_fcn(\d)_(gn_[sb])", lambda m: f"mask_head.mask_fcn{m[1]}.{_PARAM[m[2]]}"),
-    (r"conv5_mask_([wb])", lambda m: f"mask_head.deconv.{_PARAM[m[1]]}"),
-    (r"mask_fcn_logits_([wb])", lambda m: f"mask_head.predictor.{_PARAM[m[1]]}"),
+    (r"_(?:\[mask\]|mask)_fcn(\d)_([wb])", r"mask_head.mask_fcn\1"),
+    (r"_mask_fcn(\d)_(gn_[sb])", r"mask_head.mask_fcn\1"),
+    (r"(conv5_mask|mask_fcn_logits)_([wb])", lambda m: f"mask_head.{_MASK_OUT[m[1]]}"),
 ]
-_DETECTRON_COMPILED = [(re.compile(p + "$"), f) for p, f in _DETECTRON_RULES]
 # preserved extras of real model-zoo files: the ImageNet classifier, and the zero biases that
 # Detectron's Caffe-to-pickle converter added to bias-less convs (the model never uses them)
 _DETECTRON_EXTRAS = re.compile(r"(fc1000_[wb]|pred_[wb]|conv1_b|res\d_\d+_branch(?:1|2[abc])_b)$")
@@ -164,10 +156,9 @@ def rename_detectron(name: str) -> str | None:
     unknown names come back unchanged for the matcher to report."""
     if name.endswith("_momentum") or _DETECTRON_EXTRAS.match(name):
         return None
-    for pat, fn in _DETECTRON_COMPILED:
-        m = pat.match(name)
-        if m:
-            return fn(m)
+    for pattern, rep in _DETECTRON_RULES:
+        if m := re.match(pattern + "$", name):
+            return f"{rep(m) if callable(rep) else m.expand(rep)}.{_PARAM[m.groups()[-1]]}"
     return name
 
 
@@ -216,7 +207,6 @@ _D2_RULES: list[tuple[str, str]] = [
     (r"^proposal_generator\.rpn_head\.", "rpn.head."),
     (r"^roi_heads\.(box_head|box_predictor|mask_head)\.", r"\1."),
 ]
-_D2_COMPILED = [(re.compile(p), r) for p, r in _D2_RULES]
 
 
 def rename_detectron2(name: str) -> str | None:
@@ -224,32 +214,26 @@ def rename_detectron2(name: str) -> str | None:
     (``pixel_mean``/``pixel_std`` of old files, ``num_batches_tracked``); unknown keys come back unchanged."""
     if name in ("pixel_mean", "pixel_std") or name.endswith("num_batches_tracked"):
         return None
-    for pat, rep in _D2_COMPILED:
-        if pat.match(name):
-            return pat.sub(rep, name, count=1)
-    return name
+    return _rename(_D2_RULES, name)
 
 
 # maskrcnn-benchmark / MLPerf (after the ``module.`` strip): ResNet body named as torchvision's but for the
 # stem; `fpn_inner{j}` / `fpn_layer{j}` (j = 1 for C2), a Sequential (`.0` conv, `.1` GN) when normalized
 _MB_LEVEL = {"inner": "lateral", "layer": "output"}
 _MB_FX = r"^roi_heads\.box\.feature_extractor\."
-_MB_RULES: list[tuple[str, Callable]] = [
-    (r"^backbone\.body\.stem\.conv1\.", lambda m: "backbone.stem.conv1."),
-    (r"^backbone\.body\.stem\.bn1\.", lambda m: "backbone.stem.conv1.norm."),
+_MB_RULES: list[tuple[str, str | Callable]] = [
+    (r"^backbone\.body\.stem\.conv1\.", "backbone.stem.conv1."),
+    (r"^backbone\.body\.stem\.bn1\.", "backbone.stem.conv1.norm."),
     *_TV_RULES[2:6],  # layer{1..4}: conv, bn, downsample as torchvision's
     (r"^backbone\.fpn\.fpn_(inner|layer)(\d)\.(?:0\.)?", lambda m: f"fpn.{_MB_LEVEL[m[1]]}{int(m[2]) + 1}."),
-    (r"^rpn\.head\.conv\.", lambda m: "rpn.head.convs.0."),
-    (r"^rpn\.head\.cls_logits\.", lambda m: "rpn.head.objectness_logits."),
-    (r"^rpn\.head\.bbox_pred\.", lambda m: "rpn.head.anchor_deltas."),
+    (r"^rpn\.head\.conv\.", "rpn.head.convs.0."),
+    (r"^rpn\.head\.(cls_logits|bbox_pred)\.", lambda m: f"rpn.head.{_RPN_OUT[m[1]]}."),
     (_MB_FX + r"fc([67])\.1\.", lambda m: f"box_head.fc{int(m[1]) - 5}_norm."),
     (_MB_FX + r"fc([67])\.(?:0\.)?", lambda m: f"box_head.fc{int(m[1]) - 5}."),
-    (r"^roi_heads\.box\.predictor\.", lambda m: "box_predictor."),
-    (r"^roi_heads\.mask\.feature_extractor\.mask_fcn(\d)\.(?:0\.)?", lambda m: f"mask_head.mask_fcn{m[1]}."),
-    (r"^roi_heads\.mask\.predictor\.conv5_mask\.", lambda m: "mask_head.deconv."),
-    (r"^roi_heads\.mask\.predictor\.mask_fcn_logits\.", lambda m: "mask_head.predictor."),
+    (r"^roi_heads\.box\.predictor\.", "box_predictor."),
+    (r"^roi_heads\.mask\.feature_extractor\.mask_fcn(\d)\.(?:0\.)?", r"mask_head.mask_fcn\1."),
+    (r"^roi_heads\.mask\.predictor\.(conv5_mask|mask_fcn_logits)\.", lambda m: f"mask_head.{_MASK_OUT[m[1]]}."),
 ]
-_MB_COMPILED = [(re.compile(p), r) for p, r in _MB_RULES]
 _MB_NORM = re.compile(r"^(backbone\.fpn\.fpn_(?:inner|layer)\d|roi_heads\.mask\.feature_extractor\.mask_fcn\d)\.1\.")
 _MB_ANCHORS = re.compile(r"^rpn\.anchor_generator\.cell_anchors\.(\d+)$")
 
@@ -271,10 +255,7 @@ def maskrcnn_benchmark_renamer(keys) -> Callable[[str], str | None]:
         if m := re.match(_MB_FX + r"xconvs\.(\d+)\.", name):
             j, part = divmod(int(m[1]), step)
             return f"box_head.conv{j + 1}.{'norm.' if part else ''}{name[m.end() :]}"
-        for pat, rep in _MB_COMPILED:
-            if m := pat.match(name):
-                return rep(m) + name[m.end() :]
-        return name
+        return _rename(_MB_RULES, name)
 
     return rename
 
@@ -283,18 +264,18 @@ def check_mb_anchors(model: nn.Module, src: dict[str, torch.Tensor], path: str) 
     """maskrcnn-benchmark files store the anchors its strict load puts in place of the configured ones:
     one warning line when they are not minidet's."""
     for k, v in src.items():
-        if (m := _MB_ANCHORS.match(k)) is None:
-            continue
-        ours = model.rpn.cell_anchors[int(m[1])] if int(m[1]) < len(model.rpn.cell_anchors) else None
-        if ours is None or tuple(v.shape) != tuple(ours.shape) or not torch.equal(v.float(), ours):
-            what = "no such level" if ours is None else f"file {v.tolist()} vs {ours.tolist()}"
-            logger.warning("%s: %s is not the anchors minidet generates (%s); minidet uses its own", path, k, what)
-            return
+        if m := _MB_ANCHORS.match(k):
+            ours = model.rpn.cell_anchors[int(m[1])] if int(m[1]) < len(model.rpn.cell_anchors) else None
+            if ours is None or tuple(v.shape) != tuple(ours.shape) or not torch.equal(v.float(), ours):
+                what = "no such level" if ours is None else f"file {v.tolist()} vs {ours.tolist()}"
+                logger.warning("%s: %s is not the anchors minidet generates (%s); minidet uses its own", path, k, what)
+                return
 
 
 _STAT_NAMES = ("weight", "bias", "running_mean", "running_var", "scale", "shift")
 
 
+@torch.no_grad()
 def match_state(
     model: nn.Module, src: dict[str, torch.Tensor], report: LoadReport, bn_eps: float, names: dict | None = None
 ) -> None:
@@ -302,29 +283,27 @@ def match_state(
     ``weight/bias/running_mean/running_var`` (with ``bn_eps``), a folded ``scale/shift`` (Caffe2 AffineChannel,
     exact: FrozenBN gets identity statistics and eps 0) or GroupNorm ``weight/bias``. A non-floating tensor where
     the model's is floating is refused, named as in the file (``names``: minidet -> checkpoint name)."""
-    src = dict(src)
+    src, names = dict(src), names or {}
     norms = {n: m for n, m in model.named_modules() if isinstance(m, (FrozenBN, Affine, nn.GroupNorm))}
     own = {k: v for k, v in model.state_dict().items() if k.rpartition(".")[0] not in norms}
     floating = {k for k, v in own.items() if v.is_floating_point()} | {f"{p}.{s}" for p in norms for s in _STAT_NAMES}
-    bad = next((k for k, v in src.items() if k in floating and not v.is_floating_point()), None)
-    if bad is not None:
+    if (bad := next((k for k, v in src.items() if k in floating and not v.is_floating_point()), None)) is not None:
         raise CheckpointError(
-            f"{report.path}: {(names or {}).get(bad, bad)} holds {src[bad].dtype} values where the model has "
+            f"{report.path}: {names.get(bad, bad)} holds {src[bad].dtype} values where the model has "
             "floating-point weights (truncated by a conversion?)"
         )
     for path, mod in norms.items():
         got = {s: src.pop(f"{path}.{s}") for s in _STAT_NAMES if f"{path}.{s}" in src}
-        fields = "{" + ", ".join(sorted(got)) + "}"
-        in_file = (names or {}).get(f"{path}.{next(iter(got))}", "").rpartition(".")[0] if got else ""
-        where = f"{report.path}: {in_file or path}.{fields}"  # named as in the file
-        c = mod.num_channels
-        wrong = [(f"{path}.{s}", tuple(v.shape), (c,)) for s, v in got.items() if v.shape != (c,)]
-        report.mismatched.extend(wrong)
-        if wrong:
-            continue
         if not got:
             report.missing.append(f"{path}.weight")
             continue
+        c = mod.num_channels
+        if wrong := [(f"{path}.{s}", tuple(v.shape), (c,)) for s, v in got.items() if v.shape != (c,)]:
+            report.mismatched.extend(wrong)
+            continue
+        fields = "{" + ", ".join(sorted(got)) + "}"
+        in_file = names.get(f"{path}.{next(iter(got))}", "").rpartition(".")[0]
+        where = f"{report.path}: {in_file or path}.{fields}"  # named as in the file
         if "scale" in got and "shift" in got:
             if isinstance(mod, FrozenBN):
                 mod.load_stats(got["scale"], got["shift"], torch.zeros(c), torch.ones(c), 0.0)
@@ -342,9 +321,8 @@ def match_state(
                     f"{where} has no running statistics (a GroupNorm checkpoint?) "
                     f"but MODEL.NORM is {type(mod).__name__}"
                 )
-            with torch.no_grad():
-                mod.weight.copy_(got["weight"])
-                mod.bias.copy_(got["bias"])
+            mod.weight.copy_(got["weight"])
+            mod.bias.copy_(got["bias"])
         else:
             raise CheckpointError(f"{report.path}: incomplete norm parameters for {path}.{fields}")
         report.loaded += len(got)
@@ -353,14 +331,11 @@ def match_state(
             continue
         if name not in src:
             report.missing.append(name)
-            continue
-        v = src.pop(name)
-        if tuple(v.shape) != tuple(tensor.shape):
+        elif tuple((v := src.pop(name)).shape) != tuple(tensor.shape):
             report.mismatched.append((name, tuple(v.shape), tuple(tensor.shape)))
-            continue
-        with torch.no_grad():
+        else:
             tensor.copy_(v)
-        report.loaded += 1
+            report.loaded += 1
     report.unexpected.extend(sorted(src))
 
 
@@ -381,12 +356,10 @@ def check_format_config(report: LoadReport, config: dict[str, object]) -> None:
     """Fail naming the key and the value it needs where ``config`` (key -> value) conflicts with
     what the file's format fixes (``FORMAT_CONFIG``)."""
     for key, need in FORMAT_CONFIG[report.format, report.layout].items():
-        have = config[key]
-        if have != need:
+        if (have := config[key]) != need:
             what = f"{report.format} checkpoint" + (f" ({report.layout} key layout)" if report.layout else "")
-            folder = FORMAT_CONFIG[report.format, report.layout]["MODEL.CONVENTION"]
-            raise CheckpointError(
-                f"{report.path}: a {what} needs {key} {need}, the config has {have}; see configs/{folder}/"
+            raise CheckpointError(  # the configs of a format are in configs/<format>/
+                f"{report.path}: a {what} needs {key} {need}, the config has {have}; see configs/{report.format}/"
             )
 
 
@@ -418,17 +391,15 @@ def load_checkpoint(
     """Load ``path`` (read by :func:`read_checkpoint`) into ``model``; raise CheckpointError unless every
     weight is filled. ``bn_eps`` and ``convention`` are the config's ``MODEL.FROZEN_BN_EPS`` and
     ``MODEL.CONVENTION``, checked against ``FORMAT_CONFIG``. Also refused: arrays that are not dense real numbers,
-    integer tensors for float weights, NaN or infinite weights, another ResNet depth.
-    """
+    integer tensors for float weights, NaN or infinite weights, another ResNet depth."""
     src = read_checkpoint(path)
-    author = getattr(src, "author", None)
+    author = src.author
     if all(k.startswith("module.") for k in src):  # saved from DistributedDataParallel
         src = {k[len("module.") :]: v for k, v in src.items()}
     keys = list(src)
     src, dropped = _to_tensors(src, path)
     if not src:
         raise CheckpointError(f"{path}: holds no weights (no arrays among {len(keys)} entries)")
-    layout = ""
     if "conv1_w" in keys and any(k.startswith("res2_0_") for k in keys):
         fmt, rename = "detectron", rename_detectron
     elif any(k.startswith(("backbone.bottom_up.", "proposal_generator.")) for k in keys) or author is not None:
@@ -438,7 +409,7 @@ def load_checkpoint(
     elif is_maskrcnn_benchmark(keys):
         fmt, rename = "maskrcnn_benchmark", maskrcnn_benchmark_renamer(keys)
     elif any(k.startswith("backbone.body.") for k in keys):
-        fmt, rename, layout = "torchvision", rename_torchvision, torchvision_layout(keys)
+        fmt, rename = "torchvision", rename_torchvision
     elif any(k.startswith("backbone.stem.") for k in keys):
         fmt, rename = "minidet", lambda k: k
     elif prefixed := [k for k in keys if k.startswith("module.")]:
@@ -453,17 +424,14 @@ def load_checkpoint(
             "maskrcnn_resnet50_fpn[_v2], Detectron, detectron2 or maskrcnn-benchmark checkpoint, or a minidet "
             "state dict"
         )
+    layout = torchvision_layout(keys) if fmt == "torchvision" else ""
     report = LoadReport(path=path, format=fmt, layout=layout, ignored=dropped)
     check_format_config(report, {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps})
-    if fmt == "detectron":
-        check_detectron_variant(model, src, path)
-    if fmt == "maskrcnn_benchmark":
-        check_mb_anchors(model, src, path)
-    renamed: dict[str, torch.Tensor] = {}
-    names: dict[str, str] = {}  # minidet -> checkpoint name
+    if check := {"detectron": check_detectron_variant, "maskrcnn_benchmark": check_mb_anchors}.get(fmt):
+        check(model, src, path)
+    renamed, names = {}, {}  # minidet name -> tensor, -> checkpoint name
     for k, v in src.items():
-        new = rename(k)
-        if new is None:
+        if (new := rename(k)) is None:
             report.ignored.append(k)
             continue
         if v.is_floating_point() and not bool(torch.isfinite(v).all()):
@@ -476,12 +444,10 @@ def load_checkpoint(
     if report.mismatched:
         name, a, b = report.mismatched[0]
         more = f" (and {len(report.mismatched) - 1} more)" if len(report.mismatched) > 1 else ""
-        hint = ""
-        if name.startswith("box_predictor.cls_score."):
-            hint = (
-                f"; the checkpoint has {a[0]} class logits: MODEL.ROI_HEADS.NUM_CLASSES and "
-                "MODEL.CATEGORY_LAYOUT belong to the weights"
-            )
+        hint = (
+            f"; the checkpoint has {a[0]} class logits: MODEL.ROI_HEADS.NUM_CLASSES and MODEL.CATEGORY_LAYOUT "
+            "belong to the weights" if name.startswith("box_predictor.cls_score.") else ""
+        )
         raise CheckpointError(f"{path}: shape mismatch for {name}: checkpoint {a} vs model {b}{more}{hint}")
     if report.missing and not allow_missing:
         n = len(report.missing)

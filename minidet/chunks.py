@@ -36,8 +36,7 @@ def file_identity(path: str) -> dict | None:
     return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime, "sha256": digest.hexdigest()}
 
 
-def _digest(v) -> str | None:
-    """The digest of a manifest value that is a :func:`file_identity`, else None."""
+def _digest(v) -> str | None:  # the digest of a manifest value that is a file_identity, else None
     return v.get("sha256") if isinstance(v, dict) else None
 
 
@@ -60,10 +59,8 @@ class ChunkStore:
         names = self.names()
         path = os.path.join(self.folder, MANIFEST)
         if names and not resume:
-            raise ChunkError(
-                f"{self.folder} holds {len(names)} result chunks of an earlier run; rerun with --resume "
-                "to finish that run, or remove the folder to start again"
-            )
+            raise ChunkError(f"{self.folder} holds {len(names)} result chunks of an earlier run; rerun with --resume "
+                             "to finish that run, or remove the folder to start again")
         if names:
             try:
                 with open(path, encoding="utf-8") as f:
@@ -94,8 +91,7 @@ class ChunkStore:
             raise ChunkError(f"{path}: cannot read result chunk ({e}); remove it and rerun with --resume") from None
 
     def read_all(self) -> Iterator[dict]:
-        for name in self.names():
-            yield self.read(name)
+        yield from map(self.read, self.names())
 
     def done_ids(self) -> set[int]:
         """Ids of the images some chunk finished (skipped images are not done: a rerun retries them)."""

@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import re
+from functools import reduce
 from typing import Any
 
 import yaml
@@ -39,10 +40,8 @@ class CfgNode(_YacsNode):
         if len(cfg_list) % 2:
             raise ConfigError(f"overrides must be KEY VALUE pairs; got an odd number: {cfg_list}")
         for full_key, raw in zip(cfg_list[0::2], cfg_list[1::2]):
-            node = self
             *parents, leaf = str(full_key).split(".")
-            for p in parents:
-                node = node.get(p) if isinstance(node, _YacsNode) else None
+            node = reduce(lambda n, p: n.get(p) if isinstance(n, _YacsNode) else None, parents, self)
             if not isinstance(node, _YacsNode) or leaf not in node:
                 raise ConfigError(f"unknown config key: {full_key}")
             node[leaf] = _coerce(_YacsNode._decode_cfg_value(raw), node[leaf], full_key)
@@ -75,8 +74,7 @@ def _at(path: str, line: int, column: int) -> str:
 
 def _at_index(path: str, text: str, index: int) -> str:
     """``path:line:column`` of character ``index`` of ``text``."""
-    line_start = text.rfind("\n", 0, index) + 1
-    return _at(path, text.count("\n", 0, index), index - line_start)
+    return _at(path, text.count("\n", 0, index), index - (text.rfind("\n", 0, index) + 1))
 
 
 def _yaml_reason(e: yaml.YAMLError) -> str:
@@ -266,10 +264,7 @@ def _tree(table: dict[str, tuple[Any, Any]]) -> CfgNode:
     root = CfgNode()
     for key, (default, _) in table.items():
         *parents, leaf = key.split(".")
-        node = root
-        for p in parents:
-            node = node.setdefault(p, CfgNode())
-        node[leaf] = default
+        reduce(lambda node, p: node.setdefault(p, CfgNode()), parents, root)[leaf] = default
     return root
 
 

@@ -10,27 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import poolers, rpn, transform
 from .boxes import PLAIN_BOX_RULE, BoxRule
-from .poolers import detectron2_levels, detectron_levels, torchvision_levels
-from .rpn import (
-    detectron2_cell_anchors,
-    detectron_cell_anchors,
-    keep_above_min_size,
-    keep_min_size,
-    keep_min_size_inclusive,
-    keep_original_pixels,
-    torchvision_cell_anchors,
-)
-from .transform import (
-    paste_masks,
-    paste_masks_aligned,
-    rescale_clip_nonempty,
-    rescale_per_axis,
-    resize_cv2,
-    resize_pil,
-    resize_pil_mb,
-    resize_torch,
-)
 
 
 @dataclass(frozen=True)
@@ -53,31 +34,31 @@ class Convention:
 
 
 TORCHVISION = Convention(
-    resize=resize_torch, anchors=torchvision_cell_anchors, fixed_strides=False, rank_by_logit=False,
-    box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=keep_min_size, topk_per_level=False,
-    aligned_roi=False, fpn_levels=torchvision_levels, original_frame=False, small_box_filter=True,
-    ties_at_cap=False, rescale=rescale_per_axis, paste=paste_masks,
+    resize=transform.resize_torch, anchors=rpn.torchvision_cell_anchors, fixed_strides=False, rank_by_logit=False,
+    box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_min_size, topk_per_level=False,
+    aligned_roi=False, fpn_levels=poolers.torchvision_levels, original_frame=False, small_box_filter=True,
+    ties_at_cap=False, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
 )
 DETECTRON = Convention(
-    resize=resize_cv2, anchors=detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
-    box_rule=BoxRule(offset=1, inclusive_nms=True), clip_to_padded=True, proposal_filter=keep_original_pixels,
-    topk_per_level=True, aligned_roi=False, fpn_levels=detectron_levels, original_frame=True,
-    small_box_filter=False, ties_at_cap=True, rescale=rescale_per_axis, paste=paste_masks,
+    resize=transform.resize_cv2, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
+    box_rule=BoxRule(offset=1, inclusive_nms=True), clip_to_padded=True, proposal_filter=rpn.keep_original_pixels,
+    topk_per_level=True, aligned_roi=False, fpn_levels=poolers.detectron_levels, original_frame=True,
+    small_box_filter=False, ties_at_cap=True, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
 )
 DETECTRON2 = Convention(
-    resize=resize_pil, anchors=detectron2_cell_anchors, fixed_strides=True, rank_by_logit=True,
-    box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=keep_above_min_size, topk_per_level=False,
-    aligned_roi=True, fpn_levels=detectron2_levels, original_frame=False, small_box_filter=False,
-    ties_at_cap=False, rescale=rescale_clip_nonempty, paste=paste_masks_aligned,
+    resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, fixed_strides=True, rank_by_logit=True,
+    box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_above_min_size, topk_per_level=False,
+    aligned_roi=True, fpn_levels=poolers.detectron2_levels, original_frame=False, small_box_filter=False,
+    ties_at_cap=False, rescale=transform.rescale_clip_nonempty, paste=transform.paste_masks_aligned,
 )
 # maskrcnn-benchmark (and MLPerf): Detectron's anchors, +1 sizes and levels, but PIL resizing by its own
 # size rule, NMS suppressing at IoU > thresh (its CUDA kernel; the CPU kernel uses >=), clipping to each
 # image, boxes decoded in the resized frame and scaled per axis, torchvision's paste (which came from it)
 MASKRCNN_BENCHMARK = Convention(
-    resize=resize_pil_mb, anchors=detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
-    box_rule=BoxRule(offset=1, inclusive_nms=False), clip_to_padded=False, proposal_filter=keep_min_size_inclusive,
-    topk_per_level=True, aligned_roi=False, fpn_levels=detectron_levels, original_frame=False,
-    small_box_filter=False, ties_at_cap=True, rescale=rescale_per_axis, paste=paste_masks,
+    resize=transform.resize_pil_mb, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
+    box_rule=BoxRule(offset=1, inclusive_nms=False), clip_to_padded=False, proposal_filter=rpn.keep_min_size_inclusive,
+    topk_per_level=True, aligned_roi=False, fpn_levels=poolers.detectron_levels, original_frame=False,
+    small_box_filter=False, ties_at_cap=True, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
 )
 # MODEL.CONVENTION -> its arithmetic (Detectron's boxes arrive in the original frame: no rescale)
 CONVENTIONS: dict[str, Convention] = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 import torch
 from torch import nn
@@ -10,7 +11,7 @@ from torch import nn
 from .config import CfgNode, validate_cfg
 from .conventions import CONVENTIONS
 from .fpn import FPN
-from .norm import get_norm
+from .norm import NormFn, get_norm
 from .poolers import MultiScaleRoIAlign
 from .resnet import ResNet
 from .roi_heads import BoxHead, BoxPredictor, Detections, MaskHead
@@ -55,9 +56,8 @@ class MaskRCNN(nn.Module):
         return self.transform.preprocess(images)
 
     def _amp(self):
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        on = self.amp_dtype is not None
+        return torch.autocast(self.device.type, dtype=self.amp_dtype) if on else contextlib.nullcontext()
 
     def _to_layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
@@ -77,9 +77,7 @@ class MaskRCNN(nn.Module):
             batch = self.transform.preprocess(images)
         batch = batch._replace(tensor=self._to_layout(batch.tensor))
         step = self.chunk_size(len(images))
-        dets = []
-        for i in range(0, len(images), step):
-            dets += self._detect(batch.part(slice(i, i + step)))
+        dets = [d for i in range(0, len(images), step) for d in self._detect(batch.part(slice(i, i + step)))]
         with t.stage("paste"):
             return self.transform.postprocess(dets, batch)
 
@@ -107,7 +105,7 @@ class MaskRCNN(nn.Module):
         if self.mask_head is None:
             return dets
         with t.stage("mask_head"):
-            rois = images.in_resized_frame(dets)
+            rois = [d.boxes * s if d.frame == "original" else d.boxes for d, s in zip(dets, images.scales)]
             if sum(len(b) for b in rois):
                 with self._amp():
                     with t.detail("mask_roi_align"):
@@ -127,11 +125,8 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     m = cfg.MODEL
     conv = CONVENTIONS[m.CONVENTION]
 
-    def norm(c: int) -> nn.Module | None:
-        return get_norm(m.NORM, c, eps=m.FROZEN_BN_EPS, num_groups=m.GN_NUM_GROUPS, gn_eps=m.GN_EPS)
-
-    def no_norm(c: int) -> None:
-        return None
+    def norm(on: bool = True) -> NormFn:  # MODEL.NORM, or no norm where not ``on``
+        return partial(get_norm, m.NORM if on else "", eps=m.FROZEN_BN_EPS, num_groups=m.GN_NUM_GROUPS, gn_eps=m.GN_EPS)
 
     inp = cfg.INPUT
     transform = Transform(
@@ -139,9 +134,9 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         list(m.PIXEL_STD), inp.PIXEL_RANGE, flip_channels=inp.FORMAT != "BGR",  # the input is BGR
         rescale=conv.rescale, paste=conv.paste, mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
     )
-    backbone = ResNet(m.RESNETS.DEPTH, norm, m.RESNETS.STRIDE_IN_1X1, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP)
+    backbone = ResNet(m.RESNETS.DEPTH, norm(), m.RESNETS.STRIDE_IN_1X1, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP)
     ch = m.FPN.OUT_CHANNELS
-    fpn = FPN(backbone.out_channels, ch, norm if m.FPN.USE_NORM else no_norm)
+    fpn = FPN(backbone.out_channels, ch, norm(m.FPN.USE_NORM))
     r = m.RPN
     rpn = RPN(
         ch, m.ANCHOR_GENERATOR.SIZES, m.ANCHOR_GENERATOR.ASPECT_RATIOS, r.CONV_DEPTH, r.PRE_NMS_TOPK_TEST,
@@ -156,7 +151,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     box_pooler = MultiScaleRoIAlign(bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, **pool)
     box_head = BoxHead(
         ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM,
-        norm if bh.USE_NORM else no_norm, norm if bh.NORM_FC else None,
+        norm(bh.USE_NORM), norm() if bh.NORM_FC else None,
     )
     num_classes = rh.NUM_CLASSES
     bg_last = m.CATEGORY_LAYOUT == "coco80"
@@ -172,7 +167,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     if m.MASK_ON:
         mh = m.ROI_MASK_HEAD
         mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, **pool)
-        mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, num_classes, norm if mh.USE_NORM else no_norm)
+        mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, num_classes, norm(mh.USE_NORM))
     amp_dtype = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP]
     parts = (transform, backbone, fpn, rpn, box_pooler, box_head, predictor, mask_pooler, mask_head)
     return MaskRCNN(*parts, amp_dtype=amp_dtype, chunk_images=cfg.TEST.CHUNK_IMAGES).eval()

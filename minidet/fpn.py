@@ -17,22 +17,18 @@ class FPN(nn.Module):
     def __init__(self, in_channels: dict[str, int], out_channels: int, norm: NormFn) -> None:
         super().__init__()
         self.in_features = list(in_channels)  # res2..res5, fine to coarse
-        for i, name in enumerate(self.in_features):
-            lvl = i + 2
+        for lvl, name in enumerate(self.in_features, start=2):
             ln, on = norm(out_channels), norm(out_channels)
             self.add_module(f"lateral{lvl}", Conv2d(in_channels[name], out_channels, 1, bias=ln is None, norm=ln))
             self.add_module(f"output{lvl}", Conv2d(out_channels, out_channels, 3, padding=1, bias=on is None, norm=on))
 
     def forward(self, feats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        n = len(self.in_features)
-        levels = [i + 2 for i in range(n)]
-        inner = getattr(self, f"lateral{levels[-1]}")(feats[self.in_features[-1]])
-        outs = [getattr(self, f"output{levels[-1]}")(inner)]
-        for i in range(n - 2, -1, -1):
-            feat = feats[self.in_features[i]]
-            top_down = F.interpolate(inner, size=feat.shape[-2:], mode="nearest")
-            inner = getattr(self, f"lateral{levels[i]}")(feat, add=top_down)
-            outs.insert(0, getattr(self, f"output{levels[i]}")(inner))
-        result = {f"p{lvl}": o for lvl, o in zip(levels, outs)}
-        result[f"p{levels[-1] + 1}"] = F.max_pool2d(outs[-1], kernel_size=1, stride=2, padding=0)
+        inner, outs = None, []
+        for lvl, name in reversed(list(enumerate(self.in_features, start=2))):  # coarse to fine, top-down
+            feat = feats[name]
+            top_down = None if inner is None else F.interpolate(inner, size=feat.shape[-2:], mode="nearest")
+            inner = getattr(self, f"lateral{lvl}")(feat, add=top_down)
+            outs.insert(0, getattr(self, f"output{lvl}")(inner))
+        result = {f"p{lvl}": o for lvl, o in enumerate(outs, start=2)}
+        result[f"p{len(outs) + 2}"] = F.max_pool2d(outs[-1], kernel_size=1, stride=2, padding=0)
         return result

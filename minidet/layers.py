@@ -9,17 +9,14 @@ from torch.nn import functional as F
 
 
 class Conv2d(nn.Conv2d):
-    """``nn.Conv2d`` whose ``forward(x, add=None)`` computes ``relu(norm(conv(x)) + add)`` (each part
-    when present; ``self.norm`` is what folding uses). With ``self.fuse`` (``fuse_convs``) and no norm,
-    a float32 CPU call outside autocast that PyTorch would run on oneDNN anyway runs as one oneDNN
-    convolution with the addition and ReLU as post-ops: the same kernel and arithmetic (bit-identical),
-    one pass over the output instead of three."""
+    """``nn.Conv2d`` whose ``forward(x, add=None)`` computes ``relu(norm(conv(x)) + add)`` (each part when present;
+    ``self.norm`` is what folding uses). With ``self.fuse`` (``fuse_convs``) and no norm, a float32 CPU call outside
+    autocast that PyTorch would run on oneDNN anyway runs as one oneDNN convolution with the addition and ReLU as
+    post-ops: the same kernel and arithmetic (bit-identical), one pass over the output instead of three."""
 
     def __init__(self, *args, norm: nn.Module | None = None, relu: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.norm = norm
-        self.relu = relu
-        self.fuse = False
+        self.norm, self.relu, self.fuse = norm, relu, False
 
     def _fusable(self, x: torch.Tensor, add: torch.Tensor | None) -> bool:
         return (
@@ -34,9 +31,8 @@ class Conv2d(nn.Conv2d):
             args = (self.weight, self.bias, self.padding, self.stride, self.dilation, self.groups)
             if add is None:
                 return torch.ops.mkldnn._convolution_pointwise(x, *args, "relu" if self.relu else "none", [], "")
-            return torch.ops.mkldnn._convolution_pointwise.binary(
-                x, add, *args, "add", None, "relu" if self.relu else None, [], ""
-            )
+            binary = torch.ops.mkldnn._convolution_pointwise.binary
+            return binary(x, add, *args, "add", None, "relu" if self.relu else None, [], "")
         x = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
         if self.norm is not None:
             x = self.norm(x)
@@ -58,9 +54,7 @@ def fuse_convs(model: nn.Module, enabled: bool = True) -> int:
     """Let every ``Conv2d`` of ``model`` run fused (see ``Conv2d``) where it can; returns the count.
     Without oneDNN (``torch.backends.mkldnn``) nothing changes."""
     enabled = enabled and torch.backends.mkldnn.is_available()
-    n = 0
-    for m in model.modules():
-        if isinstance(m, Conv2d):
-            m.fuse = enabled
-            n += int(enabled and m.norm is None)
-    return n
+    convs = [m for m in model.modules() if isinstance(m, Conv2d)]
+    for m in convs:
+        m.fuse = enabled
+    return sum(bool(enabled) and m.norm is None for m in convs)

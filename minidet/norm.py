@@ -96,13 +96,11 @@ def get_norm(norm: str | NormFn | None, channels: int, **kwargs) -> nn.Module | 
 def fold_norms(model: nn.Module) -> int:
     """Fold every ``Conv2d.norm`` that is a FrozenBN or Affine into its conv (``w' = w * s`` per output
     channel, ``b' = b * s + t``; GroupNorm is left alone); returns the number of folded pairs."""
-    n = 0
-    for m in model.modules():
-        if isinstance(m, Conv2d) and isinstance(m.norm, (FrozenBN, Affine)):
-            scale, shift = m.norm.scale_shift()
-            m.weight.mul_(scale.view(-1, 1, 1, 1))
-            bias = shift.clone() if m.bias is None else m.bias * scale + shift
-            m.bias = nn.Parameter(bias, requires_grad=False)
-            m.norm = None
-            n += 1
-    return n
+    convs = [m for m in model.modules() if isinstance(m, Conv2d) and isinstance(m.norm, (FrozenBN, Affine))]
+    for m in convs:
+        scale, shift = m.norm.scale_shift()
+        m.weight.mul_(scale.view(-1, 1, 1, 1))
+        bias = shift.clone() if m.bias is None else m.bias * scale + shift
+        m.bias = nn.Parameter(bias, requires_grad=False)
+        m.norm = None
+    return len(convs)

@@ -38,11 +38,9 @@ def detectron2_levels(boxes: torch.Tensor, min_level: int, max_level: int) -> to
 
 
 def _axis_samples(start, bin_size, size: int, out: int, g: int):
-    """RoIAlign's sample coordinates along one axis (``start``, ``bin_size``: (R,); ``g`` samples per
-    bin) -> each (R, out, g): valid, low index, high index, low weight, high weight. torchvision's
-    (and Caffe2's) rules: a sample beyond [-1, size] contributes zero, one in [-1, 0] reads row 0,
-    one past ``size - 1`` reads the last row.
-    """
+    """RoIAlign's sample coordinates along one axis (``start``, ``bin_size``: (R,); ``g`` samples per bin) -> each
+    (R, out, g): valid, low index, high index, low weight, high weight. torchvision's (and Caffe2's) rules: a sample
+    beyond [-1, size] contributes zero, one in [-1, 0] reads row 0, one past ``size - 1`` reads the last row."""
     dt = start.dtype
     p = torch.arange(out, dtype=dt, device=start.device)[None, :, None]
     i = torch.arange(g, dtype=dt, device=start.device)[None, None, :] + 0.5
@@ -57,9 +55,7 @@ def _axis_samples(start, bin_size, size: int, out: int, g: int):
     c = torch.where(top, lo, c)
     hi = torch.where(top, lo, lo + 1)
     frac = c - lo
-    lo_i = lo.to(torch.int64).clamp_(0, size - 1)
-    hi_i = hi.to(torch.int64).clamp_(0, size - 1)
-    return valid, lo_i, hi_i, 1.0 - frac, frac
+    return valid, lo.to(torch.int64).clamp_(0, size - 1), hi.to(torch.int64).clamp_(0, size - 1), 1.0 - frac, frac
 
 
 def _roi_frame(rois: torch.Tensor, spatial_scale: float, aligned: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,13 +71,10 @@ def roi_align_gather(
     table: torch.Tensor, height: int, width: int, rois: torch.Tensor, output_size: int, spatial_scale: float,
     grid: tuple[int, int], aligned: bool,
 ) -> torch.Tensor:
-    """RoIAlign (torchvision's / Caffe2's arithmetic) as one weighted gather over NHWC features:
-    table (N*H*W, C), rois (R, 5) [batch index, x1, y1, x2, y2] -> (R, S, S, C).
-
-    A bin is the mean of ``gh x gw`` bilinear samples of four feature rows each: one bag of
-    ``4 gh gw`` (row, weight) pairs, so the call is one ``embedding_bag`` over ``table``. All RoIs
-    share ``grid`` = (gh, gw). Same values as ``torchvision.ops.roi_align`` up to the order of the sums.
-    """
+    """RoIAlign (torchvision's / Caffe2's arithmetic) as one weighted gather over NHWC features: table (N*H*W, C),
+    rois (R, 5) [batch index, x1, y1, x2, y2] -> (R, S, S, C). A bin is the mean of ``gh x gw`` bilinear samples of
+    four feature rows each: one ``embedding_bag`` over ``table``, all RoIs sharing ``grid`` = (gh, gw). Same values
+    as ``torchvision.ops.roi_align`` up to the order of the sums."""
     r, s = len(rois), output_size
     gh, gw = grid
     if gh * gw == 0:  # an empty RoI (aligned, adaptive grid): no samples, zero output
@@ -92,8 +85,7 @@ def roi_align_gather(
     vx, x0, x1, wx0, wx1 = _axis_samples(start[:, 0], bins[:, 0], width, s, gw)
     base = (rois[:, 0].to(torch.int64) * (height * width))[:, None, None]
     # (R, S, gh) rows and (R, S, gw) columns -> (R, S, S, gh, gw, 4) rows of the table
-    row0 = (base + y0 * width)[:, :, None, :, None]
-    row1 = (base + y1 * width)[:, :, None, :, None]
+    row0, row1 = ((base + y * width)[:, :, None, :, None] for y in (y0, y1))
     col0, col1 = x0[:, None, :, None, :], x1[:, None, :, None, :]
     index = torch.stack((row0 + col0, row0 + col1, row1 + col0, row1 + col1), -1)
     a0, a1 = wy0[:, :, None, :, None], wy1[:, :, None, :, None]
@@ -107,14 +99,11 @@ def roi_align_gather(
 
 
 class MultiScaleRoIAlign(nn.Module):
-    """RoIAlign each box on its FPN level: features[l] (N, C, H_l, W_l), boxes list of (R_i, 4) ->
-    (sum R_i, C, S, S), with channels-last strides for ``impl="gather"``.
-
-    ``scales``: spatial scale of each feature map (1/4, 1/8, ...); ``min_level``: FPN level of the
-    first; ``aligned``: shifted by half a pixel (ROIAlignV2); ``level_rule``: a ``LevelRule``;
-    ``impl``: ``"gather"`` (``roi_align_gather``, vectorized over channels-last features) or
-    ``"torchvision"`` (``torchvision.ops.roi_align``, the reference; serial on CPU).
-    """
+    """RoIAlign each box on its FPN level: features[l] (N, C, H_l, W_l), boxes list of (R_i, 4) -> (sum R_i, C, S, S)
+    (channels-last strides for ``impl="gather"``). ``scales``: spatial scale of each feature map (1/4, 1/8, ...);
+    ``min_level``: FPN level of the first; ``aligned``: shifted by half a pixel (ROIAlignV2); ``level_rule``: a
+    ``LevelRule``; ``impl``: ``"gather"`` (``roi_align_gather``, on channels-last features) or ``"torchvision"``
+    (``torchvision.ops.roi_align``, the reference; serial on CPU)."""
 
     def __init__(
         self, output_size: int, scales: Sequence[float], sampling_ratio: int, aligned: bool = False,
@@ -146,14 +135,10 @@ class MultiScaleRoIAlign(nn.Module):
             sel = torch.where(levels == lvl)[0]
             if sel.numel() == 0:
                 continue
-            if gather:
-                y = self._gather_level(feat, rois[sel], scale)
-            else:
-                y = roi_align(feat, rois[sel], self.output_size, scale, self.sampling_ratio, self.aligned)
-            if sel.numel() == len(rois):
-                out = y.to(out.dtype)
-            else:
-                out.index_copy_(0, sel, y.to(out.dtype))
+            y = (self._gather_level(feat, rois[sel], scale) if gather
+                 else roi_align(feat, rois[sel], self.output_size, scale, self.sampling_ratio, self.aligned))
+            y = y.to(out.dtype)
+            out = y if sel.numel() == len(rois) else out.index_copy_(0, sel, y)
         return out.permute(0, 3, 1, 2) if gather else out
 
     def _gather_level(self, feat: torch.Tensor, rois: torch.Tensor, scale: float) -> torch.Tensor:

@@ -34,9 +34,8 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
     norms, move to the device, eval mode."""
     model = build_model(cfg)
     path = weights_path(cfg, weights)
-    report = None
-    if path is not None:
-        report = load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS, convention=cfg.MODEL.CONVENTION)
+    report = None if path is None else load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
+                                                       convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:
         logger.info("folded %d norm layers into their convs", fold_norms(model))
     fuse_convs(model, cfg.MODEL.FUSE_CONVS)

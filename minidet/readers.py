@@ -54,23 +54,20 @@ def _torch_load_error(path: str, e: Exception) -> CheckpointError:
     the first sentence of anything else (torch's texts run over several lines and paragraphs)."""
     text = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", str(e))  # c10's source location
     head = f"{path}: cannot read as a torch checkpoint"
-    refused = re.search(r"GLOBAL ([\w.]+)", text)
-    if refused:
+    if refused := re.search(r"GLOBAL ([\w.]+)", text):
         what = f"the pickle asks for {refused[1]}, outside torch's weights_only allow-list (nothing was run)"
         fix = f"; to take out only the weights, without running it: python tools/extract_weights.py {path} OUT.pth"
         return CheckpointError(f"{head}: refused: {what}{fix}", refused[1])
-    held = _zip_without_pickle(path)
-    if held is not None:
+    if (held := _zip_without_pickle(path)) is not None:
         return CheckpointError(f"{head}: a zip archive but not a torch.save file (no data.pkl; it holds {held})")
-    detail = re.search(r"WeightsUnpickler error:\s*(.+?)\s*(?:\n\n|$)", text, re.S)
-    if detail:
+    if detail := re.search(r"WeightsUnpickler error:\s*(.+?)\s*(?:\n\n|$)", text, re.S):
         return CheckpointError(f"{head}: not a torch.save file, or a corrupt one ({' '.join(detail[1].split())})")
     return CheckpointError(f"{head}: {' '.join(text.split()).split('. ')[0].rstrip('.') or type(e).__name__}")
 
 
-def _check_file(path: str) -> None:
-    """Refuse a missing file, and a safetensors file by its content (8-byte little-endian header length,
-    then JSON): torch reads it only through the ``safetensors`` package, which minidet does not depend on."""
+def _check_file(path: str) -> bytes:
+    """The first 9 bytes of ``path``; refuses a missing file, and a safetensors file by its content (8-byte
+    little-endian header length, then JSON): torch reads it only through ``safetensors``, not a minidet dependency."""
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
     with open(path, "rb") as f:
@@ -81,6 +78,7 @@ def _check_file(path: str) -> None:
             f"installed: torch.save(safetensors.torch.load_file({path!r}), {os.path.splitext(path)[0] + '.pth'!r})",
             content=True,
         )
+    return head
 
 
 def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
@@ -111,8 +109,7 @@ def read_torch_file(path: str) -> StateDict:
     except Exception as e:  # noqa: BLE001 - any failure here means "not a safe torch file"
         raise _torch_load_error(path, e) from None
     obj = _state_dict(obj, path, ("model", "state_dict"))
-    bad = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]
-    if bad:
+    if bad := [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]:
         raise CheckpointError(f"{path}: entry {bad[0]!r} is not a tensor ({type(obj[bad[0]]).__name__})", content=True)
     return obj
 
@@ -121,10 +118,8 @@ _multiarray = (getattr(np, "_core", None) or np.core).multiarray
 # the only globals a pickle of numpy arrays needs, and what they resolve to; anything else is refused
 # unexecuted. An OrderedDict is built from the pickle's own (already safe) items and runs no code of the file.
 _PICKLE_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"): _multiarray._reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _multiarray._reconstruct,
-    ("numpy.core.multiarray", "scalar"): _multiarray.scalar,
-    ("numpy._core.multiarray", "scalar"): _multiarray.scalar,
+    **{(f"numpy.{core}.multiarray", "_reconstruct"): _multiarray._reconstruct for core in ("core", "_core")},
+    **{(f"numpy.{core}.multiarray", "scalar"): _multiarray.scalar for core in ("core", "_core")},
     ("numpy", "ndarray"): np.ndarray,
     ("numpy", "dtype"): np.dtype,
     ("_codecs", "encode"): codecs.encode,
@@ -164,10 +159,7 @@ def read_checkpoint(path: str) -> StateDict:
     whatever its name; another file goes to the numpy-only unpickler first if named ``.pkl``, else to
     ``torch.load`` (legacy non-zip files) first, then to the other reader; if both fail, the more telling
     error is raised (``_rank``)."""
-    _check_file(path)
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head == b"PK\x03\x04":  # a zip archive
+    if _check_file(path)[:4] == b"PK\x03\x04":  # a zip archive
         return read_torch_file(path)
     pkl = str(path).endswith(".pkl")
     first, second = (read_pickle_file, read_torch_file) if pkl else (read_torch_file, read_pickle_file)
@@ -178,9 +170,7 @@ def read_checkpoint(path: str) -> StateDict:
     try:
         return second(path)
     except CheckpointError as e:
-        if _rank(e) > _rank(error):
-            error = e
-    raise error
+        raise max(error, e, key=_rank) from None  # max: the first one on a tie
 
 
 def _rank(e: CheckpointError) -> int:

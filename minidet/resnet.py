@@ -60,15 +60,12 @@ class ResNet(nn.Module):
         in_ch, bott, out_ch = 64, num_groups * width_per_group, 256
         self.out_channels = {}  # stage name -> channels, in order
         for i, n in enumerate(BLOCKS_PER_STAGE[depth]):
-            blocks = []
-            for b in range(n):
-                stride = 2 if (b == 0 and i > 0) else 1
-                blocks.append(Bottleneck(in_ch, bott, out_ch, stride, norm, stride_in_1x1, num_groups))
-                in_ch = out_ch
             name = f"res{i + 2}"
-            self.add_module(name, nn.Sequential(*blocks))
+            first = Bottleneck(in_ch, bott, out_ch, 2 if i > 0 else 1, norm, stride_in_1x1, num_groups)
+            rest = [Bottleneck(out_ch, bott, out_ch, 1, norm, stride_in_1x1, num_groups) for _ in range(n - 1)]
+            self.add_module(name, nn.Sequential(first, *rest))
             self.out_channels[name] = out_ch
-            bott, out_ch = bott * 2, out_ch * 2
+            in_ch, bott, out_ch = out_ch, bott * 2, out_ch * 2
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self.stem(x)

@@ -6,13 +6,6 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 
-def _json_rle(rle: dict) -> dict:
-    counts = rle["counts"]
-    if isinstance(counts, bytes):
-        counts = counts.decode("utf-8")
-    return {"size": [int(rle["size"][0]), int(rle["size"][1])], "counts": counts}
-
-
 def encode_mask(mask: np.ndarray) -> dict:
     """COCO compressed RLE ``{"size": [H, W], "counts": str}`` of one HxW mask (nonzero = in)."""
     mask = np.asarray(mask)
@@ -29,7 +22,8 @@ def encode_masks(masks: np.ndarray) -> list[dict]:
     if len(masks) == 0:
         return []
     fortran = np.asfortranarray((masks != 0).astype(np.uint8).transpose(1, 2, 0))
-    return [_json_rle(r) for r in mask_utils.encode(fortran)]
+    return [{"size": [int(r["size"][0]), int(r["size"][1])], "counts": r["counts"].decode("utf-8")}
+            for r in mask_utils.encode(fortran)]
 
 
 def xyxy_to_xywh(boxes: np.ndarray, offset: int = 0) -> list[list[float]]:

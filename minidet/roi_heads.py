@@ -61,10 +61,9 @@ class BoxHead(nn.Module):
 
 
 class BoxPredictor(nn.Module):
-    """Class logits (R, K) and class-specific box deltas (R, 4K); K includes background. ``inference``
-    turns them into detections: ``detections_per_image`` is the cap, ``min_box_size`` None means no
-    small-box filter, ``bg_last``: background is the last column (else the first); ``box_rule``,
-    ``ties_at_cap`` and ``original_frame`` are the weight family's (``conventions.Convention``)."""
+    """Class logits (R, K) and class-specific box deltas (R, 4K); K includes background. ``inference`` turns them into
+    detections: ``detections_per_image`` is the cap, ``min_box_size`` None: no small-box filter, ``bg_last``: background
+    last (else first); ``box_rule``, ``ties_at_cap``, ``original_frame``: the weight family's (``conventions``)."""
 
     def __init__(
         self, in_dim: int, num_classes: int, num_bbox_reg_classes: int | None = None, *,
@@ -88,38 +87,34 @@ class BoxPredictor(nn.Module):
         """Softmax, threshold, class-specific decode, clip, per-class NMS, cap -> one ``Detections`` per
         image, from ``logits`` (R, K), ``deltas`` (R, 4K') float32 for the concatenated ``proposals``
         (R_i, 4) in the resized frame; ``images`` is the chunk's ``transform.ImageBatch``."""
-        if self.original_frame:
-            proposals, sizes, frame = images.to_original(proposals), images.orig_sizes, "original"
-        else:
-            sizes, frame = images.sizes, "resized"
+        sizes, frame = (images.orig_sizes, "original") if self.original_frame else (images.sizes, "resized")
+        if self.original_frame:  # proposals to original-image pixels
+            proposals = [b / s for b, s in zip(proposals, images.scales)]
         num_classes, rule, topk = logits.shape[1], self.box_rule, self.detections_per_image
         scores_all = F.softmax(logits, -1)
         fg = slice(0, num_classes - 1) if self.bg_last else slice(1, num_classes)
         reg_classes = deltas.shape[1] // 4
-        results, start = [], 0
-        for props, (h, w) in zip(proposals, sizes):
-            end = start + len(props)
-            scores = scores_all[start:end, fg]
+        counts = [len(p) for p in proposals]
+        results = []
+        for props, (h, w), probs, dl in zip(proposals, sizes, scores_all.split(counts), deltas.split(counts)):
+            scores = probs[:, fg]
             # threshold first, then decode only the surviving (proposal, class) pairs: the same
             # values as decoding all R x K boxes, in the same (proposal-major) order
             rows, cols = torch.where(scores > self.score_thresh)
             labels = cols + fg.start
             if reg_classes == 1:  # class-agnostic regression
-                d = deltas[start:end][rows]
+                d = dl[rows]
             else:
                 reg_col = labels if reg_classes == num_classes else cols  # detectron2: no bg rows
-                d = deltas[start:end].view(-1, reg_classes, 4)[rows, reg_col]
+                d = dl.view(-1, reg_classes, 4)[rows, reg_col]
             boxes = rule.clip(rule.decode(d, props[rows], self.bbox_reg_weights), h, w)
             scores = scores[rows, cols]
-            start = end
             if self.min_box_size is not None:
                 keep = torch.where(rule.nonempty(boxes, self.min_box_size))[0]
                 boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
             keep = rule.nms(boxes, scores, labels, self.nms_thresh, topk=topk, tv_tie_order=True)
-            if self.ties_at_cap and len(keep) > topk:
-                keep = keep[scores[keep] >= scores[keep][topk - 1]]
-            else:
-                keep = keep[:topk]
+            at_cap = self.ties_at_cap and len(keep) > topk
+            keep = keep[scores[keep] >= scores[keep][topk - 1]] if at_cap else keep[:topk]
             results.append(Detections(boxes[keep], scores[keep], labels[keep], frame))
         return results
 
@@ -145,8 +140,7 @@ class MaskHead(nn.Module):
 
     @staticmethod
     def select(mask_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """(R, K, M, M) logits, (R,) labels -> (R, M, M) probabilities of each box's class
-        (the one channel of a class-agnostic head)."""
+        """(R, K, M, M) logits, (R,) labels -> (R, M, M) probabilities of each box's class (or the one channel)."""
         if mask_logits.shape[1] == 1:
             return mask_logits[:, 0].sigmoid()
         return mask_logits[torch.arange(len(labels), device=labels.device), labels].sigmoid()

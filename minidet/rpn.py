@@ -1,4 +1,7 @@
-"""Region Proposal Network: shared head over P2..P6, anchors, proposal selection."""
+"""Region Proposal Network: shared head over P2..P6, anchors, proposal selection. Each weight family's algorithms are
+plain functions: anchor generators ``(size, aspect_ratios, stride) -> (A, 4)`` float32 (one level's cell anchors,
+centred at the origin (torchvision, detectron2) or at the first cell's centre (Detectron)); proposal filters
+``(clipped proposals (R, 4), RPN.MIN_SIZE, resize factor, padded size (H, W)) -> (R,) bool`` (those that stay)."""
 
 from __future__ import annotations
 
@@ -12,26 +15,19 @@ from torch import nn
 from .boxes import PLAIN_BOX_RULE, BoxRule, nonempty
 from .layers import Conv2d
 
-# The anchor generators: one level's cell anchors centred at the origin (torchvision, detectron2)
-# or at the first cell's centre (Detectron): (size, aspect_ratios, stride) -> (A, 4) float32.
-
 
 def torchvision_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
     """torchvision: for aspect ratio r = h / w, h = size * sqrt(r), w = size / sqrt(r), rounded to integers."""
     h_ratios = torch.sqrt(torch.as_tensor(aspect_ratios, dtype=torch.float32))
-    ws = 1 / h_ratios * size
-    hs = h_ratios * size
+    ws, hs = 1 / h_ratios * size, h_ratios * size
     return (torch.stack([-ws, -hs, ws, hs], dim=1) / 2).round()
 
 
 def detectron2_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
     """detectron2: exact areas; for r = h / w, w = sqrt(size^2 / r), h = r * w, in double, stored as float32."""
-    out = []
-    for r in aspect_ratios:
-        w = math.sqrt(size * size / r)
-        h = r * w
-        out.append([-w / 2.0, -h / 2.0, w / 2.0, h / 2.0])
-    return torch.tensor(out, dtype=torch.float32)
+    ws = [math.sqrt(size * size / r) for r in aspect_ratios]
+    sides = [(w, r * w) for r, w in zip(aspect_ratios, ws)]
+    return torch.tensor([[-w / 2.0, -h / 2.0, w / 2.0, h / 2.0] for w, h in sides], dtype=torch.float32)
 
 
 def detectron_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
@@ -46,10 +42,6 @@ def detectron_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: 
         ws, hs = ws * size / stride, hs * size / stride
         out.append([ctr - 0.5 * (ws - 1), ctr - 0.5 * (hs - 1), ctr + 0.5 * (ws - 1), ctr + 0.5 * (hs - 1)])
     return torch.tensor(out, dtype=torch.float32)
-
-
-# The proposal filters: which clipped proposals (R, 4) stay, given RPN.MIN_SIZE, the image's resize
-# factor and the padded input size (H, W) -> (R,) bool.
 
 
 def keep_min_size(boxes: torch.Tensor, min_size: float, scale: float, padded_size: tuple[int, int]) -> torch.Tensor:
@@ -77,32 +69,25 @@ def keep_original_pixels(boxes: torch.Tensor, min_size: float, scale: float, pad
 
 
 class RPNHead(nn.Module):
-    """``conv_depth`` 3x3 conv+ReLU layers, then per-anchor objectness and box deltas:
-    P_k (N, C, H, W) -> logits (N, A, H, W), deltas (N, 4A, H, W)."""
+    """``conv_depth`` 3x3 conv+ReLU, then per anchor: P_k (N, C, H, W) -> logits (N, A, H, W), deltas (N, 4A, H, W)."""
 
     def __init__(self, in_channels: int, num_anchors: int, conv_depth: int = 1) -> None:
         super().__init__()
-        self.convs = nn.Sequential(
-            *[Conv2d(in_channels, in_channels, 3, padding=1, relu=True) for _ in range(conv_depth)]
-        )
+        convs = [Conv2d(in_channels, in_channels, 3, padding=1, relu=True) for _ in range(conv_depth)]
+        self.convs = nn.Sequential(*convs)
         self.objectness_logits = nn.Conv2d(in_channels, num_anchors, 1)
         self.anchor_deltas = nn.Conv2d(in_channels, num_anchors * 4, 1)
 
     def forward(self, features: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        logits, deltas = [], []
-        for x in features:
-            t = self.convs(x)
-            logits.append(self.objectness_logits(t))
-            deltas.append(self.anchor_deltas(t))
-        return logits, deltas
+        t = [self.convs(x) for x in features]
+        return [self.objectness_logits(x) for x in t], [self.anchor_deltas(x) for x in t]
 
 
 class RPN(nn.Module):
-    """Proposals from the FPN levels (P2 onwards): ``head`` gives logits and deltas, ``select`` the
-    proposals: per level the ``pre_nms_topk`` highest logits, decoded against their anchors, clipped,
-    filtered, NMS-ed per level; the ``post_nms_topk`` best over all levels. ``anchor_generator`` to
-    ``topk_per_level`` are the weight family's arithmetic (``conventions.Convention``).
-    ``tv_tie_order``: equal scores in torchvision's order, not level/rank order (the same proposals)."""
+    """Proposals from the FPN levels (P2 onwards): ``head`` gives logits and deltas, ``select`` the proposals: per
+    level the ``pre_nms_topk`` highest logits, decoded against their anchors, clipped, filtered, NMS-ed per level; the
+    ``post_nms_topk`` best over all levels. ``anchor_generator`` to ``topk_per_level``: the weight family's arithmetic
+    (``conventions.Convention``); ``tv_tie_order``: equal scores in torchvision's order (the same proposals)."""
 
     def __init__(
         self, in_channels: int, anchor_sizes: Sequence[float], aspect_ratios: Sequence[float], conv_depth: int = 1,
@@ -126,32 +111,28 @@ class RPN(nn.Module):
     def grid_anchors(self, level: int, grid: tuple[int, int], stride: tuple[int, int], device) -> torch.Tensor:
         """(H*W*A, 4) anchors of one level, location-major then anchor."""
         key = (level, grid, stride, str(device))
-        a = self._grid_cache.get(key)
-        if a is None:
+        if key not in self._grid_cache:
             (gh, gw), (sh, sw) = grid, stride
             xs = torch.arange(gw, dtype=torch.int32, device=device) * sw
             ys = torch.arange(gh, dtype=torch.int32, device=device) * sh
             sy, sx = torch.meshgrid(ys, xs, indexing="ij")
             shifts = torch.stack((sx.reshape(-1), sy.reshape(-1)) * 2, dim=1)
             base = self.cell_anchors[level].to(device)
-            a = (shifts.view(-1, 1, 4) + base.view(1, -1, 4)).reshape(-1, 4)
             if len(self._grid_cache) > 64:
                 self._grid_cache.clear()
-            self._grid_cache[key] = a
-        return a
+            self._grid_cache[key] = (shifts.view(-1, 1, 4) + base.view(1, -1, 4)).reshape(-1, 4)
+        return self._grid_cache[key]
 
     def select(
         self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded_size: tuple[int, int],
         image_sizes: list[tuple[int, int]], image_scales: list[float] | None = None,
     ) -> list[torch.Tensor]:
-        """The head's per-level outputs -> proposals in the resized frame, one (R_i, 4) per image,
-        sorted by score (computed in float32). ``image_sizes`` are the resized, unpadded sizes;
-        ``image_scales`` the resize factors (read by the proposal filter; default 1)."""
-        logits = [x.float() for x in logits]
-        deltas = [x.float() for x in deltas]
+        """The head's per-level outputs -> per image its proposals (R_i, 4) in the resized frame, sorted by score
+        (float32). ``image_sizes``: the resized, unpadded sizes; ``image_scales``: the resize factors (default 1)."""
         n = logits[0].shape[0]
         sel_scores, sel_deltas, sel_anchors, sel_levels = [], [], [], []
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
+            lg, dl = lg.float(), dl.float()
             a, h, w = lg.shape[1:]
             # fixed strides, or padded size // grid size as torchvision computes them
             stride = (self.strides[lvl],) * 2 if self.fixed_strides else (padded_size[0] // h, padded_size[1] // w)
@@ -168,15 +149,12 @@ class RPN(nn.Module):
         if not self.rank_by_logit:
             scores = torch.sigmoid(scores)
         # one decode for all levels (row by row: the same values as per level)
-        deltas_all = torch.cat(sel_deltas, dim=1).reshape(-1, 4)
-        anchors_all = torch.cat(sel_anchors, dim=1).reshape(-1, 4)
+        deltas_all, anchors_all = (torch.cat(x, dim=1).reshape(-1, 4) for x in (sel_deltas, sel_anchors))
         boxes = self.box_rule.decode(deltas_all, anchors_all, (1.0, 1.0, 1.0, 1.0)).view(n, -1, 4)
         levels = torch.cat(sel_levels)
         scales = image_scales or [1.0] * n
-        return [
-            self.select_image(boxes[i], scores[i], levels, size, padded_size, scales[i])
-            for i, size in enumerate(image_sizes)
-        ]
+        return [self.select_image(boxes[i], scores[i], levels, size, padded_size, scales[i])
+                for i, size in enumerate(image_sizes)]
 
     def select_image(self, boxes, scores, levels, image_size, padded_size, scale: float) -> torch.Tensor:
         """One image's decoded (R, 4) boxes, (R,) scores and levels -> its proposals (P, 4)."""

@@ -18,20 +18,18 @@ _NULL = contextlib.nullcontext()
 
 class StageTimer:
     """Seconds per stage name for one call: ``with timer.stage("rpn"):`` adds to ``timer.times`` (nothing when not
-    ``enabled``; on CUDA it synchronizes first, so GPU work is charged to the stage that launched it).
-    ``timer.detail("rpn_select")`` times a step inside a stage into ``timer.details`` (apart, so that stage sums
-    stay the wall time), only with ``detail=True``."""
+    ``enabled``; on CUDA it synchronizes first, so GPU work is charged to the stage that launched it). With
+    ``detail=True``, ``timer.detail("rpn_select")`` times a step inside a stage into ``timer.details`` (apart)."""
 
     def __init__(self, enabled: bool = True, device: torch.device | str = "cpu", detail: bool = False) -> None:
         self.enabled = enabled
         self.detailed = enabled and detail
         self.sync = enabled and torch.device(device).type == "cuda"
-        self.times: dict[str, float] = {}
-        self.details: dict[str, float] = {}
+        self.reset()
 
     def reset(self) -> None:
-        self.times = {}
-        self.details = {}
+        self.times: dict[str, float] = {}
+        self.details: dict[str, float] = {}
 
     @contextlib.contextmanager
     def _measure(self, name: str, into: dict[str, float]) -> Iterator[None]:
@@ -60,18 +58,9 @@ def summarize(records: Sequence[Mapping[str, float]], skip: int = 0) -> dict[str
     names += sorted({k for r in recs for k in r} - set(names) - {"total"})
     columns = {name: [r.get(name, 0.0) for r in recs] for name in names}
     columns["total"] = [sum(v for k, v in r.items() if k != "total") for r in recs]
-    out: dict[str, dict[str, float]] = {}
-    for name, vals in columns.items():
-        if vals:
-            out[name] = {
-                "mean": statistics.fmean(vals),
-                "median": statistics.median(vals),
-                "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
-                "min": min(vals),
-                "max": max(vals),
-                "n": len(vals),
-            }
-    return out
+    return {name: {"mean": statistics.fmean(vals), "median": statistics.median(vals),
+                   "std": statistics.stdev(vals) if len(vals) > 1 else 0.0, "min": min(vals), "max": max(vals),
+                   "n": len(vals)} for name, vals in columns.items() if vals}
 
 
 def format_table(stats: Mapping[str, Mapping[str, float]], title: str = "") -> str:

@@ -28,14 +28,6 @@ class ImageBatch(NamedTuple):
     def part(self, s: slice) -> ImageBatch:
         return ImageBatch(self.tensor[s], self.sizes[s], self.orig_sizes[s], self.scales[s])
 
-    def to_original(self, boxes: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Per-image boxes from the resized frame to original-image pixels (divided by the scale)."""
-        return [b / s for b, s in zip(boxes, self.scales)]
-
-    def in_resized_frame(self, dets: list) -> list[torch.Tensor]:
-        """The boxes of each image's ``Detections`` in the resized frame, whichever frame they are in."""
-        return [d.boxes * s if d.frame == "original" else d.boxes for d, s in zip(dets, self.scales)]
-
 
 def resize_torch(tf: Transform, img) -> tuple[torch.Tensor, float]:
     """torchvision: normalize on the device, then bilinear resize (output size floored). One channels-last
@@ -49,16 +41,14 @@ def resize_torch(tf: Transform, img) -> tuple[torch.Tensor, float]:
         x.div_(255.0 / tf.pixel_range)
     x.sub_(tf.pixel_mean.view(3)).div_(tf.pixel_std.view(3))
     x = x.permute(2, 0, 1)[None]
-    if x.is_cuda:
-        x = x.contiguous()
+    x = x.contiguous() if x.is_cuda else x
     scale = min(tf.min_size / min(h, w), tf.max_size / max(h, w))
     x = F.interpolate(x, scale_factor=scale, mode="bilinear", recompute_scale_factor=True, align_corners=False)
     return x[0], scale
 
 
 def resize_cv2(tf: Transform, img) -> tuple[torch.Tensor, float]:
-    """Detectron: subtract the mean from the float image (one copy, normalized in place), then cv2
-    INTER_LINEAR (size rounded)."""
+    """Detectron: subtract the mean from the float image (normalized in place), then cv2 INTER_LINEAR (size rounded)."""
     import cv2
 
     a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
@@ -79,33 +69,30 @@ def resize_cv2(tf: Transform, img) -> tuple[torch.Tensor, float]:
     return torch.from_numpy(x).permute(2, 0, 1).to(tf.device), scale
 
 
-def _resize_planes(tf: Transform, a: np.ndarray, newh: int, neww: int) -> torch.Tensor:
-    """PIL bilinear resize of the uint8 image to (newh, neww), then normalize. One channel at a time as
-    8-bit grayscale: the same integer arithmetic as an RGB resize, without its copy."""
+def _resize_planes(tf: Transform, img, newh: int, neww: int) -> tuple[torch.Tensor, float]:
+    """PIL bilinear resize of the uint8 image to (newh, neww), then normalize; the scale is newh / h. One channel
+    at a time as 8-bit grayscale: the same integer arithmetic as an RGB resize, without its copy."""
     from PIL import Image
 
-    planes = []
-    for c in range(3):
-        plane = Image.fromarray(np.ascontiguousarray(a[:, :, 2 - c if tf.flip_channels else c]))
-        planes.append(np.asarray(plane.resize((neww, newh), Image.BILINEAR)))
+    a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
+    planes = [Image.fromarray(np.ascontiguousarray(a[:, :, 2 - c if tf.flip_channels else c])) for c in range(3)]
+    planes = [np.asarray(p.resize((neww, newh), Image.BILINEAR)) for p in planes]
     x = torch.as_tensor(np.stack(planes).astype("float32")).to(tf.device)
     if tf.pixel_range != 255.0:
         x = x / (255.0 / tf.pixel_range)
-    return (x - tf.pixel_mean) / tf.pixel_std
+    return (x - tf.pixel_mean) / tf.pixel_std, newh / a.shape[0]
 
 
 def resize_pil(tf: Transform, img) -> tuple[torch.Tensor, float]:
     """detectron2: PIL bilinear resize of the uint8 image (size rounded half up), then normalize."""
-    a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
-    h, w = a.shape[:2]
+    h, w = img.shape[:2]
     size = tf.min_size * 1.0
     scale = size / min(h, w)
     newh, neww = (size, scale * w) if h < w else (scale * h, size)
     if max(newh, neww) > tf.max_size:
         scale = tf.max_size * 1.0 / max(newh, neww)
         newh, neww = newh * scale, neww * scale
-    neww, newh = int(neww + 0.5), int(newh + 0.5)
-    return _resize_planes(tf, a, newh, neww), newh / h
+    return _resize_planes(tf, img, int(newh + 0.5), int(neww + 0.5))
 
 
 def mb_size(h: int, w: int, min_size: int, max_size: int) -> tuple[int, int]:
@@ -122,17 +109,12 @@ def mb_size(h: int, w: int, min_size: int, max_size: int) -> tuple[int, int]:
 def resize_pil_mb(tf: Transform, img) -> tuple[torch.Tensor, float]:
     """maskrcnn-benchmark: PIL bilinear resize of the uint8 image to ``mb_size``, then normalize (its
     ToTensor's /255 and TO_BGR255's *255 give back every uint8 value exactly)."""
-    a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
-    h, w = a.shape[:2]
-    newh, neww = mb_size(h, w, tf.min_size, tf.max_size)
-    return _resize_planes(tf, a, newh, neww), newh / h
+    return _resize_planes(tf, img, *mb_size(*img.shape[:2], tf.min_size, tf.max_size))
 
 
 def rescale_per_axis(det, size: tuple[int, int], orig: tuple[int, int]):
     """torchvision: boxes times (original / resized) per axis, as float32 tensor ratios."""
-    (h, w), (oh, ow) = size, orig
-    rh = torch.tensor(oh, dtype=torch.float32) / torch.tensor(h, dtype=torch.float32)
-    rw = torch.tensor(ow, dtype=torch.float32) / torch.tensor(w, dtype=torch.float32)
+    rh, rw = (torch.tensor(o, dtype=torch.float32) / torch.tensor(s, dtype=torch.float32) for o, s in zip(orig, size))
     return det._replace(boxes=det.boxes * torch.stack((rw, rh, rw, rh)).to(det.boxes.device), frame="original")
 
 
@@ -152,21 +134,16 @@ def rescale_clip_nonempty(det, size: tuple[int, int], orig: tuple[int, int]):
 def paste_masks(
     masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
 ) -> torch.Tensor:
-    """torchvision/Detectron: paste (N, M, M) mask probabilities into (N, height, width) bool masks. The
-    mask is padded by one pixel, the box expanded by (M + 2) / M about its centre and truncated to
-    integers, the padded mask resized bilinearly (align_corners=False) to the box's
-    (x2 - x1 + 1, y2 - y1 + 1) size, and binarized with ``> threshold``."""
+    """torchvision/Detectron: (N, M, M) mask probabilities -> (N, height, width) bool masks. The mask is padded by one
+    pixel, the box expanded by (M + 2) / M about its centre and truncated to integers, the padded mask resized
+    bilinearly (align_corners=False) to the box's (x2 - x1 + 1, y2 - y1 + 1) size and binarized with ``> threshold``."""
     n = masks.shape[0]
     out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
-    if n == 0:
-        return out
     m = masks.shape[-1]
     padded = F.pad(masks, (1, 1, 1, 1))
     scale = float(m + 2) / m
-    w_half = (boxes[:, 2] - boxes[:, 0]) * 0.5 * scale
-    h_half = (boxes[:, 3] - boxes[:, 1]) * 0.5 * scale
-    x_c = (boxes[:, 2] + boxes[:, 0]) * 0.5
-    y_c = (boxes[:, 3] + boxes[:, 1]) * 0.5
+    w_half, h_half = (boxes[:, 2] - boxes[:, 0]) * 0.5 * scale, (boxes[:, 3] - boxes[:, 1]) * 0.5 * scale
+    x_c, y_c = (boxes[:, 2] + boxes[:, 0]) * 0.5, (boxes[:, 3] + boxes[:, 1]) * 0.5
     ib = torch.stack((x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half), dim=1).to(torch.int64).tolist()
     for i, (x0, y0, x1, y1) in enumerate(ib):
         w, h = max(x1 - x0 + 1, 1), max(y1 - y0 + 1, 1)
@@ -182,9 +159,8 @@ def paste_masks(
 def paste_masks_aligned(
     masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
 ) -> torch.Tensor:
-    """detectron2: sample each (M, M) mask at the pixel centres inside its box: pixel (x + 0.5, y + 0.5)
-    maps to [-1, 1] across the float box, read with ``grid_sample`` (bilinear, zeros outside,
-    align_corners=False); ``>= threshold``."""
+    """detectron2: each (M, M) mask sampled at the pixel centres in its box (pixel (x + 0.5, y + 0.5) maps to [-1, 1]
+    across the float box) with ``grid_sample`` (bilinear, zeros outside, align_corners=False); ``>= threshold``."""
     n = masks.shape[0]
     out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
     for i in range(n):
@@ -197,20 +173,19 @@ def paste_masks_aligned(
         x0, y0, x1, y1 = torch.split(box, 1, dim=1)
         img_y = (torch.arange(y0i, y1i, device=masks.device, dtype=torch.float32) + 0.5 - y0) / (y1 - y0) * 2 - 1
         img_x = (torch.arange(x0i, x1i, device=masks.device, dtype=torch.float32) + 0.5 - x0) / (x1 - x0) * 2 - 1
-        gx = img_x[:, None, :].expand(1, img_y.size(1), img_x.size(1))
-        gy = img_y[:, :, None].expand(1, img_y.size(1), img_x.size(1))
-        grid = torch.stack([gx, gy], dim=3)
+        shape = (1, img_y.size(1), img_x.size(1))
+        grid = torch.stack([img_x[:, None, :].expand(shape), img_y[:, :, None].expand(shape)], dim=3)
         sampled = F.grid_sample(masks[i : i + 1, None].float(), grid, align_corners=False)
         out[i, y0i:y1i, x0i:x1i] = sampled[0, 0] >= threshold
     return out
 
 
 class Transform(nn.Module):
-    """``preprocess``: resize to short side ``min_size``, long side <= ``max_size``, normalize, pad
-    to ``size_divisibility``; ``postprocess``: boxes to original-image pixels, masks pasted and
-    binarized at ``mask_threshold``. ``pixel_mean``/``pixel_std``: in the network's channel order
-    and ``pixel_range``'s scale; ``flip_channels``: the input's channel order (BGR) is not the
-    network's. ``resize``, ``rescale``, ``paste``: the weight family's (see the module docstring)."""
+    """``preprocess``: resize to short side ``min_size``, long side <= ``max_size``, normalize, pad to
+    ``size_divisibility``; ``postprocess``: boxes to original-image pixels, masks pasted and binarized at
+    ``mask_threshold``. ``pixel_mean``/``pixel_std``: in the network's channel order and ``pixel_range``'s scale;
+    ``flip_channels``: the input's channel order (BGR) is not the network's. ``resize``, ``rescale``, ``paste``: the
+    weight family's (see the module docstring)."""
 
     def __init__(
         self, resize: Callable, min_size: int, max_size: int, size_divisibility: int, pixel_mean: list[float],
@@ -233,8 +208,7 @@ class Transform(nn.Module):
         resized = [self.resize(self, img) for img in images]  # (image, scale) pairs
         sizes = [(x.shape[-2], x.shape[-1]) for x, _ in resized]
         d = self.size_divisibility
-        ph = int(-(-max(s[0] for s in sizes) // d) * d)
-        pw = int(-(-max(s[1] for s in sizes) // d) * d)
+        ph, pw = (int(-(-max(s[k] for s in sizes) // d) * d) for k in (0, 1))
         batch = resized[0][0].new_zeros((len(resized), 3, ph, pw))
         for i, (x, _) in enumerate(resized):
             batch[i, :, : x.shape[1], : x.shape[2]].copy_(x)

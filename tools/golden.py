@@ -9,8 +9,9 @@ Usage::
 thread count the outputs were saved with (float sums depend on it).
 
 ``save`` writes the checkpoints (a torchvision v1 file in the published key layout, a v2 file, synthetic
-Detectron R-50-FPN BN and GN pickles, a synthetic detectron2 pickle), the input images and, per case, the
-complete outputs (boxes, scores, labels, category ids, masks per image) into ``DIR``. ``check`` runs the
+Detectron R-50-FPN BN and GN pickles, a synthetic detectron2 pickle, a maskrcnn-benchmark training file), the
+input images and, per case, the complete outputs (boxes, scores, labels, category ids, masks per image) into
+``DIR``. ``check`` runs the
 same cases on the same files and compares. Each family runs with FrozenBN, Affine and Affine + FOLD_NORM +
 CHANNELS_LAST (GN and GN + CHANNELS_LAST for the GN file), on one image and on a 3-image batch with
 ``TEST.CHUNK_IMAGES`` 0 and 3. The saved outputs compare two commits; they are never committed as expected
@@ -48,6 +49,7 @@ FAMILIES = {
     "detectron_bn": ("detectron/e2e_mask_rcnn_R-50-FPN_1x.yaml", "detectron_R-50-FPN.pkl", BN_VARIANTS),
     "detectron_gn": ("detectron/e2e_mask_rcnn_R-50-FPN_2x_gn.yaml", "detectron_R-50-FPN_gn.pkl", GN_VARIANTS),
     "detectron2": ("detectron2/mask_rcnn_R_50_FPN_3x.yaml", "detectron2_R_50.pkl", BN_VARIANTS),
+    "mb": ("maskrcnn_benchmark/e2e_mask_rcnn_R_50_FPN_1x.yaml", "maskrcnn_benchmark_R_50.pth", BN_VARIANTS),
 }
 # batch: (indices of the input images, TEST.CHUNK_IMAGES)
 BATCHES = {"b1": ([0], 0), "b3_chunk0": ([0, 1, 2], 0), "b3_chunk3": ([0, 1, 2], 3)}
@@ -59,7 +61,14 @@ def write_inputs(folder: Path) -> None:
     """The checkpoints and images of every case (built with ``minidet.testing``)."""
     import numpy as np
 
-    from minidet.testing.checkpoints import d2_weights, make_blobs, write_detectron_pkl
+    from minidet.testing.checkpoints import (
+        d2_weights,
+        make_blobs,
+        mb_state_shapes,
+        mb_weights,
+        write_detectron_pkl,
+        write_mb_checkpoint,
+    )
     from minidet.testing.synthetic import structured_image
     from minidet.testing.tvref import build_tv, legacy_v1_state_dict
 
@@ -69,6 +78,7 @@ def write_inputs(folder: Path) -> None:
     write_detectron_pkl(str(folder / FAMILIES["detectron_gn"][1]), make_blobs("R-50-FPN_gn", seed=3))
     with open(folder / FAMILIES["detectron2"][1], "wb") as f:
         pickle.dump({"model": d2_weights(50, seed=4), "__author__": "golden"}, f)
+    write_mb_checkpoint(str(folder / FAMILIES["mb"][1]), mb_weights(mb_state_shapes(50), seed=5))
     images = [np.ascontiguousarray(structured_image(h, w, seed=10 + i)) for i, (h, w) in enumerate(IMAGE_SHAPES)]
     torch.save([torch.from_numpy(im) for im in images], folder / "images.pt")
 
