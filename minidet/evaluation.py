@@ -1,16 +1,16 @@
 """COCO evaluation: detections to COCO results (RLE as each image finishes), checks, pycocotools' COCOeval.
-
 Metrics: ``{"bbox": {"stats": [12 floats], "AP": ..., "AP50": ..., ..., "ARl": ...}, "segm": {...}}`` in
-COCOeval's units (fractions; -1 where the ground truth has nothing to measure).
-"""
+COCOeval's units (fractions; -1 where the ground truth has nothing to measure)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -92,8 +92,7 @@ def load_coco_annotations(path: str) -> COCO:
         raise EvaluationError(f"{path}: no categories (the 'categories' list is empty); nothing to evaluate")
     ann_ids: set[int] = set()
     for i, ann in enumerate(data["annotations"]):
-        missing = [k for k in _GT_KEYS if not isinstance(ann, dict) or k not in ann]
-        if missing:
+        if missing := [k for k in _GT_KEYS if not isinstance(ann, dict) or k not in ann]:
             raise EvaluationError(f"{path}: annotations[{i}] lacks {', '.join(map(repr, missing))}")
         where = f"{path}: annotations[{i}]"
         if not _is_int(ann["image_id"]) or ann["image_id"] not in image_ids:
@@ -121,37 +120,28 @@ def check_categories(coco_gt: COCO, layout: str, source: str) -> None:
     for cat in sorted(coco_gt.dataset["categories"], key=lambda c: c["id"]):
         cid, name = cat["id"], cat["name"]
         if cid not in known:
-            raise EvaluationError(
-                f"{source}: category {cid} ({name!r}) is not a category of the checkpoint "
-                f"(MODEL.CATEGORY_LAYOUT {layout}: COCO ids {min(known)}..{max(known)}); "
-                "the dataset does not match the model"
-            )
+            raise EvaluationError(f"{source}: category {cid} ({name!r}) is not a category of the checkpoint "
+                                  f"(MODEL.CATEGORY_LAYOUT {layout}: COCO ids {min(known)}..{max(known)}); "
+                                  "the dataset does not match the model")
         if name != known[cid]:
-            raise EvaluationError(
-                f"{source}: category {cid} is {name!r} in the dataset but {known[cid]!r} for the checkpoint "
-                f"(MODEL.CATEGORY_LAYOUT {layout}); the dataset does not match the model"
-            )
+            raise EvaluationError(f"{source}: category {cid} is {name!r} in the dataset but {known[cid]!r} for the "
+                                  f"checkpoint (MODEL.CATEGORY_LAYOUT {layout}); the dataset does not match the model")
 
 
-def instances_to_coco(
-    image_id: int, output: Mapping, box_offset: int = 0, keep: Iterable[int] | None = None
-) -> tuple[list[dict], int]:
+def instances_to_coco(image_id: int, output: Mapping, box_offset: int = 0,
+                      keep: Iterable[int] | None = None) -> tuple[list[dict], int]:
     """One image's predictor output (``boxes`` (N, 4) xyxy, ``scores`` (N,), ``category_ids`` (N,), optional
     ``masks`` (N, H, W) bool) as COCO result dicts in its order, masks as RLE; detections whose category id is
-    not in ``keep`` (coco91's unused slots, classes a dataset lacks) are dropped. Returns (results, number dropped).
-    """
+    not in ``keep`` (coco91's unused slots, classes a dataset lacks) are dropped. Returns (results, number dropped)."""
     cat = np.asarray(output["category_ids"]).reshape(-1)
-    sel = np.isin(cat, np.fromiter(keep, dtype=np.int64)) if keep is not None else np.ones(len(cat), bool)
-    idx = np.flatnonzero(sel)
+    idx = np.flatnonzero(np.isin(cat, np.fromiter(keep, dtype=np.int64))) if keep is not None else np.arange(len(cat))
     boxes = xyxy_to_xywh(np.asarray(output["boxes"])[idx], box_offset)
     scores = np.asarray(output["scores"])[idx]
-    rles = encode_masks(np.asarray(output["masks"])[idx]) if "masks" in output else None
-    results = []
-    for k, i in enumerate(idx):
-        r = {"image_id": int(image_id), "category_id": int(cat[i]), "bbox": boxes[k], "score": float(scores[k])}
-        if rles is not None:
-            r["segmentation"] = rles[k]
-        results.append(r)
+    results = [{"image_id": int(image_id), "category_id": int(cat[i]), "bbox": boxes[k], "score": float(scores[k])}
+               for k, i in enumerate(idx)]
+    if "masks" in output:
+        for r, rle in zip(results, encode_masks(np.asarray(output["masks"])[idx])):
+            r["segmentation"] = rle
     return results, int(len(cat) - len(idx))
 
 
@@ -162,19 +152,16 @@ def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
 
 def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
     """Check a results list against the COCO results schema and the annotation file; returns its IoU types.
-
-    Every entry needs an ``image_id`` of the annotation file, an integer ``category_id``, a finite ``score``,
-    and the same of ``bbox`` ([x, y, w, h], w, h >= 0) and ``segmentation`` (RLE of the image's size whose runs
-    add up to H*W; uncompressed counts are compressed in place) as the first entry. Raises :class:`EvaluationError`.
-    """
+    Every entry needs an ``image_id`` of the annotation file, an integer ``category_id``, a finite ``score``, and
+    the same of ``bbox`` ([x, y, w, h], w, h >= 0) and ``segmentation`` (RLE of the image's size whose runs add up
+    to H*W; uncompressed counts are compressed in place) as the first entry. Raises :class:`EvaluationError`."""
     if not isinstance(results, list):
         raise EvaluationError(f"{source}: COCO results must be a JSON list of detections, got {type(results).__name__}")
     if not results:
         raise EvaluationError(f"{source}: no detections (empty list); nothing to evaluate")
     if not isinstance(results[0], dict):
         raise EvaluationError(f"{source}: entry 0: expected an object, got {type(results[0]).__name__}")
-    types = result_iou_types(results)
-    if not types:
+    if not (types := result_iou_types(results)):
         raise EvaluationError(f"{source}: entry 0 has neither 'bbox' nor 'segmentation'; nothing to evaluate")
     needed = ("image_id", "category_id", "score", *(_RESULT_FIELD[t] for t in types))
     strings: list[tuple[int, str, int, int]] = []  # compressed RLE counts: (entry, counts, H, W)
@@ -182,9 +169,8 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
         where = f"{source}: entry {i}"
         if not isinstance(r, dict):
             raise EvaluationError(f"{where}: expected an object, got {type(r).__name__}")
-        for key in needed:
-            if key not in r:
-                raise EvaluationError(f"{where}: no {key!r} (every entry needs {', '.join(map(repr, needed))})")
+        if key := next((k for k in needed if k not in r), None):
+            raise EvaluationError(f"{where}: no {key!r} (every entry needs {', '.join(map(repr, needed))})")
         image_id = r["image_id"]
         if not _is_int(image_id) or image_id not in coco_gt.imgs:
             raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")
@@ -196,17 +182,15 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
             b = r["bbox"]
             if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
                 raise EvaluationError(f"{where}: bbox must be [x, y, width, height] with width, height >= 0; got {b!r}")
-        if "segmentation" in needed:
-            image = coco_gt.imgs[image_id]
-            counts = _check_rle(r, image, where)
-            if counts is not None:
-                strings.append((i, counts, image["height"], image["width"]))
+        if "segmentation" in needed and (rle := _check_rle(r, coco_gt.imgs[image_id], where)):
+            strings.append((i, *rle))
     _check_rle_strings(strings, source)
     return types
 
 
-def _check_rle(r: dict, image: dict, where: str) -> str | None:
-    """Check one entry's RLE; returns its compressed counts string, whose runs are checked later."""
+def _check_rle(r: dict, image: dict, where: str) -> tuple[str, int, int] | None:
+    """Check one entry's RLE; returns ``(counts, H, W)`` of compressed counts (their runs are checked later), None
+    for uncompressed counts (compressed in place)."""
     seg = r["segmentation"]
     if not (isinstance(seg, dict) and "size" in seg and "counts" in seg):
         raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}}")
@@ -222,7 +206,7 @@ def _check_rle(r: dict, image: dict, where: str) -> str | None:
         return None
     if not isinstance(counts, str):
         raise EvaluationError(f"{where}: segmentation counts must be an RLE string or a list of run lengths")
-    return counts
+    return counts, size[0], size[1]
 
 
 def _check_rle_strings(entries: list[tuple[int, str, int, int]], source: str, batch: int = 4096) -> None:
@@ -247,26 +231,19 @@ NOT_RLE, NEGATIVE_RUN = -1, -2  # rle_string_totals of a string that is not RLE,
 
 def rle_string_totals(strings: Sequence[str]) -> np.ndarray:
     """The pixels covered by the runs of each compressed COCO RLE ``counts`` string (int64), decoded all together
-    (numpy); :data:`NOT_RLE` for a string that is not one, :data:`NEGATIVE_RUN` where a run is below 0.
-
-    The format: each run length is a little-endian sequence of 5-bit groups stored as characters ``chr(48 + g)``,
-    bit 0x20 of a character meaning "more groups follow" and bit 0x10 of the last one the sign; from the fourth
-    run on, a run is stored as its difference to the run two before.
-    """
-    n = len(strings)
-    out = np.zeros(n, np.int64)
-    ascii_ = [s.isascii() for s in strings]
-    texts = [s if a else "" for s, a in zip(strings, ascii_)]
-    lens = np.fromiter(map(len, texts), np.int64, n)
-    bad = ~np.array(ascii_, bool)
+    (numpy); :data:`NOT_RLE` for a string that is not one, :data:`NEGATIVE_RUN` where a run is below 0. The format:
+    each run length is a little-endian sequence of 5-bit groups stored as characters ``chr(48 + g)``, bit 0x20 of a
+    character meaning "more groups follow" and bit 0x10 of the last one the sign; from the fourth run on, a run is
+    stored as its difference to the run two before."""
+    out = np.zeros(len(strings), np.int64)
+    bad = np.array([not s.isascii() for s in strings], bool)
+    texts = ["" if b else s for s, b in zip(strings, bad.tolist())]
+    lens = np.fromiter(map(len, texts), np.int64, len(strings))
     if lens.sum():
         c = np.frombuffer("".join(texts).encode("ascii"), np.uint8) - np.uint8(48)  # below "0": wraps to > 63
         offsets = np.cumsum(lens)
         last = (offsets - 1)[lens > 0]  # the last character of each string
-
-        def entry(index: np.ndarray) -> np.ndarray:  # the string of characters at ``index``
-            return np.searchsorted(offsets, index, side="right")
-
+        entry = functools.partial(np.searchsorted, offsets, side="right")  # entry(i): the string of character i
         end = (c & 0x20) == 0  # the last character of a run length
         bad[entry(np.flatnonzero(c > 63))] = True
         bad[entry(last[~end[last]])] = True  # the string ends inside a run length
@@ -295,9 +272,38 @@ def rle_string_totals(strings: Sequence[str]) -> np.ndarray:
 
 
 def load_results(path: str, coco_gt: COCO) -> tuple[list[dict], tuple[str, ...]]:
-    """Read and validate a COCO results file; returns the detections and their IoU types."""
+    """Read and validate a COCO results file (a list of detections, or ``{"images", "annotations"}`` as
+    ``tools/infer.py --results x.json`` writes it: see :func:`_by_file_name`); returns the detections and their
+    IoU types."""
     results = _load_json(path, "results file")
+    if isinstance(results, dict) and {"images", "annotations"} <= set(results):
+        results = _by_file_name(results, coco_gt, path)
     return results, validate_results(results, coco_gt, path)
+
+
+def _by_file_name(doc: dict, coco_gt: COCO, source: str) -> list:
+    """The detections of a results document with its own ``images`` list, their image ids changed to those of the
+    annotation file's images of the same ``file_name`` (else of the one image with that base name)."""
+    images, dets = doc["images"], doc["annotations"]
+    if not (isinstance(images, list) and all(isinstance(m, dict) and {"id", "file_name"} <= set(m) for m in images)):
+        raise EvaluationError(f"{source}: 'images' must be a list of {{'id', 'file_name', ...}} entries")
+    exact = {m["file_name"]: m["id"] for m in coco_gt.dataset["images"]}
+    base: dict[str, list[int]] = {}
+    for m in coco_gt.dataset["images"]:
+        base.setdefault(os.path.basename(m["file_name"]), []).append(m["id"])
+    ids = {}
+    for m in images:
+        name = str(m["file_name"])
+        same_base = base.get(os.path.basename(name), [])
+        found = exact.get(name, same_base[0] if len(same_base) == 1 else None)
+        if found is None:
+            raise EvaluationError(f"{source}: image {name!r} (id {m['id']}) is not in the annotation file")
+        ids[m["id"]] = found
+    if not (isinstance(dets, list) and all(isinstance(d, dict) for d in dets)):
+        raise EvaluationError(f"{source}: 'annotations' must be a list of detections")
+    if stray := [d.get("image_id") for d in dets if d.get("image_id") not in ids]:
+        raise EvaluationError(f"{source}: a detection of image id {stray[0]!r}, which its 'images' list lacks")
+    return [{**d, "image_id": ids[d["image_id"]]} for d in dets]
 
 
 def _results_api(coco_gt: COCO, dets: list[dict]) -> COCO:
@@ -309,9 +315,8 @@ def _results_api(coco_gt: COCO, dets: list[dict]) -> COCO:
     return empty
 
 
-def coco_metrics(
-    coco_gt: COCO, results: Sequence[dict], iou_types: Sequence[str], image_ids: Iterable[int] | None = None
-) -> tuple[dict[str, dict], dict[str, str]]:
+def coco_metrics(coco_gt: COCO, results: Sequence[dict], iou_types: Sequence[str],
+                 image_ids: Iterable[int] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """Run COCOeval per IoU type on ``results`` (not modified) over ``image_ids`` (default: every image).
     Returns ``(metrics, tables)``: ``metrics[iou_type]`` is ``{"stats": [12 floats], "AP": ...}`` (see
     :data:`METRIC_NAMES`), ``tables[iou_type]`` the summary pycocotools prints."""
@@ -321,8 +326,7 @@ def coco_metrics(
         if iou_type not in IOU_TYPES:
             raise ValueError(f"unknown IoU type {iou_type!r}; expected one of {IOU_TYPES}")
         if iou_type == "segm":
-            lacking = [a["id"] for a in coco_gt.dataset["annotations"] if "segmentation" not in a]
-            if lacking:
+            if lacking := [a["id"] for a in coco_gt.dataset["annotations"] if "segmentation" not in a]:
                 raise EvaluationError(f"annotation {lacking[0]} has no segmentation; cannot evaluate masks")
         # one field per evaluation: with a bbox present, pycocotools would take a mask's area from its box
         # (which changes what counts as small / medium / large)
@@ -339,13 +343,10 @@ def coco_metrics(
 
 
 class COCOEvaluator:
-    """Collects one dataset's detections as COCO results and evaluates them with pycocotools.
-
-    ``process`` converts a batch of predictor outputs (masks to RLE right away: memory holds no mask arrays),
-    ``extend`` adds results converted earlier (read back from disk), ``evaluate()`` returns the metrics over the
-    processed images and keeps pycocotools' printouts in ``tables``. Detections of categories the annotation
-    file lacks are dropped and counted in ``dropped``.
-    """
+    """Collects one dataset's detections as COCO results and evaluates them with pycocotools: ``process`` converts
+    a batch of predictor outputs (masks to RLE right away), ``extend`` adds results converted earlier, ``evaluate()``
+    returns the metrics over the processed images (pycocotools' printouts in ``tables``). Detections of categories
+    the annotation file lacks are dropped and counted in ``dropped``."""
 
     def __init__(self, coco_gt: COCO, box_offset: int = 0) -> None:
         self.coco_gt = coco_gt

@@ -16,9 +16,9 @@ try:
 except ImportError:  # not on Linux/macOS: runs are not locked
     fcntl = None
 
-# ".md-<pid>-<8 hex>.tmp": fixed length whatever the target's name (a 250-byte name must still
-# fit the file system's 255); ".<name>.<pid>.<8 hex>.tmp" is what earlier versions wrote
-_TEMP_RE = re.compile(r"^\.(md-\d+-[0-9a-f]{8}|.+\.\d+\.[0-9a-f]{8})\.tmp$")
+# ".md-<pid>-<8 hex>.tmp": fixed length (a 250-byte target name still fits); earlier: ".<name>.<pid>.<8 hex>.tmp";
+# videos (minidet.video) keep their container's extension: ".md-<pid>-<8 hex or probe>.tmp.mp4"
+_TEMP_RE = re.compile(r"^\.(md-\d+-([0-9a-f]{8}|probe)|.+\.\d+\.[0-9a-f]{8})\.tmp(\.mp4|\.avi)?$")
 LOCK_NAME = ".minidet.lock"
 _LOCK_FDS: set[int] = set()  # the lock files this process holds
 
@@ -102,10 +102,9 @@ def write_json(path: str, obj: Any, indent: int | None = None) -> None:
 
 
 class OutputDir:
-    """An output folder, checked before a run: created if needed, a folder, files can be created and renamed in
-    it; else :class:`OutputError` naming ``flag``. With ``lock``, :data:`LOCK_NAME` in it is locked (``flock``)
-    until :meth:`close` or the end of the process, however it ends: a second run on the folder is refused, one
-    killed does not block the next (forked children do not hold it)."""
+    """An output folder, checked before a run (created if needed; files can be created and renamed in it), else
+    :class:`OutputError` naming ``flag``. With ``lock``, :data:`LOCK_NAME` in it is ``flock``-ed until :meth:`close`
+    or the process ends, however: a second run is refused, a killed one blocks nothing, forked children hold none."""
 
     def __init__(self, path: str, flag: str = "--output", lock: bool = True) -> None:
         self.path, self.flag = path, flag

@@ -1,9 +1,7 @@
 """Robust image reading (always HxWx3 uint8 BGR; any failure one :class:`ImageReadError`) and input listing.
 
-OpenCV decodes (``IMREAD_COLOR | IMREAD_ANYDEPTH``: EXIF orientation applied, alpha dropped, 16-bit samples
-rounded to 8 bits here). A file in no known format, or whose header or size shows more than the pixel limit, is
-refused before it is read whole; what the native decoders print on fd 2 becomes one warning naming the file.
-"""
+OpenCV decodes (EXIF orientation applied, alpha dropped, 16-bit samples rounded to 8 bits). A file in no known
+format, or whose header or size shows more than the pixel limit, is refused before it is read whole."""
 
 from __future__ import annotations
 
@@ -22,17 +20,23 @@ import cv2
 import numpy as np
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")  # read by OpenCV (minidet.video)
 DEFAULT_MAX_PIXELS = 100_000_000
-# Most bytes a file may have for the pixel count its header announces (else the pixel limit): 16 per pixel is
-# twice 16-bit RGBA (compressed data is smaller); 64 MiB leaves ample room for metadata (EXIF, ICC, previews).
+# A file may have at most 16 bytes (twice 16-bit RGBA) per pixel its header announces (else per INPUT.MAX_PIXELS)
 MAX_BYTES_PER_PIXEL = 16
-METADATA_BYTES = 64 * 2**20
+METADATA_BYTES = 64 * 2**20  # plus ample room for metadata (EXIF, ICC, previews)
 HEAD_BYTES = 64 * 1024  # read first, to sniff the format and parse the header
 SHOW_NATIVE_MESSAGES = False  # True: the native decoders' messages reach fd 2 as they are (a tool's --debug)
 _FD2_LOCK = threading.Lock()  # file descriptor 2 is shared by all threads
 _BMP_HEADER_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)  # the DIB header variants
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
-_JPEG_MAX_MARKERS = 65536  # far more than a real file has before its frame header
+_OPEN_ERRORS = ((FileNotFoundError, "file not found"), (IsADirectoryError, "is a directory, not an image file"),
+                (PermissionError, "permission denied"))
+_MAGIC = {  # format: the first bytes announcing it (BMP, WebP, PNM and HEIF/AVIF: see sniff_format)
+    "JPEG": (b"\xff\xd8\xff",), "PNG": (b"\x89PNG\r\n\x1a\n",), "GIF": (b"GIF87a", b"GIF89a"),
+    "TIFF": (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"), "Sun raster": (b"\x59\xa6\x6a\x95",),
+    "JPEG 2000": (b"\x00\x00\x00\x0cjP  ", b"\xff\x4f\xff\x51"), "Radiance HDR": (b"#?RADIANCE", b"#?RGBE"),
+}
 
 
 class ImageReadError(Exception):
@@ -47,9 +51,8 @@ class ImageReadError(Exception):
         return (type(self), (self.path, self.reason))
 
 
-def read_image(
-    path: str, max_pixels: int = DEFAULT_MAX_PIXELS, on_warning: Callable[[str], None] | None = None
-) -> np.ndarray:
+def read_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS,
+               on_warning: Callable[[str], None] | None = None) -> np.ndarray:
     """Read an image file as an HxWx3 uint8 BGR array in its displayed orientation; :class:`ImageReadError` for
     any problem, more than ``max_pixels`` pixels included (0: no limit). A file decoded although its decoder
     complained calls ``on_warning("<path>: <what>")`` (default: ``warning: ...`` on stderr)."""
@@ -57,29 +60,18 @@ def read_image(
     try:
         with open(path, "rb") as f:
             data = _read_checked(f, path, max_pixels)
-    except FileNotFoundError:
-        raise ImageReadError(path, "file not found") from None
-    except IsADirectoryError:
-        raise ImageReadError(path, "is a directory, not an image file") from None
-    except PermissionError:
-        raise ImageReadError(path, "permission denied") from None
     except OSError as e:
-        raise ImageReadError(path, f"cannot read file ({e.strerror or e})") from None
+        reason = next((r for t, r in _OPEN_ERRORS if isinstance(e, t)), f"cannot read file ({e.strerror or e})")
+        raise ImageReadError(path, reason) from None
     return read_image_bytes(data, path, max_pixels, on_warning)
 
 
 def _read_checked(f, name: str, max_pixels: int) -> bytes:
     """The whole file, once its first bytes show an image of acceptable size and file size."""
     head = f.read(HEAD_BYTES)
-    if not head:
-        raise ImageReadError(name, "empty file (0 bytes)")
-    if sniff_format(head) is None:
-        raise ImageReadError(name, "not a recognized image format")
     st = os.fstat(f.fileno())
     regular = stat.S_ISREG(st.st_mode)
-    size = header_size(_FileView(f, st.st_size, head) if regular else head)
-    if size is not None:
-        _check_pixels(name, size[0], size[1], max_pixels)
+    _, size = _check_header(name, head, max_pixels, _FileView(f, st.st_size, head) if regular else None)
     pixels = size[0] * size[1] if size is not None else max_pixels
     limit = MAX_BYTES_PER_PIXEL * pixels + METADATA_BYTES if pixels > 0 else None
     if regular:
@@ -102,19 +94,22 @@ def _too_large(nbytes: int, size: tuple[int, int] | None, pixels: int) -> str:
             f"{MAX_BYTES_PER_PIXEL} bytes per pixel + {METADATA_BYTES >> 20} MiB of metadata; not read")
 
 
-def read_image_bytes(
-    data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, on_warning: Callable[[str], None] | None = None
-) -> np.ndarray:
-    """Decode encoded image bytes like :func:`read_image`; ``name`` is used in messages."""
-    data = bytes(data)
-    if not data:
-        raise ImageReadError(name, "empty file (0 bytes)")
+def _check_header(name: str, data: bytes, max_pixels: int, view: _FileView | None = None) -> tuple[str, tuple | None]:
+    """``(format, (height, width) or None)`` of ``data`` (its first bytes at least; the header read from ``view`` if
+    given); :class:`ImageReadError` if it is empty, of no known format or shows more than ``max_pixels`` pixels."""
     fmt = sniff_format(data)
     if fmt is None:
-        raise ImageReadError(name, "not a recognized image format")
-    size = header_size(data)
-    if size is not None:
-        _check_pixels(name, size[0], size[1], max_pixels)
+        raise ImageReadError(name, "not a recognized image format" if data else "empty file (0 bytes)")
+    size = header_size(data if view is None else view)
+    _check_pixels(name, size, max_pixels)
+    return fmt, size
+
+
+def read_image_bytes(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS,
+                     on_warning: Callable[[str], None] | None = None) -> np.ndarray:
+    """Decode encoded image bytes like :func:`read_image`; ``name`` is used in messages."""
+    data = bytes(data)
+    fmt, _ = _check_header(name, data, max_pixels)
     try:
         img, native = _imdecode(np.frombuffer(data, np.uint8))
     except cv2.error as e:
@@ -126,7 +121,7 @@ def read_image_bytes(
         raise ImageReadError(name, f"cannot decode {fmt} data (truncated or corrupt){said}")
     if native:
         (on_warning or _print_warning)(f"{name}: {fmt} decoder warning, decoded anyway: {native}")
-    _check_pixels(name, img.shape[0], img.shape[1], max_pixels)
+    _check_pixels(name, img.shape[:2], max_pixels)
     return _to_bgr8(img, name)
 
 
@@ -149,35 +144,40 @@ def _print_warning(message: str) -> None:
 
 def _imdecode(buf: np.ndarray) -> tuple[np.ndarray | None, str]:
     """``cv2.imdecode`` and, on one line, what the native decoders printed on fd 2 meanwhile."""
-    flags = cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH
+    return native_call(cv2.imdecode, buf, cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH)
+
+
+def native_call(fn: Callable, *args) -> tuple:
+    """``fn(*args)`` and, on one line, what native code (libjpeg, FFmpeg, OpenCV's log) printed on fd 2 meanwhile;
+    with :data:`SHOW_NATIVE_MESSAGES` that reaches fd 2 as it is and the text is ''."""
     if SHOW_NATIVE_MESSAGES:
-        return cv2.imdecode(buf, flags), ""
+        return fn(*args), ""
     with _FD2_LOCK:
+        saved = None
         try:
             saved = os.dup(2)
-        except OSError:  # no fd 2: nothing to capture
-            return cv2.imdecode(buf, flags), ""
-        try:
             with tempfile.TemporaryFile() as tmp:
                 if sys.stderr is not None:
                     sys.stderr.flush()
                 os.dup2(tmp.fileno(), 2)
                 try:
-                    img = cv2.imdecode(buf, flags)
+                    result = fn(*args)
                 finally:
                     os.dup2(saved, 2)
                 tmp.seek(0)
                 text = tmp.read(4096).decode("utf-8", "replace")
-        except OSError:  # no temporary file: decode without capturing
-            return cv2.imdecode(buf, flags), ""
+        except OSError:  # no fd 2 or no temporary file: run without capturing
+            return fn(*args), ""
         finally:
-            os.close(saved)
+            if saved is not None:
+                os.close(saved)
     native = "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
-    return img, native if len(native) <= 300 else native[:297] + "..."
+    return result, native if len(native) <= 300 else native[:297] + "..."
 
 
-def _check_pixels(name: str, height: int, width: int, max_pixels: int) -> None:
-    n = int(height) * int(width)
+def _check_pixels(name: str, size: tuple[int, int] | None, max_pixels: int) -> None:
+    height, width = size or (0, 0)
+    n = height * width
     if max_pixels > 0 and n > max_pixels:
         raise ImageReadError(name, f"{width} x {height} = {n} pixels exceeds INPUT.MAX_PIXELS ({max_pixels})")
 
@@ -205,26 +205,15 @@ def _to_bgr8(img: np.ndarray, name: str) -> np.ndarray:
 
 def sniff_format(data: bytes) -> str | None:
     """Name of the image format announced by the first bytes of ``data``, or None."""
-    if data.startswith(b"\xff\xd8\xff"):
-        return "JPEG"
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "PNG"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "GIF"
+    for fmt, magic in _MAGIC.items():
+        if data.startswith(magic):
+            return fmt
     if data.startswith(b"BM") and int.from_bytes(data[14:18], "little") in _BMP_HEADER_SIZES:
         return "BMP"
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "WebP"
-    if data[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
-        return "TIFF"
-    if data.startswith((b"\x00\x00\x00\x0cjP  ", b"\xff\x4f\xff\x51")):
-        return "JPEG 2000"
     if len(data) > 2 and data[0:1] == b"P" and data[1:2] in b"1234567Ff" and data[2:3].isspace():
         return "PNM"  # P1-P6, PAM (P7) and PFM (PF, Pf)
-    if data.startswith(b"\x59\xa6\x6a\x95"):
-        return "Sun raster"
-    if data.startswith((b"#?RADIANCE", b"#?RGBE")):
-        return "Radiance HDR"
     if data[4:8] == b"ftyp" and data[8:12] in (b"heic", b"heix", b"mif1", b"msf1", b"avif", b"avis"):
         return "HEIF/AVIF"
     return None
@@ -237,9 +226,7 @@ def header_size(data: bytes) -> tuple[int, int] | None:
         size = _parse_header(data, sniff_format(data[:32]))
     except (IndexError, ValueError):
         return None
-    if size is None or size[0] <= 0 or size[1] <= 0:
-        return None
-    return size
+    return size if size is not None and min(size) > 0 else None
 
 
 class _FileView:
@@ -288,10 +275,16 @@ def _parse_header(data: bytes, fmt: str | None) -> tuple[int, int] | None:
     if fmt == "BMP":
         if _u(data, 14, 4, "little") == 12:  # OS/2 BITMAPCOREHEADER
             return _u(data, 20, 2, "little"), _u(data, 18, 2, "little")
-        height = int.from_bytes(data[22:26], "little", signed=True)
-        return abs(height), _u(data, 18, 4, "little")
-    if fmt == "WebP":
-        return _webp_size(data)
+        return abs(int.from_bytes(data[22:26], "little", signed=True)), _u(data, 18, 4, "little")
+    if fmt == "WebP":  # the first chunk: extended, lossless or lossy
+        chunk = data[12:16]
+        if chunk == b"VP8X":
+            return 1 + _u(data, 27, 3, "little"), 1 + _u(data, 24, 3, "little")
+        if chunk == b"VP8L" and data[20] == 0x2F:
+            bits = _u(data, 21, 4, "little")
+            return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
+        if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+            return _u(data, 28, 2, "little") & 0x3FFF, _u(data, 26, 2, "little") & 0x3FFF
     if fmt == "TIFF":
         return _tiff_size(data)
     return None
@@ -299,33 +292,20 @@ def _parse_header(data: bytes, fmt: str | None) -> tuple[int, int] | None:
 
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     i = 2
-    for _ in range(_JPEG_MAX_MARKERS):
+    for _ in range(65536):  # far more markers than a real file has before its frame header
         if i + 4 > len(data) or data[i] != 0xFF:
             return None
         marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
-            i += 2
-            continue
         if marker in (0xD9, 0xDA):  # end of image / start of scan before any frame header
             return None
         if marker in _JPEG_SOF:
             return _u(data, i + 5, 2, "big"), _u(data, i + 7, 2, "big")
-        i += 2 + _u(data, i + 2, 2, "big")
-    return None
-
-
-def _webp_size(data: bytes) -> tuple[int, int] | None:
-    chunk = data[12:16]
-    if chunk == b"VP8X":
-        return 1 + _u(data, 27, 3, "little"), 1 + _u(data, 24, 3, "little")
-    if chunk == b"VP8L" and data[20] == 0x2F:
-        bits = _u(data, 21, 4, "little")
-        return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
-    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
-        return _u(data, 28, 2, "little") & 0x3FFF, _u(data, 26, 2, "little") & 0x3FFF
+        if marker == 0xFF:  # fill byte
+            i += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+        else:
+            i += 2 + _u(data, i + 2, 2, "big")
     return None
 
 
@@ -340,31 +320,24 @@ def _tiff_size(data: bytes) -> tuple[int, int] | None:
         tag, typ = _u(data, entry, 2, order), _u(data, entry + 2, 2, order)
         if tag in (256, 257):  # ImageWidth, ImageLength: SHORT or LONG
             found[tag] = _u(data, entry + 8, 2 if typ == 3 else 4, order)
-    if 256 in found and 257 in found:
-        return found[257], found[256]
-    return None
+    return found.get(257, 0), found.get(256, 0)  # a dimension not found: 0, and header_size says None
 
 
-def _is_image_name(name: str) -> bool:
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+def _has_extension(name: str, extensions: tuple[str, ...]) -> bool:
+    return os.path.splitext(name)[1].lower() in extensions
 
 
-# why a folder or glob entry is not listed: (one, several); other entries are skipped for their extension
-_SKIP_LABELS = {
-    "dangling": ("dangling link", "dangling links"),
-    "loop": ("symlink loop", "symlink loops"),
-    "folder": ("folder named like an image", "folders named like an image"),
-    "special": ("special file named like an image", "special files named like an image"),
-    "": ("file without extension", "files without extension"),
-}
+# why a folder or glob entry is not listed ({s}: "s" for several); other entries are skipped for their extension
+_SKIP_LABELS = {"dangling": "dangling link{s}", "loop": "symlink loop{s}", "folder": "folder{s} named like an image",
+                "special": "special file{s} named like an image", "": "file{s} without extension",
+                "unreadable": "unreadable folder{s}"}
 
 
-def _skip_reason(path: str) -> str | None:
-    """Why ``path`` (a folder's entry or a glob match) is not an image to read; None for an image
-    file, and for what is not worth a word (a hidden file, a subfolder with a plain name)."""
+def _skip_reason(path: str, extensions: tuple[str, ...] = IMAGE_EXTENSIONS) -> str | None:
+    """Why ``path`` (a folder entry or glob match) is not listed; None for an input, hidden file, plain subfolder."""
     name = os.path.basename(path)
     ext = os.path.splitext(name)[1].lower()
-    if ext not in IMAGE_EXTENSIONS and name.startswith("."):
+    if ext not in extensions and name.startswith("."):
         return None
     if os.path.islink(path) and not os.path.exists(path):
         try:
@@ -372,49 +345,108 @@ def _skip_reason(path: str) -> str | None:
         except OSError as e:
             return "loop" if e.errno == errno.ELOOP else "dangling"
     if os.path.isdir(path):
-        return "folder" if ext in IMAGE_EXTENSIONS else None
-    if ext not in IMAGE_EXTENSIONS:
+        return "folder" if ext in extensions else None
+    if ext not in extensions:
         return ext
     return None if os.path.isfile(path) else "special"
 
 
-def describe_skipped(reasons: list[str]) -> str:
-    """``"2 dangling links, 1 .gif (not an image extension: .jpg, ...)"`` for the reasons of :func:`find_images`."""
+def describe_skipped(reasons: list[str], videos: bool = False) -> str:
+    """``"2 dangling links, 1 .gif (not an image extension: .jpg, ...)"`` for the reasons of :func:`find_inputs`."""
     counts = Counter(sorted(reasons, key=lambda r: (r[:1] in ("", "."), r)))  # the kinds first, then extensions
-    parts = [f"{n} {_SKIP_LABELS[r][n > 1] if r in _SKIP_LABELS else r}" for r, n in counts.items()]
+    parts = [f"{n} {_SKIP_LABELS[r].format(s='s' if n > 1 else '') if r in _SKIP_LABELS else r}"
+             for r, n in counts.items()]
     if any(r[:1] in ("", ".") for r in counts):
-        parts[-1] += f" (not an image extension: {', '.join(IMAGE_EXTENSIONS)})"
+        kind, exts = ("image or video", IMAGE_EXTENSIONS + VIDEO_EXTENSIONS) if videos else ("image", IMAGE_EXTENSIONS)
+        parts[-1] += f" (not an {kind} extension: {', '.join(exts)})"
     return ", ".join(parts)
 
 
-def find_images(inputs: list[str]) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
-    """:func:`list_images`, and what it left out: ``{folder or pattern: [(path, reason), ...]}``, a reason
-    being a key of ``_SKIP_LABELS`` or a file's extension (hidden files and plain subfolders are not listed)."""
+def _entries(folder: str, recursive: bool) -> tuple[list[str], list[str]]:
+    """A folder's entries, sorted (with ``recursive``: those of every non-hidden subfolder too, links to folders not
+    followed), and the subfolders that could not be read."""
+    if not recursive:
+        return [os.path.join(folder, n) for n in sorted(os.listdir(folder))], []
     found: list[str] = []
+    unreadable: list[str] = []
+    for top, subfolders, files in os.walk(folder, onerror=lambda e: unreadable.append(e.filename)):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        found.extend(os.path.join(top, n) for n in sorted(files + subfolders))
+    return found, [u for u in unreadable if u != folder]
+
+
+def _fixed_part(pattern: str) -> str:
+    """The folder of a glob pattern before its first wildcard (the root its matches are named from)."""
+    while any(c in pattern for c in "*?["):
+        pattern = os.path.dirname(pattern)
+    return pattern or "."
+
+
+def _listed(path: str) -> list[str]:
+    """The paths of an input list file: one a line, blank lines and ``#`` comments skipped, relative to its folder."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.strip() for line in f]
+    except (OSError, UnicodeDecodeError) as e:
+        raise FileNotFoundError(f"{path}: cannot read the input list ({getattr(e, 'strerror', None) or e})") from None
+    paths = [p if os.path.isabs(p) else os.path.join(os.path.dirname(path), p)
+             for p in lines if p and not p.startswith("#")]
+    if not paths:
+        raise FileNotFoundError(f"{path}: the input list names no file")
+    return paths
+
+
+def find_inputs(inputs: list[str], recursive: bool = False, list_file: str | None = None, videos: bool = False
+                ) -> tuple[list[tuple[str, str]], dict[str, list[tuple[str, str]]]]:
+    """Files, folders (their images, with ``videos`` their videos too, any case; with ``recursive`` those of their
+    subfolders too), glob patterns (``**``: any depth) and the paths in ``list_file`` (see :func:`_listed`) as
+    ``(path, name)`` in the inputs' order, each folder's and pattern's sorted, repeats dropped. ``name`` is the path
+    relative to the input's root: the folder, the pattern's fixed part, or the folder that the files named (here or
+    in the list) all share. A path named is kept whatever it is (a folder ``x.jpg``, a missing listed file) for the
+    reader to report. Also returns what folders and patterns left out, ``{input: [(path, reason), ...]}``, a reason
+    being a key of ``_SKIP_LABELS`` or an extension (hidden files and plain subfolders are not listed).
+    FileNotFoundError names the first input that yields nothing."""
+    extensions = IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if videos else ())
+    found: list[list[str | None]] = []  # [path, name]; a named file's name is set at the end
     skipped: dict[str, list[tuple[str, str]]] = {}
-    for item in inputs:
-        item = os.fspath(item)
-        if os.path.lexists(item) and not (os.path.isdir(item) and not _is_image_name(item)):
-            found.append(item)  # named explicitly: kept whatever it is (a folder x.jpg too); read_image reports it
+    for item in map(os.fspath, inputs):
+        if os.path.lexists(item) and not (os.path.isdir(item) and not _has_extension(item, extensions)):
+            found.append([item, None])  # named explicitly: kept whatever it is
             continue
+        unreadable: list[str] = []
         if os.path.isdir(item):
-            entries = [os.path.join(item, n) for n in sorted(os.listdir(item))]
+            root = item
+            entries, unreadable = _entries(item, recursive)
         elif any(c in item for c in "*?["):  # a glob pattern
-            entries = sorted(glob.glob(item))
+            root, entries = _fixed_part(item), sorted(glob.glob(item, recursive=True))
         else:
             raise FileNotFoundError(f"no such file or folder: {item}")
-        images = [p for p in entries if _is_image_name(p) and os.path.isfile(p)]
-        if not images and os.path.isdir(item):
-            raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in folder: {item}")
-        if not images:
-            raise FileNotFoundError(f"no image files match: {item}")
-        found.extend(images)
-        if gone := [(p, r) for p in entries if (r := _skip_reason(p)) is not None]:
+        media = [p for p in entries if _has_extension(p, extensions) and os.path.isfile(p)]
+        if not media:
+            what = "image or video files" if videos else "image files"
+            raise FileNotFoundError(f"no {what} ({', '.join(extensions)}) in folder: {item}"
+                                    if os.path.isdir(item) else f"no {what} match: {item}")
+        found.extend([p, os.path.relpath(p, root)] for p in media)
+        gone = [(p, r) for p in entries if (r := _skip_reason(p, extensions)) is not None]
+        if gone := gone + [(u, "unreadable") for u in unreadable]:
             skipped[item] = gone
-    unique: dict[str, str] = {}  # the first of the paths naming one file
-    for p in found:
-        unique.setdefault(os.path.abspath(p), p)
+    if list_file is not None:
+        found.extend([p, None] for p in _listed(list_file))
+    named = [entry for entry in found if entry[1] is None]
+    if named:
+        root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p, _ in named])
+        for entry in named:
+            entry[1] = os.path.relpath(os.path.abspath(entry[0]), root)
+    unique: dict[str, tuple[str, str]] = {}  # the first of the paths naming one file
+    for p, name in found:
+        unique.setdefault(os.path.abspath(p), (p, name))
     return list(unique.values()), skipped
+
+
+def find_images(inputs: list[str]) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
+    """:func:`find_inputs` of image files named, in folders (not recursive) or by patterns: the paths, the skipped."""
+    found, skipped = find_inputs(inputs)
+    return [p for p, _ in found], skipped
 
 
 def list_images(inputs: list[str]) -> list[str]:

@@ -25,11 +25,13 @@ def palette(n: int) -> np.ndarray:
     return np.round(rgb[:, ::-1] * 255.0).astype(np.uint8)
 
 
-def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray, labels: Sequence[str],
-                   masks: np.ndarray | None = None, thresh: float = 0.5, alpha: float = 0.5) -> np.ndarray:
+def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray, labels: Sequence[str] | None,
+                   masks: np.ndarray | None = None, thresh: float = 0.5, alpha: float = 0.5,
+                   draw_boxes: bool = True) -> np.ndarray:
     """A new uint8 BGR image with the instances scoring ``>= thresh`` drawn on it: ``boxes`` (N, 4) xyxy in pixels,
-    ``scores`` (N,), ``labels`` N class names, ``masks`` (N, H, W) boolean or None (blended with weight ``alpha``,
-    outlined); boxes and ``"name 0.93"`` labels in the instance's colour, lines and font growing with the image."""
+    ``scores`` (N,), ``labels`` N class names (None: no labels), ``masks`` (N, H, W) boolean or None (blended with
+    weight ``alpha``, outlined); boxes (unless not ``draw_boxes``) and ``"name 0.93"`` labels in the instance's
+    colour, lines and font growing with the image."""
     img = np.asarray(image_bgr)
     if img.dtype != np.uint8:
         raise ValueError(f"image must be uint8, got {img.dtype}")
@@ -42,16 +44,14 @@ def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
     boxes = np.nan_to_num(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
     n = len(scores)
-    if len(boxes) != n or len(labels) != n:
+    if len(boxes) != n or (labels is not None and len(labels) != n):
         raise ValueError(f"got {len(boxes)} boxes, {n} scores and {len(labels)} labels")
     if masks is not None:
         masks = np.asarray(masks)
         if masks.shape != (n, height, width):
             raise ValueError(f"masks must have shape {(n, height, width)}, got {masks.shape}")
     keep = [i for i in range(n) if scores[i] >= thresh]
-    if not keep:
-        return out
-    colors = palette(n)
+    colors = [tuple(c) for c in palette(n).tolist()]
     diag = math.sqrt(height * width)
     line = max(1, round(diag / 500))
     if masks is not None:
@@ -60,41 +60,35 @@ def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
             m = masks[i].astype(bool)
             if not m.any():
                 continue
-            color = colors[i].astype(np.float32)
+            color = np.array(colors[i], np.float32)
             out[m] = (out[m].astype(np.float32) * (1.0 - alpha) + color * alpha + 0.5).astype(np.uint8)
             contours, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE)
-            cv2.drawContours(out, contours, -1, _bgr(colors[i]), line, cv2.LINE_AA)
-    for i in keep:
+            cv2.drawContours(out, contours, -1, colors[i], line, cv2.LINE_AA)
+    for i in keep if draw_boxes else []:
         x1, y1, x2, y2 = _clip_box(boxes[i], width, height)
-        cv2.rectangle(out, (x1, y1), (x2, y2), _bgr(colors[i]), line, cv2.LINE_AA)
+        cv2.rectangle(out, (x1, y1), (x2, y2), colors[i], line, cv2.LINE_AA)
     scale = min(2.5, max(0.4, diag / 1100))
     thick = max(1, round(scale * 1.6))
     # Lowest scores first so that the most confident labels end up on top.
-    for i in sorted(keep, key=lambda k: scores[k]):
+    for i in sorted(keep, key=lambda k: scores[k]) if labels is not None else []:
         x1, y1, _, _ = _clip_box(boxes[i], width, height)
         _draw_label(out, f"{labels[i]} {scores[i]:.2f}", x1, y1, colors[i], scale, thick)
     return out
 
 
-def _bgr(color: np.ndarray) -> tuple[int, int, int]:
-    return int(color[0]), int(color[1]), int(color[2])
-
-
 def _clip_box(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:
-    x1, y1, x2, y2 = (min(max(round(float(v)), 0), size - 1) for v, size in zip(box, (width, height) * 2))
-    return x1, y1, x2, y2
+    return tuple(min(max(round(float(v)), 0), size - 1) for v, size in zip(box, (width, height) * 2))
 
 
-def _draw_label(img: np.ndarray, text: str, x: int, y: int, color: np.ndarray, scale: float, thick: int) -> None:
+def _draw_label(img: np.ndarray, text: str, x: int, y: int, color: tuple, scale: float, thick: int) -> None:
     """A filled tag with ``text`` above (x, y), or just below it when there is no room."""
     height, width = img.shape[:2]
     (tw, th), base = cv2.getTextSize(text, _FONT, scale, thick)
     pad = max(1, round(2 * scale))
     tag_w, tag_h = tw + 2 * pad, th + base + 2 * pad
-    top = y - tag_h if y - tag_h >= 0 else y
-    top = max(0, min(top, height - tag_h))
+    top = max(0, min(y - tag_h if y >= tag_h else y, height - tag_h))
     left = max(0, min(x, width - tag_w))
-    cv2.rectangle(img, (left, top), (left + tag_w - 1, top + tag_h - 1), _bgr(color), -1)
-    luminance = 0.114 * int(color[0]) + 0.587 * int(color[1]) + 0.299 * int(color[2])
+    cv2.rectangle(img, (left, top), (left + tag_w - 1, top + tag_h - 1), color, -1)
+    luminance = 0.114 * color[0] + 0.587 * color[1] + 0.299 * color[2]
     ink = (0, 0, 0) if luminance > 150 else (255, 255, 255)
     cv2.putText(img, text, (left + pad, top + pad + th), _FONT, scale, ink, thick, cv2.LINE_AA)

@@ -199,7 +199,7 @@ def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path)
     _, stderr = proc.communicate(timeout=300)
     stderr = stderr.decode()
     assert proc.returncode == 130, stderr
-    assert f"error: interrupted; finished images are kept in {out / 'chunks'}" in stderr
+    assert f"error: interrupted; finished work is kept in {out / 'chunks'}" in stderr
     done = sum(len(_load(p)["image_ids"]) for p in (out / "chunks").glob("run001-*.json"))
     assert 1 <= done < N
     assert not (out / "coco_instances_results.json").exists()

@@ -43,7 +43,7 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_end_to_end(tmp_path, tv_file_init):
     (tmp_path / "sub").mkdir()
     a = tmp_path / "scene.png"
-    b = tmp_path / "sub" / "scene.jpg"  # same stem as a: written as scene_1.*
+    b = tmp_path / "sub" / "scene.jpg"  # same stem as a, another folder: written as sub/scene.*
     bad = tmp_path / "broken.jpg"
     cv2.imwrite(str(a), structured_image(240, 320, seed=1))
     cv2.imwrite(str(b), structured_image(300, 200, seed=2))
@@ -63,11 +63,13 @@ def test_end_to_end(tmp_path, tv_file_init):
     assert "stage" in res.stdout and "mean ms" in res.stdout
     for stage in ("backbone", "rpn", "box_head", "mask_head", "total"):
         assert f"\n{stage}" in res.stdout, stage
-    assert f"infer: 3 images, 1 failed, 10 instances, output in {out}" in res.stdout
+    assert f"infer: 3 inputs, 1 failed, 10 instances, output in {out}" in res.stdout
+    assert "infer: this run 2 images and video frames in " in res.stdout
 
-    assert sorted(os.listdir(out)) == ["scene.jpg", "scene.json", "scene_1.jpg", "scene_1.json"]
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and ".chunks" not in p.parts)
+    assert written == ["scene.jpg", "scene.json", "sub/scene.jpg", "sub/scene.json"]
     by_id = dict(COCO_CATEGORIES)
-    for stem, src, (h, w) in [("scene", a, (240, 320)), ("scene_1", b, (300, 200))]:
+    for stem, src, (h, w) in [("scene", a, (240, 320)), ("sub/scene", b, (300, 200))]:
         vis = cv2.imread(str(out / f"{stem}.jpg"))
         assert vis is not None and vis.shape == (h, w, 3)
         doc = json.loads((out / f"{stem}.json").read_text())
@@ -107,7 +109,9 @@ def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1].startswith("error: interrupted at image ")
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: interrupted; finished work is kept in {out / '.chunks'}: rerun the same command with --resume "
+        "to do the rest")
     done = sorted(out.glob("*.json"))
     assert 1 <= len(done) < len(images)
     for path in done:  # whatever was written is whole
@@ -151,8 +155,8 @@ def test_missing_weights_and_inputs(tmp_path):
 
 def test_unique_stems():
     tool = load_tool(TOOL)
-    got = tool.unique_stems(["a/x.jpg", "b/x.png", "x_1.jpg", "c/x.jpeg", "y.jpg"])
-    assert got == ["x", "x_1", "x_1_1", "x_2", "y"]
+    got = tool.unique_stems(["x.jpg", "x.png", "x_1.jpg", "x.jpeg", "a/x.jpg", "y.jpg"])
+    assert got == ["x", "x_1", "x_1_1", "x_2", "a/x", "y"]
 
 
 def test_overrides_after_input_are_recovered(tmp_path):

@@ -22,7 +22,7 @@ import pytest
 from helpers import load_tool, one_error_line
 from minidet import fileio
 from minidet.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
-from minidet.imageio import IMAGE_EXTENSIONS, find_images
+from minidet.imageio import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, find_images
 from minidet.testing.synthetic import structured_image
 from test_bad_inputs import EVAL, FAST, INFER, TV_CONFIG, _run
 from test_eval_coco_tool import weights  # noqa: F401 - a fixture: a torchvision checkpoint file
@@ -136,10 +136,11 @@ def test_folder_input_with_odd_entries_long_names_and_output_inside_it(tmp_path,
     skipped = [line for line in stdout.splitlines() if line.startswith("infer: skipped")]
     assert skipped == [
         f"infer: skipped 5 entries in {photos}: 1 dangling link, 1 folder named like an image, 1 symlink loop, "
-        f"1 .gif, 1 .txt (not an image extension: {', '.join(IMAGE_EXTENSIONS)})"
+        f"1 .gif, 1 .txt (not an image or video extension: {', '.join(IMAGE_EXTENSIONS + VIDEO_EXTENSIONS)})"
     ]
-    assert "infer: 3 images, 1 failed," in stdout
-    assert sorted(os.listdir(out)) == sorted(f"{s}{e}" for s in ("photo", long_stem) for e in (".jpg", ".json"))
+    assert "infer: 3 inputs, 1 failed," in stdout
+    outputs = sorted(f"{s}{e}" for s in ("photo", long_stem) for e in (".jpg", ".json"))
+    assert sorted(os.listdir(out)) == [".chunks", *outputs]
     assert json.loads((out / f"{long_stem}.json").read_text())["file"] == str(photos / f"{long_stem}.jpg")
     assert photo.read_bytes() == before
 

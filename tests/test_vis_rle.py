@@ -22,6 +22,22 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 # ---------------------------------------------------------------- vis
 
 
+def test_draw_options_leave_out_boxes_labels_and_mask_fill():
+    """infer.py's --no-boxes, --no-labels and --mask-alpha: each part can be left out of the drawing."""
+    img = structured_image(120, 160, seed=3)
+    boxes, scores = np.array([[10.0, 10.0, 80.0, 60.0]]), np.array([0.9])
+    mask = np.zeros((1, 120, 160), bool)
+    mask[0, 20:40, 20:50] = True
+    assert np.array_equal(draw_instances(img, boxes, scores, None, draw_boxes=False), img)
+    box = draw_instances(img, boxes, scores, None)
+    labelled = draw_instances(img, boxes, scores, ["cat"])
+    assert not np.array_equal(box, img) and not np.array_equal(labelled, box)
+    outline = draw_instances(img, boxes, scores, None, mask, alpha=0.0, draw_boxes=False)
+    filled = draw_instances(img, boxes, scores, None, mask, alpha=0.5, draw_boxes=False)
+    inside = (slice(24, 36), slice(24, 46))  # away from the outline
+    assert np.array_equal(outline[inside], img[inside]) and not np.array_equal(filled[inside], img[inside])
+
+
 def _scene(h: int = 200, w: int = 300):
     img = structured_image(h, w, seed=7)
     boxes = np.array([[20, 60, 120, 180], [150, 40, 290, 190], [5, 5, 25, 25]], np.float32)

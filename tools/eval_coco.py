@@ -35,8 +35,9 @@ annotation or results file stops the run with one ``error:`` line and exit statu
 with the traceback); an interrupted run exits with 130 (Ctrl-C), 143 (SIGTERM) or 2 (an error).
 
 The second form evaluates detections made elsewhere: each file may carry ``bbox``,
-``segmentation`` or both; ``metrics.json`` gets what they allow. COCOeval counts every image of
-the annotation file: a file with detections of only some of them is told on stderr
+``segmentation`` or both; ``metrics.json`` gets what they allow. A file that ``infer.py --results
+x.json`` wrote (with its own ``images`` list) is matched to the annotation file's images by file
+name. COCOeval counts every image of the annotation file: a file with detections of only some of them is told on stderr
 (``warning: RESULTS.json: results cover 10 of 80 annotated images; ...``), and
 ``--only-result-images`` evaluates those images alone (the first form always evaluates the
 images it ran, e.g. the first N with ``--max-images``). Under torchrun each process takes every
@@ -48,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 import traceback
@@ -61,14 +61,14 @@ except ImportError:  # running from a source checkout that is not installed
     import minidet
 
 import cv2
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from minidet import dist
+from minidet.bulk import drive, open_share, run_batches, timing_summary
 from minidet.checkpoint import CheckpointError
 from minidet.chunks import ChunkError, ChunkStore, file_identity, merge_chunks
 from minidet.config import ConfigError, validate_cfg
-from minidet.data import ImageFiles, coco_image_files, collate, worker_init_fn
+from minidet.data import ImageFiles, coco_image_files
 from minidet.evaluation import (
     IOU_TYPES,
     METRIC_NAMES,
@@ -82,7 +82,7 @@ from minidet.evaluation import (
 from minidet.fileio import OutputDir, remove_temp_files, write_json
 from minidet.imageio import native_messages
 from minidet.predictor import weights_path
-from minidet.timing import format_table, summarize
+from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
 SETUP_ERRORS = (ConfigError, CheckpointError, EvaluationError, ChunkError, OSError)
@@ -182,10 +182,6 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
     return 0
 
 
-def _raise_exit(signum, frame):
-    raise SystemExit(128 + signum)  # unwinds like Ctrl-C, so the chunk in progress is saved
-
-
 class Run:
     """One process's share of a model evaluation: set-up, the image loop, the chunks."""
 
@@ -212,23 +208,16 @@ class Run:
         cfg.MODEL.DEVICE = device
         self.cfg = cfg
         self.store = ChunkStore(os.path.join(args.output, "chunks"))
-        state: dict = {}
-        if self.info.is_main:  # one process decides, so that every rank shards the same list
-            try:
-                manifest["checkpoint"] = file_identity(weights)  # a file replaced at the same path
-                state = {"run": self.store.open(manifest, args.resume), "done": sorted(self.store.done_ids())}
-                remove_temp_files(args.output)  # of a run killed while writing the final files
-            except (ChunkError, OSError) as e:
-                state = {"error": str(e)}
-        state = dist.broadcast(state)
-        if "error" in state:
-            raise ChunkError(state["error"])
-        self.run_id = state["run"]
-        done = set(state["done"])
-        todo = [(i, path) for i, path in files if i not in done]
-        if done and self.info.is_main:
-            print(f"eval_coco: resuming: {len(done)} of {len(files)} images done, {len(todo)} to go")
-        self.shard = todo[self.info.rank :: self.info.world_size]
+
+        def prepare() -> dict:  # rank 0 only
+            remove_temp_files(args.output)  # of a run killed while writing the final files
+            return {**manifest, "checkpoint": file_identity(weights)}  # a file replaced at the same path
+
+        share = open_share(self.store, prepare, files, args.resume, self.info)
+        self.run_id, self.shard = share.run_id, share.todo
+        if share.done and self.info.is_main:
+            print(f"eval_coco: resuming: {len(share.done)} of {len(files)} images done, "
+                  f"{len(files) - len(share.done)} to go")
         self.predictor = minidet.Predictor(cfg)
         if self.info.is_main:
             print(f"eval_coco: weights {self.predictor.weights_summary}")
@@ -239,13 +228,7 @@ class Run:
         """Run the model over this process's images, saving a chunk every ``--chunk-size`` images."""
         args, info = self.args, self.info
         sizes = {i: (self.coco_gt.imgs[i]["height"], self.coco_gt.imgs[i]["width"]) for i, _ in self.shard}
-        loader = DataLoader(
-            ImageFiles(self.shard, self.cfg.INPUT.MAX_PIXELS, sizes),
-            batch_size=self.cfg.TEST.IMS_PER_BATCH,
-            num_workers=args.workers,
-            collate_fn=collate,
-            worker_init_fn=worker_init_fn(),  # workers die with this process, even by SIGKILL
-        )
+        files = ImageFiles(self.shard, self.cfg.INPUT.MAX_PIXELS, sizes)
         bar = tqdm(
             total=len(self.shard),
             unit="img",
@@ -254,32 +237,18 @@ class Run:
             desc=f"rank 0 of {info.world_size}" if info.distributed else None,
         )
         pending: dict = {"skipped": [], "timings": []}
-        batches = iter(loader)
         seq = 0
         try:
-            while True:
-                t0 = time.perf_counter()
-                batch = next(batches, None)
-                t_data = time.perf_counter() - t0
-                if batch is None:
-                    break
-                good = [(i, im) for i, im in batch if not isinstance(im, str)]
-                for i, err in batch:
-                    if isinstance(err, str):
-                        self._skip(pending, i, err)
-                if good:
-                    t1 = time.perf_counter()
-                    good, outs, stages = self._predict(good, pending)
-                    t2 = time.perf_counter()
-                if good:
-                    self.evaluator.process([i for i, _ in good], outs)  # masks become RLE here
-                    pending["timings"].append({
-                        "run": self.run_id, "rank": info.rank, "seq": seq, "n": len(good), "data": t_data,
-                        "model": sum(stages.values()) if stages else t2 - t1,
-                        "encode": time.perf_counter() - t2, "stages": stages,
-                    })
+            for batch in run_batches(self.predictor, files, self.cfg.TEST.IMS_PER_BATCH, args.workers, args.debug):
+                for i, error in batch.errors:
+                    self._skip(pending, i, error)
+                if batch.outputs:
+                    t0 = time.perf_counter()
+                    self.evaluator.process([i for i, _, _ in batch.outputs], [o for _, _, o in batch.outputs])
+                    pending["timings"].append({"run": self.run_id, "rank": info.rank, "seq": seq, **batch.timing,
+                                               "encode": time.perf_counter() - t0})  # masks become RLE in process
                     seq += 1
-                bar.update(len(batch))
+                bar.update(len(batch.outputs) + len(batch.errors))
                 if len(self.evaluator.image_ids) + len(pending["skipped"]) >= args.chunk_size:
                     pending = self._save(pending)
         finally:  # whatever stops the loop, what is finished is kept
@@ -290,35 +259,6 @@ class Run:
         pending["skipped"].append({"image_id": image_id, "file": self.files[image_id], "error": error})
         tqdm.write(f"error: {error} (skipped)", file=sys.stderr)
 
-    def _model_error(self, image_id: int, e: Exception) -> str:
-        if self.args.debug:
-            traceback.print_exc()
-        return " ".join(f"{self.files[image_id]}: {type(e).__name__}: {e}".split())
-
-    def _predict(self, good: list, pending: dict) -> tuple[list, list, dict]:
-        """Run a batch: the images run, their outputs and the batch's stage times. When the batch
-        fails, each image runs alone and those that fail by themselves are skipped: an image the
-        model cannot take must not stop the run (nor every resumed run after it)."""
-        try:
-            outs = self.predictor.predict_batch([im for _, im in good])
-            return good, outs, outs[0]["timings"]
-        except Exception as e:  # noqa: BLE001 - reported per image
-            if len(good) == 1:
-                self._skip(pending, good[0][0], self._model_error(good[0][0], e))
-                return [], [], {}
-        kept, outs, stages = [], [], {}
-        for i, im in good:
-            try:
-                out = self.predictor(im)
-            except Exception as e:  # noqa: BLE001 - this image's problem: reported, skipped
-                self._skip(pending, i, self._model_error(i, e))
-                continue
-            kept.append((i, im))
-            outs.append(out)
-            for k, v in out["timings"].items():
-                stages[k] = stages.get(k, 0.0) + v
-        return kept, outs, stages
-
     def _save(self, pending: dict) -> dict:
         """Write the evaluator's images and ``pending`` skips and timings as a chunk; start anew."""
         ev = self.evaluator
@@ -328,18 +268,6 @@ class Run:
             self.written.append(self.store.write(self.run_id, self.info.rank, len(self.written), chunk))
         ev.reset()  # the chunk file holds the results now: memory stays flat
         return {"skipped": [], "timings": []}
-
-
-def timing_summary(records: list[dict], warmup: int) -> tuple[dict, dict, list[dict]]:
-    """Per-image statistics of model stages and of the pipeline (data, model, encode).
-
-    ``records`` hold one batch each (``n`` images, seconds for the batch); the first ``warmup``
-    batches of each process run are left out unless nothing would remain.
-    """
-    timed = [r for r in records if r["seq"] >= warmup] or list(records)
-    stages = [{k: v / r["n"] for k, v in r["stages"].items()} for r in timed if r["stages"]]
-    pipeline = [{k: r[k] / r["n"] for k in ("data", "model", "encode")} for r in timed]
-    return (summarize(stages) if stages else {}), summarize(pipeline), timed
 
 
 def finish(run: Run, t_start: float, t_loop: float) -> int:
@@ -414,27 +342,9 @@ def evaluate_model(args: argparse.Namespace) -> int:
         run = Run(args)
     except SETUP_ERRORS as e:
         return _fail(str(e), args.debug)
-    signal.signal(signal.SIGTERM, _raise_exit)
-    t0 = time.perf_counter()
-    try:
-        run.loop()
-    except (KeyboardInterrupt, SystemExit, Exception) as e:  # noqa: BLE001 - report, keep the chunks, stop
-        stopped = isinstance(e, (KeyboardInterrupt, SystemExit))
-        what = "interrupted" if stopped else f"{type(e).__name__}: {str(e).strip().rstrip('.')}"
-        rc = _fail(
-            f"{what}; finished images are kept in {run.store.folder}: rerun the same command with --resume to "
-            "do the rest", args.debug
-        )
-        if isinstance(e, KeyboardInterrupt):
-            return 130
-        return e.code if isinstance(e, SystemExit) else rc
-    written = dist.all_gather(run.written)
-    t_loop = time.perf_counter() - t0
-    if not run.info.is_main:
-        return 0
-    unseen = [n for names in written for n in names if not os.path.exists(os.path.join(run.store.folder, n))]
-    if unseen:
-        return _fail(f"{unseen[0]} of another process is not in {run.store.folder}: OUT must be shared", args.debug)
+    status, t_loop = drive(run, lambda message: _fail(message, args.debug), "OUT")
+    if status is not None:
+        return status
     try:
         return finish(run, t_start, t_loop)
     except SETUP_ERRORS as e:
