@@ -1,4 +1,4 @@
-"""Test support: the processes below a process, and which of them are still running (read from /proc)."""
+"""Test support: the processes below a process, which are still running, and resident memory (from /proc)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,9 @@ def survivors(procs: dict[int, str], wait_s: float = 10.0) -> list[int]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.1)
+
+
+def rss_mb() -> float:
+    """This process's resident memory in MiB (from /proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

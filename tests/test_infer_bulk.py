@@ -18,6 +18,7 @@ import pytest
 
 from helpers import run_tool
 from minidet.testing.synthetic import structured_image
+from procs import rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "infer.py"
@@ -255,11 +256,6 @@ def test_coco_results_file_is_evaluated_as_eval_coco_does(tv_file, tmp_path):
     assert mine == theirs and len(mine) > 10
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)")
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc to read the resident memory")
@@ -281,7 +277,7 @@ def test_memory_stays_flat_over_two_passes_of_coco_tiny(tv_file, tmp_path):
                             "--workers", "0", "--chunk-size", "20", "--results", str(out / "r.jsonl"),
                             "MODEL.WEIGHTS", str(tv_file), *FAST])
             assert rc == 0
-            rss.append(_rss_mb())
+            rss.append(rss_mb())
     finally:
         torch.set_num_threads(threads)
     assert len((tmp_path / "pass1" / "r.jsonl").read_text().splitlines()) == 80

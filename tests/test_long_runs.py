@@ -18,7 +18,7 @@ from helpers import config
 from minidet import fileio
 from minidet.chunks import ChunkStore, merge_chunks
 from minidet.fileio import atomic_write, remove_temp_files, write_json
-from procs import descendants, survivors
+from procs import descendants, rss_mb, survivors
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT.parent / "shared" / "data" / "coco_tiny"
@@ -26,11 +26,6 @@ CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
 MEMORY_BOUND_MB = 200
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 @pytest.mark.slow
@@ -64,14 +59,14 @@ def test_memory_stays_flat_over_two_passes_of_coco_tiny(tv_file):
         n = len(evaluator.results)
         evaluator.evaluate()
         evaluator.reset()
-        return _rss_mb(), n
+        return rss_mb(), n
 
     # one intra-op thread: memory does not depend on it, and on a busy shared machine two OpenMP
     # threads on two cores ran this loop up to 8 times slower than one
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        start = _rss_mb()
+        start = rss_mb()
         after_first, n1 = one_pass()
         after_second, n2 = one_pass()
     finally:
