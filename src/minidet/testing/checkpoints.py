@@ -17,8 +17,8 @@ import struct
 
 import numpy as np
 
-# ../shared/reference beside the repository (this file is minidet/testing/checkpoints.py)
-REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "reference")
+# ../shared/reference beside the repository (this file is src/minidet/testing/checkpoints.py)
+REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 4, "shared", "reference")
 CLASS_SPREAD = 3.0  # logit scale: scores spread over (0.05, 1)
 
 
