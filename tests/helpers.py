@@ -39,8 +39,9 @@ def config(path: str | Path, *opts, weights: str | Path = "") -> minidet.config.
 
 
 def load_tool(path: Path):
-    """Import a script of tools/ as a module (they are scripts, not a package) for in-process tests;
-    a fresh module on every call."""
+    """The code of the script ``tools/<name>.py`` (``minidet.apps.<name>``) as a fresh module on every
+    call, for in-process tests."""
+    path = Path(minidet.__file__).parent / "apps" / Path(path).name
     spec = importlib.util.spec_from_file_location(path.stem + "_tool", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -1,4 +1,6 @@
-"""tools/benchmark.py end to end (subprocess) at a tiny size: printed tables, JSON schema, chart."""
+"""tools/benchmark.py end to end (subprocess) at a tiny size: printed tables, JSON schema, chart; FLOPs
+per stage, the machine's peaks and the floor, the busy-machine warning, the process memory setting and
+the bf16 drift on real images."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from minidet.timing import DETAILS, STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "benchmark.py"
+TINY = ROOT.parent / "shared" / "data" / "coco_tiny" / "val2017"
+BUSY = "warning: the machine was busy ("
 # few proposals and detections keep the three models' forwards short on a CPU
 FAST = [
     "MODEL.RPN.PRE_NMS_TOPK_TEST", "200", "MODEL.RPN.POST_NMS_TOPK_TEST", "50",
@@ -47,9 +51,12 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     args = ["--size", "160", "--image", "120x160", "--iters", "2", "--warmup", "0"]
     args += ["--norms", "FrozenBN,Affine+fold,none"]
+    # never busy (the limits are out of reach): the warning's absence is deterministic
+    args += ["--peak-seconds", "0.05", "--busy-load", "1000", "--busy-cpu", "0"]
     args += ["--vs-torchvision", "--json", str(out_json), "--plot", str(out_png), *FAST]
     proc = _run(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert BUSY not in proc.stdout
     assert "same detections as torchvision on 2/2 images" in proc.stdout, proc.stdout
     assert "torchvision / Affine+fold: end to end" in proc.stdout
     lines = proc.stdout.splitlines()
@@ -130,14 +137,98 @@ def test_benchmark_vs_torchvision_json_and_plot(tmp_path):
     assert img is not None and img.shape[0] >= 400 and img.shape[1] >= 400
     assert (img < 250).any(axis=2).mean() > 0.05  # something is drawn
 
+    _check_flops_peaks_floor(data, lines)
+    # process memory: kept in the process (the default) for every model, stated and stored
+    mem = data["env"]["process_memory"]
+    assert data["settings"]["keep_memory"] == mem["mode"] == "on" and mem["applied"] is mem["keep_freed_memory"]
+    assert any(ln.startswith("process memory (--keep-memory on, every model alike, torchvision too): ")
+               for ln in lines)
+    assert data["machine_busy"] is False and data["busy_check"]["reasons"] == []
+    assert data["busy_check"]["load_limit"] == 1000 and data["busy_check"]["loop_cpu_s"] > 0
+
+
+def _check_flops_peaks_floor(data: dict, lines: list[str]) -> None:
+    """FLOPs per stage (positive where the network runs, adding up to the total; the same as torchvision's
+    for the models on its weights), the peaks, each model's floor, and their printed lines."""
+    runs = {r["label"]: r for r in data["runs"]}
+    for r in runs.values():
+        f = r["flops"]
+        assert list(f["stages"]) == list(STAGES)
+        assert sum(f["stages"].values()) == f["total"] > 0
+        assert f["stages"]["preprocess"] == f["stages"]["paste"] == 0  # no convolution, no matrix product
+        assert all(f["stages"][s] > 0 for s in ("backbone", "fpn", "rpn", "box_head", "mask_head"))
+        for s, v in f["stages"].items():
+            rate = f["gflop_per_s"][s]
+            assert rate is None if v == 0 else rate == pytest.approx(v / r["stages"][s]["median"] / 1e9)
+        assert f["gflop_per_s"]["total"] == pytest.approx(f["total"] / r["wall"]["median"] / 1e9)
+    for label in ("FrozenBN", "Affine+fold"):  # oneDNN's fused convs counted: torchvision's FLOPs exactly
+        assert runs[label]["flops"] == {**runs[label]["flops"], "stages": runs["torchvision"]["flops"]["stages"]}
+
+    peaks = data["peaks"]
+    assert peaks["threads"] == data["env"]["threads"] and peaks["seconds"] == 0.05
+    for key in ("conv_fp32", "conv_bf16"):
+        p = peaks[key]
+        assert set(p["layouts"]) == {"contiguous", "channels_last"} and p["target"] == [1, 256, 64, 96]
+        assert p["gflop_per_s"] == max(v["gflop_per_s"] for v in p["layouts"].values()) > 0
+        assert all(v["calls"] >= 3 and v["shape"][:2] == [1, 256] for v in p["layouts"].values())
+    lin = peaks["linear"]
+    assert lin["target"] == [1000, 12544, 1024] and lin["plain"]["gflop_per_s"] > 0
+    assert lin["variant"] is None and lin["variant_path"] == "minidet.layers.Linear, fuse off"  # MODEL.FUSE_LINEAR
+    for label, r in runs.items():
+        fl = r["floor"]
+        assert fl["peak_gflop_per_s"] == peaks["conv_fp32"]["gflop_per_s"]
+        assert fl["floor_s"] == pytest.approx(r["flops"]["total"] / (1e9 * fl["peak_gflop_per_s"]))
+        assert fl["fraction"] == pytest.approx(fl["floor_s"] / r["wall"]["median"]) and 0 < fl["fraction"] < 1.5
+        assert (
+            f"floor {label}: {r['flops']['total'] / 1e9:.2f} GFLOP at the fp32 conv peak "
+            f"{fl['peak_gflop_per_s']:.1f} GFLOP/s = {1e3 * fl['floor_s']:.0f} ms; median wall "
+            f"{1e3 * r['wall']['median']:.0f} ms: floor / wall {fl['fraction']:.3f}"
+        ) in lines
+
+    assert any(ln.startswith("peaks of this machine, measured in this run (") for ln in lines)
+    assert any(ln.startswith(f"  fp32 conv 3x3 256->256 at 64x96 (F.conv2d, oneDNN): "
+                             f"{peaks['conv_fp32']['gflop_per_s']:.1f} GFLOP/s (contiguous ") for ln in lines)
+    assert any(ln.startswith("  bf16 conv 3x3 256->256") for ln in lines)
+    assert any(ln.startswith(f"  box head fc6 GEMM 1000x12544 -> 1024: plain nn.Linear "
+                             f"{lin['plain']['gflop_per_s']:.1f} GFLOP/s") for ln in lines)
+    # the FLOP table: per model a GFLOP line and a GFLOP/s line, the stages in order, then the total
+    title = next(i for i, ln in enumerate(lines) if ln.startswith("FLOPs of one forward per stage"))
+    assert lines[title + 1].split() == ["model", *STAGES, "total"]
+    for k, (label, r) in enumerate(runs.items()):
+        gflop, rate = lines[title + 2 + 2 * k].split(), lines[title + 3 + 2 * k].split()
+        assert gflop == [label, "GFLOP", *(f"{r['flops']['stages'][s] / 1e9:.2f}" for s in STAGES),
+                         f"{r['flops']['total'] / 1e9:.2f}"]
+        assert rate[0] == "GFLOP/s" and rate[1] == "-" and rate[-2] == "-"  # preprocess, paste: no FLOPs
+        assert rate[-1] == f"{r['flops']['gflop_per_s']['total']:.1f}"
+
+
+def _drift_images(tmp_path: Path) -> Path:
+    """The real COCO images of ../shared/data/coco_tiny where the checkout has them, else two synthetic ones."""
+    if TINY.is_dir():
+        return TINY
+    from minidet.testing.synthetic import structured_image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(2):
+        cv2.imwrite(str(folder / f"{i}.png"), structured_image(240, 320, seed=50 + i))
+    return folder
+
 
 @pytest.mark.slow
-def test_benchmark_batch_throughput_against_batch_1(tmp_path):
+def test_benchmark_batch_throughput_busy_warning_and_bf16_drift(tmp_path):
+    """Batch 3 against batch 1; the busy warning when the load limit is below any load (--busy-load -1);
+    the bf16 drift on 2 real images; no peaks (--peak-seconds 0); glibc's defaults (--keep-memory off)."""
     out_json = tmp_path / "bench.json"
     args = ["--size", "160", "--image", "120x160", "--iters", "2", "--warmup", "0", "--no-memory"]
-    proc = _run(*args, "--norms", "Affine+fold", "--batch", "1,3", "--json", str(out_json), *FAST, cwd=tmp_path)
+    args += ["--busy-load", "-1", "--peak-seconds", "0", "--keep-memory", "off"]
+    args += ["--bf16-drift", "2", "--drift-images", str(_drift_images(tmp_path))]
+    # channels-last: bf16 convolutions without hardware support are slow, far slower in the default layout
+    proc = _run(*args, "--norms", "Affine+fold", "--batch", "1,3", "--json", str(out_json), *FAST,
+                "MODEL.CHANNELS_LAST", "True", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    runs = {r["label"]: r for r in json.loads(out_json.read_text())["runs"]}
+    data = json.loads(out_json.read_text())
+    runs = {r["label"]: r for r in data["runs"]}
     assert list(runs) == ["Affine+fold b1", "Affine+fold b3"]
     assert runs["Affine+fold b1"]["vs_batch1"] is None
     b = runs["Affine+fold b3"]["vs_batch1"]
@@ -146,6 +237,31 @@ def test_benchmark_batch_throughput_against_batch_1(tmp_path):
     assert b["paired_min"] <= b["paired_median"] <= b["paired_max"]
     assert f"Affine+fold b3: throughput {b['throughput_ratio']:.3f}x batch 1's" in proc.stdout
 
+    lines = proc.stdout.splitlines()
+    busy = data["busy_check"]
+    assert data["machine_busy"] is True and busy["load_limit"] == -1
+    first = busy["reasons"][0]
+    assert first.startswith("1-min load average ") and first.endswith(" before the timing, above -1")
+    warning = [ln for ln in lines if ln.startswith(BUSY)]
+    assert warning == [f"{BUSY}{'; '.join(busy['reasons'])}): ratios of this run are not results"]
+    assert 0 < busy["cpu_utilization"] == pytest.approx(busy["loop_cpu_s"] / (busy["loop_wall_s"] * busy["threads"]))
+
+    assert data["peaks"] is None and all(r["floor"] is None and r["flops"]["total"] > 0 for r in runs.values())
+    assert not any(ln.startswith(("peaks of this machine", "floor ")) for ln in lines)
+    assert data["env"]["process_memory"]["mode"] == "off" and data["env"]["process_memory"]["applied"] is False
+    assert any(ln.startswith("process memory (--keep-memory off, every model alike, torchvision too): the "
+                             "allocator's defaults") for ln in lines)
+
+    # bf16 against fp32 on real images, once per model (batch 1's runner)
+    assert runs["Affine+fold b3"]["bf16_drift"] is None
+    d = runs["Affine+fold b1"]["bf16_drift"]
+    assert d["images"] == 2 and d["detections_fp32"] == 20 and 0 <= d["matched"] <= 20  # 10 per image (FAST)
+    assert d["matched_fraction"] == d["matched"] / 20
+    assert set(d["coco"]) == {"bbox", "segm"} and all(0 <= v["AP"] <= v["AP50"] <= 1 for v in d["coco"].values())
+    assert d["time_ratio"] == pytest.approx(d["bf16_s_median"] / d["fp32_s_median"]) and d["time_ratio"] > 0
+    line = next(ln for ln in lines if ln.startswith("Affine+fold b1: bf16 vs fp32 on 2 real images ("))
+    assert f"{d['matched']}/20 fp32 detections matched" in line and "COCO AP of bf16 with fp32 as ground truth" in line
+
 
 def test_benchmark_arguments(capsys):
     tool = load_tool(TOOL)
@@ -153,7 +269,13 @@ def test_benchmark_arguments(capsys):
     assert args.variants == ["GN", "Affine+fold", "none"]
     assert args.depth_list == [50, 101] and args.batch_list == [1, 16]
     assert args.max_size == 853 and args.opts == []
-    for bad, msg in ((["--norms", "FrozenBN,BatchNorm"], "unknown BatchNorm"), (["--batch", "0"], "--batch")):
+    # the defaults of the new options: memory kept (both models alike), peaks measured, drift off
+    assert (args.keep_memory, args.peak_seconds, args.bf16_drift, args.busy_load) == ("on", 0.3, 0, None)
+    assert args.busy_cpu == benchreport.BUSY_CPU and Path(args.drift_images) == tool.DRIFT_IMAGES
+    assert tool.DRIFT_IMAGES == TINY
+    bad_cases = [(["--norms", "FrozenBN,BatchNorm"], "unknown BatchNorm"), (["--batch", "0"], "--batch")]
+    bad_cases += [(["--peak-seconds", "-1"], "--peak-seconds"), (["--keep-memory", "maybe"], "--keep-memory")]
+    for bad, msg in bad_cases:
         with pytest.raises(SystemExit) as e:
             tool.parse_args(bad)
         assert e.value.code == 2 and msg in capsys.readouterr().err
@@ -369,3 +491,108 @@ def test_torchvision_channels_last_baseline_report_and_json():
     rows = benchreport.analyze(records)
     assert rows[2]["vs_torchvision"]["detections"]["tv_channels_last"] is None
     assert not any("torchvision itself changes" in ln for ln in benchreport.report(rows).splitlines())
+
+
+def test_flop_formulas_count_the_fused_ops_as_pytorch_counts_the_plain_ones():
+    """oneDNN's fused conv (both overloads) and linear are counted as the plain conv and linear they replace."""
+    import torch
+    from torch.nn import functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tool = load_tool(TOOL)
+    x, w, b = torch.randn(1, 8, 12, 10), torch.randn(16, 8, 3, 3), torch.randn(16)
+    xl, wl, bl = torch.randn(5, 32), torch.randn(7, 32), torch.randn(7)
+    args = ([1, 1], [1, 1], [1, 1], 1)
+    with torch.inference_mode():
+        with FlopCounterMode(display=False) as plain:
+            F.conv2d(x, w, b, padding=1)
+            F.linear(xl, wl, bl)
+        with FlopCounterMode(display=False, custom_mapping=tool.FLOP_FORMULAS) as conv:
+            torch.ops.mkldnn._convolution_pointwise(x, w, b, *args, "relu", [], "")
+        with FlopCounterMode(display=False, custom_mapping=tool.FLOP_FORMULAS) as binary:
+            other = torch.randn(1, 16, 12, 10)
+            torch.ops.mkldnn._convolution_pointwise.binary(x, other, w, b, *args, "add", None, "relu", [], "")
+        with FlopCounterMode(display=False, custom_mapping=tool.FLOP_FORMULAS) as linear:
+            torch.ops.mkldnn._linear_pointwise(xl, wl, bl, "none", [], "")
+    assert conv.get_total_flops() == binary.get_total_flops() == 2 * 16 * 12 * 10 * 8 * 9
+    assert conv.get_total_flops() + linear.get_total_flops() == plain.get_total_flops()
+    assert linear.get_total_flops() == 2 * 5 * 7 * 32
+
+
+def test_peak_sizes_grow_to_the_target():
+    tool = load_tool(TOOL)
+    sizes = tool._halvings((1, 256, 64, 96), (2, 3), 4)
+    assert sizes[0] == (1, 256, 4, 6) and sizes[-1] == (1, 256, 64, 96) and len(sizes) == 9
+    assert all(a[2] * a[3] * 2 == b[2] * b[3] for a, b in zip(sizes, sizes[1:]))  # each twice the one before
+    assert tool._halvings((1000,), (0,), 32) == [(62,), (125,), (250,), (500,), (1000,)]
+
+
+def test_busy_check_and_its_warning_line():
+    check = benchreport.busy_check((1.5, 1, 1), (1.9, 1, 1), 2, cpu_s=3.6, wall_s=2.0)
+    assert check["busy"] is False and check["cpu_utilization"] == pytest.approx(0.9) and check["load_limit"] == 2
+    assert benchreport.busy_line(check) is None
+    check = benchreport.busy_check((1.5, 1, 1), (3.25, 1, 1), 2, cpu_s=1.0, wall_s=2.0)
+    assert check["reasons"] == [
+        "1-min load average 3.25 after the timing, above 2",
+        "process CPU time 25% of wall time x 2 threads, below 70%",
+    ]
+    assert benchreport.busy_line(check) == (
+        "warning: the machine was busy (1-min load average 3.25 after the timing, above 2; process CPU time 25% "
+        "of wall time x 2 threads, below 70%): ratios of this run are not results"
+    )
+    # the limits are options: a load limit below any load makes every run busy; no CPU time (CUDA): not judged
+    check = benchreport.busy_check((0.0, 0, 0), None, 2, cpu_s=None, wall_s=2.0, load_limit=-1)
+    assert check["reasons"] == ["1-min load average 0.00 before the timing, above -1"]
+    assert check["cpu_utilization"] is None
+
+
+def test_coco_drift_is_one_for_the_same_detections_and_drops_with_changes():
+    import torch
+
+    masks = torch.zeros(3, 60, 80, dtype=torch.bool)
+    boxes = torch.tensor([[5.0, 5, 25, 30], [30, 10, 70, 50], [10, 35, 40, 58]])
+    for m, (x0, y0, x1, y1) in zip(masks, boxes.int().tolist()):
+        m[y0:y1, x0:x1] = True
+    ref = {"boxes": boxes, "scores": torch.tensor([0.9, 0.8, 0.3]), "labels": torch.tensor([1, 3, 3]), "masks": masks}
+    same = benchreport.coco_drift([ref], [ref], [(60, 80)])
+    assert same == {t: {"AP": pytest.approx(1.0), "AP50": pytest.approx(1.0), "AP75": pytest.approx(1.0)}
+                    for t in ("bbox", "segm")}
+    changed = {**ref, "labels": torch.tensor([1, 3, 1])}  # the third detection takes another class
+    drift = benchreport.coco_drift([ref], [changed], [(60, 80)])
+    assert drift["bbox"]["AP"] < 1 and drift["segm"]["AP"] < 1
+    without_masks = {k: v for k, v in ref.items() if k != "masks"}
+    assert set(benchreport.coco_drift([without_masks], [without_masks], [(60, 80)])) == {"bbox"}
+
+
+def test_flops_floor_and_their_lines_from_records():
+    ms = 1e-3
+    stages = {s: 10 * ms for s in STAGES}
+    flops = {"stages": {**{s: 0 for s in STAGES}, "backbone": 4e9, "fpn": 1e9}, "total": 5e9}
+    runs = []
+    for variant in ("torchvision", "Affine+fold"):
+        r = _run_record(variant, [stages] * 3, [{}] * 3, [sum(stages.values())] * 3, [5] * 3)
+        r.flops = flops
+        runs.append(r)
+    conv = {"gflop_per_s": 100.0, "layouts": {"contiguous": {"gflop_per_s": 100.0, "shape": [1, 256, 64, 96]}},
+            "op": "conv 3x3 256->256 at 64x96 (F.conv2d, oneDNN)"}
+    bf16 = {**conv, "gflop_per_s": 250.0}
+    peaks = {"threads": 2, "seconds": 0.3, "grow_below_s": 0.1, "conv_fp32": conv, "conv_bf16": bf16}
+    rows = benchreport.analyze(runs, peaks, amp="bf16")
+    f = rows[1]["flops"]
+    assert f["gflop_per_s"]["backbone"] == pytest.approx(400.0) and f["gflop_per_s"]["preprocess"] is None
+    assert f["gflop_per_s"]["total"] == pytest.approx(5e9 / 70e-3 / 1e9)
+    fl = rows[1]["floor"]
+    assert fl["floor_s"] == pytest.approx(0.05) and fl["fraction"] == pytest.approx(0.05 / 0.07)
+    assert fl["bf16_floor_s"] == pytest.approx(0.02) and fl["bf16_fraction"] == pytest.approx(0.02 / 0.07)
+    text = benchreport.report(rows, amp="bf16", peaks=peaks).splitlines()
+    assert (
+        "floor Affine+fold: 5.00 GFLOP at the fp32 conv peak 100.0 GFLOP/s = 50 ms; median wall 70 ms: floor / "
+        "wall 0.714 (at the bf16 conv peak 250.0 GFLOP/s: 20 ms, 0.286)"
+    ) in text
+    assert "  fp32 conv 3x3 256->256 at 64x96 (F.conv2d, oneDNN): 100.0 GFLOP/s (contiguous 100.0 at 1x256x64x96)" in [
+        ln.rstrip() for ln in text
+    ]
+    # without peaks: FLOPs and rates, no floor
+    rows = benchreport.analyze(runs)
+    assert rows[0]["floor"] is None and rows[0]["flops"]["total"] == 5e9
+    assert not any(ln.startswith(("floor ", "peaks of")) for ln in benchreport.report(rows).splitlines())

@@ -123,7 +123,7 @@ def test_v1_file_into_v2_config_is_a_clear_error(tv_stats_file):
 
 
 def test_missing_file_points_to_official_weights(tmp_path):
-    with pytest.raises(CheckpointError, match="weights/README.md"):
+    with pytest.raises(CheckpointError, match="`minidet weights list` names the official weights"):
         minidet.Predictor(_cfg(**{"MODEL.WEIGHTS": str(tmp_path / "nope.pth")}))
 
 

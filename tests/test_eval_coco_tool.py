@@ -194,7 +194,7 @@ def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path)
     )
     deadline = time.monotonic() + 300
     while not list((out / "chunks").glob("run001-*.json")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)  # Ctrl-C after the first image
     _, stderr = proc.communicate(timeout=300)
     stderr = stderr.decode()

@@ -41,17 +41,18 @@ def _predictor(version, path, **overrides):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "norm,fold,channels_last,roi_align,chunk,tv_ties",
+    "norm,fold,channels_last,roi_align,chunk,tv_ties,fuse_linear",
     [
-        ("FrozenBN", False, False, "torchvision", 0, False),  # chunk 0: automatic, one image at a time on CPU
-        ("FrozenBN", False, False, "torchvision", 3, True),  # the whole batch in one run; torchvision's tie order
-        ("FrozenBN", False, False, "gather", 0, False),
-        ("Affine", False, False, "gather", 0, False),
-        ("FrozenBN", True, False, "gather", 0, False),
-        ("Affine", True, True, "gather", 2, False),
+        ("FrozenBN", False, False, "torchvision", 0, False, False),  # chunk 0: automatic, one image at a time on CPU
+        ("FrozenBN", False, False, "torchvision", 3, True, False),  # the whole batch in one run; torchvision's ties
+        ("FrozenBN", False, False, "gather", 0, False, False),
+        ("Affine", False, False, "gather", 0, False, False),
+        ("FrozenBN", True, False, "gather", 0, False, False),
+        ("Affine", True, True, "gather", 2, False, False),  # the _fast configs
+        ("FrozenBN", False, False, "gather", 0, False, True),  # oneDNN linears, the selected class's mask
     ],
 )
-def test_same_detections_as_torchvision(reference, norm, fold, channels_last, roi_align, chunk, tv_ties):
+def test_same_detections_as_torchvision(reference, norm, fold, channels_last, roi_align, chunk, tv_ties, fuse_linear):
     version, path, imgs, ref = reference
     opts = {
         "MODEL.NORM": norm,
@@ -60,6 +61,7 @@ def test_same_detections_as_torchvision(reference, norm, fold, channels_last, ro
         "MODEL.ROI_ALIGN_IMPL": roi_align,
         "TEST.CHUNK_IMAGES": chunk,
         "MODEL.RPN.TORCHVISION_TIE_ORDER": tv_ties,
+        "MODEL.FUSE_LINEAR": fuse_linear,
     }
     predictor = _predictor(version, path, **opts)
     assert not predictor.load_report.missing and not predictor.load_report.unexpected

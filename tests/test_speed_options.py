@@ -7,16 +7,23 @@ with every option is compared with torchvision in ``test_parity_torchvision.py``
 
 from __future__ import annotations
 
+import copy
+import io
+
 import pytest
 import torch
+from torch import nn
 from torchvision.ops import batched_nms as tv_batched_nms
 from torchvision.ops import roi_align
 
+import minidet
 from minidet.boxes import batched_nms
 from minidet.fpn import FPN
-from minidet.layers import Conv2d, fuse_convs
+from minidet.layers import ClassConv1x1, Conv2d, Deconv, Linear, fuse_convs, fuse_linears
 from minidet.poolers import MultiScaleRoIAlign, detectron2_levels, detectron_levels, torchvision_levels
+from minidet.predictor import prepare_model
 from minidet.resnet import ResNet
+from minidet.roi_heads import BoxHead, BoxPredictor, MaskHead
 
 SCALES = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
 
@@ -117,6 +124,183 @@ def test_fusion_is_skipped_where_it_does_not_apply():
         assert torch.equal(
             conv(x.double()), torch.relu(torch.nn.functional.conv2d(x.double(), conv.weight, conv.bias, padding=1))
         )
+
+
+def _box_head_and_predictor(gen: torch.Generator, num_conv: int = 0):
+    """torchvision's box head (two fcs 12544 -> 1024 -> 1024) and predictor (91 classes), weights at the scale
+    that keeps the activations near 1, in eval mode."""
+    norm = lambda c: None  # noqa: E731
+    head = BoxHead(256, 7, num_conv, 256, 2, 1024, norm).eval()
+    pred = BoxPredictor(1024, 91).eval()
+    with torch.no_grad():
+        for m in [*head.modules(), *pred.modules()]:
+            if isinstance(m, (Linear, Conv2d)):
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * (2.0 / fan_in) ** 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.1)
+    return head, pred
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("num_conv", [0, 1])
+def test_fused_linears_equal_the_plain_path(channels_last, num_conv):
+    """``MODEL.FUSE_LINEAR``: the box head's and predictor's linears on oneDNN (prepacked weights; the first fc reading
+    channels-last pooled features as they lie, against its columns permuted once) give the plain path's values
+    up to the order of the float additions; off, the plain path runs unchanged (bit-identical to nn.Linear)."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN: fusion is off")
+    gen = torch.Generator().manual_seed(num_conv)
+    head, pred = _box_head_and_predictor(gen, num_conv)
+    x = torch.randn(300, 256, 7, 7, generator=gen).relu()
+    if channels_last:  # as the gather RoIAlign gives them (with or without MODEL.CHANNELS_LAST)
+        head, x = head.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        plain = [nn.Linear(m.in_features, m.out_features) for m in (head.fc1, head.fc2)]
+        for p, m in zip(plain, (head.fc1, head.fc2)):
+            p.load_state_dict(m.state_dict())
+        h = x
+        for i in range(num_conv):
+            h = getattr(head, f"conv{i + 1}")(h)
+        ref_feat = torch.relu(plain[1](torch.relu(plain[0](h.flatten(1)))))
+        feat = head(x)
+        assert torch.equal(feat, ref_feat)  # off: nn.Linear's arithmetic
+        ref = pred(feat)
+        assert fuse_linears(head) + fuse_linears(pred) == 4
+        fused_feat = head(x)
+        out = pred(fused_feat)
+        assert fused_feat.shape == feat.shape and fused_feat.dtype == feat.dtype
+        torch.testing.assert_close(fused_feat, feat, rtol=1e-5, atol=1e-5)
+        for a, b in zip(out, ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert not torch.equal(fused_feat, feat)  # the oneDNN path ran (another summation order)
+        assert list(head.fc1._prepared) == [(256, 7, 7) if channels_last else None]  # NHWC: read as it lies
+        fuse_linears(head, False)
+        assert torch.equal(head(x), feat)
+
+
+def test_fused_linear_weight_cache_follows_the_weight():
+    """The packed weight is a cache: rebuilt after an in-place change, a load, a replacement or a move; never in
+    the state dict; dropped from copies and pickles."""
+    gen = torch.Generator().manual_seed(1)
+    fc = Linear(64, 32, relu=True)
+    keys = list(fc.state_dict())
+    fuse_linears(fc)
+    x = torch.randn(10, 64, generator=gen)
+
+    def check():
+        with torch.inference_mode():
+            torch.testing.assert_close(fc(x), torch.relu(torch.nn.functional.linear(x, fc.weight, fc.bias)))
+
+    check()
+    with torch.no_grad():
+        fc.weight.mul_(-2.0)
+    check()
+    fc.load_state_dict({"weight": torch.randn(32, 64, generator=gen), "bias": torch.randn(32, generator=gen)})
+    check()
+    fc.weight = nn.Parameter(torch.randn(32, 64, generator=gen))
+    check()
+    assert list(fc.state_dict()) == keys and fc._prepared
+    clone = copy.deepcopy(fc)
+    assert clone.fuse and not clone._prepared
+    buf = io.BytesIO()
+    torch.save(fc, buf)
+    fc.double()
+    assert not fc._prepared
+    with torch.inference_mode():  # float64: the plain path
+        assert torch.equal(fc(x.double()), torch.relu(torch.nn.functional.linear(x.double(), fc.weight, fc.bias)))
+
+
+def test_fused_linear_is_skipped_where_it_does_not_apply():
+    fc = Linear(16, 8, relu=True)
+    fuse_linears(fc)
+    x = torch.randn(5, 16)
+    ref = torch.relu(torch.nn.functional.linear(x, fc.weight, fc.bias))
+    with torch.inference_mode():
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast: the plain path, in bf16
+            assert fc(x).dtype == torch.bfloat16
+        assert fc(torch.zeros(0, 16)).shape == (0, 8)
+    y = fc(x)  # autograd on: the plain path, with gradients
+    assert torch.equal(y, ref) and y.requires_grad
+    y.sum().backward()
+    assert fc.weight.grad is not None
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_mask_predictor_of_the_selected_class_equals_the_full_one(channels_last):
+    """``MODEL.FUSE_LINEAR``: the mask head's deconv runs as one oneDNN inner product and the predictor computes
+    only each box's class channel, on the deconv's pixels as they come; the probabilities are the full head's for
+    that class up to the order of the float additions; off: the full head, unchanged."""
+    gen = torch.Generator().manual_seed(2)
+    head = MaskHead(256, 2, 256, 91, lambda c: None).eval()
+    with torch.no_grad():
+        for m in head.modules():
+            if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * (2.0 / m.weight[0].numel()) ** 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.1)
+    x = torch.randn(40, 256, 14, 14, generator=gen).relu()
+    labels = torch.randint(1, 91, (40,), generator=gen)
+    if channels_last:
+        head, x = head.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        full = head(x, labels)
+        assert full.shape == (40, 91, 28, 28) and torch.equal(full, head(x))  # off: every class
+        ref = MaskHead.select(full, labels)
+        assert fuse_linears(head) == (2 if torch.backends.mkldnn.is_available() else 0)
+        if not head.predictor.fuse:
+            pytest.skip("no oneDNN: fusion is off")
+        one = head(x, labels)
+        assert one.shape == (40, 1, 28, 28)
+        torch.testing.assert_close(MaskHead.select(one, labels), ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(one[:, 0], full[torch.arange(40), labels], rtol=1e-5, atol=1e-5)
+        assert torch.equal(head(x), full)  # no labels: every class
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast: the full predictor
+            assert head(x, labels).shape == (40, 91, 28, 28)
+    agnostic = ClassConv1x1(8, 1, 1)
+    fuse_linears(agnostic)
+    with torch.inference_mode():  # one channel: nothing to select
+        y = torch.randn(3, 8, 5, 5)
+        assert torch.equal(agnostic(y, torch.tensor([4, 0, 2])), agnostic(y))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_deconv_blocks_equal_the_transposed_conv(channels_last):
+    """``Deconv.blocks``: the 2x2/2 transposed conv + ReLU as one inner product, each output pixel where the
+    docstring says, the values of ``conv_transpose2d`` up to the float summation order; the forward unchanged."""
+    gen = torch.Generator().manual_seed(3)
+    deconv = Deconv(32, 16, 2, stride=2, relu=True)
+    plain = nn.ConvTranspose2d(32, 16, 2, stride=2)
+    plain.load_state_dict(deconv.state_dict())
+    x = torch.randn(5, 32, 6, 7, generator=gen)
+    if channels_last:
+        deconv, x = deconv.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        ref = torch.relu(plain(x))
+        assert torch.equal(deconv(x), ref) and deconv.blocks(x) is None  # off: the plain layer
+        fuse_linears(deconv)
+        if not deconv.fuse:
+            pytest.skip("no oneDNN: fusion is off")
+        y = deconv.blocks(x)
+        assert y.shape == (5, 6, 7, 2, 2, 16)
+        torch.testing.assert_close(y.permute(0, 5, 1, 3, 2, 4).reshape(5, 16, 12, 14), ref, rtol=1e-5, atol=1e-6)
+        assert torch.equal(deconv(x), ref)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert deconv.blocks(x) is None
+        overlapping = Deconv(32, 16, 3, stride=2)
+        fuse_linears(overlapping)
+        assert overlapping.blocks(x) is None
+
+
+def test_fuse_linear_config_reaches_the_model():
+    cfg = minidet.get_cfg()
+    cfg.merge_from_list(["MODEL.WEIGHTS", "none"])
+    model, _ = prepare_model(cfg)
+    layers = [m for m in model.modules() if isinstance(m, (Linear, Deconv, ClassConv1x1))]
+    assert len(layers) == 6 and not any(m.fuse for m in layers)  # off by default
+    cfg.merge_from_list(["MODEL.FUSE_LINEAR", True])
+    fused, _ = prepare_model(cfg)
+    layers = [m for m in fused.modules() if isinstance(m, (Linear, Deconv, ClassConv1x1))]
+    assert all(m.fuse for m in layers) == torch.backends.mkldnn.is_available()
+    assert list(fused.state_dict()) == list(model.state_dict())
 
 
 def _nms_case(gen: torch.Generator, n: int, groups: int, tie_levels: int, clustered: bool):

@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
 if [[ $# -eq 0 ]]; then
-    set -- --size 320 --iters 3 --warmup 1 --norms FrozenBN,Affine,Affine+fold --vs-torchvision MODEL.CHANNELS_LAST True
+    set -- --quick  # --size 320 --iters 3 --warmup 1 --norms FrozenBN,Affine,Affine+fold --vs-torchvision MODEL.CHANNELS_LAST True
 fi
 exec "${VENV:-.venv}/bin/python" tools/benchmark.py "$@"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import os
 import re
 from functools import reduce
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -18,6 +20,7 @@ from .imageio import DEFAULT_MAX_PIXELS
 from .poolers import ROI_ALIGN_IMPLS
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a larger file is another kind of file
+CONFIG_DIR = Path(__file__).parent / "configs"  # the shipped configs (configs/ in a checkout links here)
 
 
 class ConfigError(ValueError):
@@ -28,8 +31,8 @@ class CfgNode(_YacsNode):
     """yacs node with ``_BASE_`` inheritance, int->float coercion and one-line errors."""
 
     def merge_from_file(self, cfg_filename: str) -> None:
-        """Merge a yaml file (and, first, the chain of ``_BASE_`` files it names)."""
-        for path, data in _base_chain(cfg_filename):
+        """Merge a yaml file or shipped config name (``config_file``) and, first, the ``_BASE_`` files it names."""
+        for path, data in _base_chain(config_file(cfg_filename)):
             try:
                 _merge_dict(self, data, [])
             except ConfigError as e:
@@ -203,6 +206,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.FOLD_NORM": (False, None),  # fold FrozenBN/Affine into the preceding conv at load time
     "MODEL.CHANNELS_LAST": (False, None),  # NHWC convolutions: only the float summation order changes
     "MODEL.FUSE_CONVS": (True, None),  # CPU float32: conv + ReLU / sum as one oneDNN call, same values
+    "MODEL.FUSE_LINEAR": (False, None),  # CPU float32: fcs, mask deconv on oneDNN; mask of the box's class only
     "MODEL.ROI_ALIGN_IMPL": ("gather", ROI_ALIGN_IMPLS),  # gather: same values up to float summation order
     "MODEL.FROZEN_BN_EPS": (1e-5, "[0, 1)"),  # belongs to the weights (torchvision COCO_V1: 0.0)
     "MODEL.GN_NUM_GROUPS": (32, "[1, 1024]"),
@@ -272,9 +276,39 @@ _C = _tree(_DEFAULTS)
 RULES: dict[str, tuple | str] = {key: rule for key, (_, rule) in _DEFAULTS.items() if rule is not None}
 
 
-def get_cfg() -> CfgNode:
-    """Return a fresh copy of minidet's default config."""
-    return _C.clone()
+def get_cfg(config: str | None = None) -> CfgNode:
+    """A fresh copy of minidet's default config, merged with ``config`` (a file or a shipped config's name, e.g.
+    ``"detectron/e2e_mask_rcnn_R-50-FPN_1x"``) when given."""
+    cfg = _C.clone()
+    if config is not None:
+        cfg.merge_from_file(config)
+    return cfg
+
+
+def config_names(bases: bool = False) -> list[str]:
+    """The shipped configs' names (their path under ``CONFIG_DIR``, no ``.yaml``), sorted; ``Base-*`` files too
+    with ``bases``."""
+    names = (p.relative_to(CONFIG_DIR).with_suffix("").as_posix() for p in CONFIG_DIR.rglob("*.yaml"))
+    return sorted(n for n in names if bases or not n.rpartition("/")[2].startswith("Base-"))
+
+
+def config_file(name: str) -> str:
+    """The file ``name`` names: an existing path as given, else a shipped config (``torchvision/maskrcnn_resnet50_fpn``;
+    a ``.yaml`` suffix and a leading ``configs/`` are allowed, so a checkout's paths work from any folder). Neither:
+    ConfigError listing the close names."""
+    if os.path.exists(name):
+        return name
+    stem = re.sub(r"\.ya?ml$", "", re.sub(r"^(\./)?configs/", "", str(name).replace(os.sep, "/")))
+    if (CONFIG_DIR / f"{stem}.yaml").is_file() and ".." not in stem.split("/"):
+        return str(CONFIG_DIR / f"{stem}.yaml")
+    names = config_names(bases=True)
+    close = difflib.get_close_matches(stem, names, n=4, cutoff=0.6)
+    close += [n for n in names if stem.rpartition("/")[2].lower() in n.lower() and n not in close][: 4 - len(close)]
+    if not close and re.search(r"\.ya?ml$", str(name)):  # a file path, and no shipped name near it
+        raise ConfigError(f"config file not found: {os.path.abspath(name)}")
+    hint = f"; close names: {', '.join(close)}" if close else ""
+    raise ConfigError(f"config file not found: {os.path.abspath(name)}, and {stem} is not a config name{hint} "
+                      "(`minidet configs` lists them)")
 
 
 def _leaves(node: _YacsNode, prefix: str = "") -> dict[str, Any]:

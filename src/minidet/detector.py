@@ -107,11 +107,12 @@ class MaskRCNN(nn.Module):
         with t.stage("mask_head"):
             rois = [d.boxes * s if d.frame == "original" else d.boxes for d, s in zip(dets, images.scales)]
             if sum(len(b) for b in rois):
+                labels = torch.cat([d.labels for d in dets])
                 with self._amp():
                     with t.detail("mask_roi_align"):
                         pooled = self._to_layout(self.mask_pooler(levels, rois))
-                    mask_logits = self.mask_head(pooled)
-                probs = self.mask_head.select(mask_logits.float(), torch.cat([d.labels for d in dets]))
+                    mask_logits = self.mask_head(pooled, labels)
+                probs = self.mask_head.select(mask_logits.float(), labels)
             else:  # the mask head's output: twice the pooled size
                 m = 2 * self.mask_pooler.output_size[0]
                 probs = images.tensor.new_zeros((0, m, m))

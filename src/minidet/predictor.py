@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import torch
 
 from .categories import category_ids, class_names
 from .checkpoint import CheckpointError, LoadReport, load_checkpoint
-from .config import CfgNode, ConfigError
+from .config import CfgNode, ConfigError, get_cfg
 from .detector import MaskRCNN, build_model
-from .layers import fuse_convs
+from .hub import REGISTRY, resolve_weights
+from .layers import fuse_convs, fuse_linears
 from .norm import fold_norms
 from .timing import StageTimer
 
@@ -20,13 +22,14 @@ NO_WEIGHTS = "none"  # MODEL.WEIGHTS value (any case) that runs the network with
 
 
 def weights_path(cfg: CfgNode, weights: str | None = None) -> str | None:
-    """The checkpoint to load (``weights``, default ``MODEL.WEIGHTS``); None for ``none``. An empty value is an
-    error: random weights give detections that look real."""
+    """The absolute path of the checkpoint to load (``weights``, default ``MODEL.WEIGHTS``: a path, a registry name
+    or a URL, see ``hub.resolve_weights``; a name or URL is downloaded on first use); None for ``none``. An empty
+    value is an error: random weights give detections that look real."""
     path = cfg.MODEL.WEIGHTS if weights is None else weights
     if not str(path).strip():
         raise CheckpointError("MODEL.WEIGHTS is empty; name a checkpoint file, or set MODEL.WEIGHTS none to run with "
                               "random weights (e.g. for benchmarks)")
-    return None if str(path).strip().lower() == NO_WEIGHTS else str(path)
+    return None if str(path).strip().lower() == NO_WEIGHTS else resolve_weights(str(path))
 
 
 def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
@@ -39,6 +42,7 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
     if cfg.MODEL.FOLD_NORM:
         logger.info("folded %d norm layers into their convs", fold_norms(model))
     fuse_convs(model, cfg.MODEL.FUSE_CONVS)
+    fuse_linears(model, cfg.MODEL.FUSE_LINEAR)
     device = torch.device(cfg.MODEL.DEVICE)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")
@@ -64,6 +68,19 @@ class Predictor:
         layout = self.cfg.MODEL.CATEGORY_LAYOUT
         self.class_names: list[str] = class_names(layout)
         self._cat_ids = torch.tensor(category_ids(layout), dtype=torch.int64)
+
+    @classmethod
+    def from_pretrained(cls, name: str, device: str = "cpu", **overrides) -> Predictor:
+        """A Predictor for a registry name (``minidet weights list``; its config and its weights, downloaded and
+        verified on first use) or a config name (its own ``MODEL.WEIGHTS``), on ``device``; ``overrides`` are
+        config keys, ``**{"TEST.AMP": "bf16"}`` or with ``__`` for the dots: ``TEST__IMS_PER_BATCH=4``."""
+        entry = REGISTRY.get(name)
+        cfg = get_cfg(entry.config if entry is not None else name)
+        file = os.path.basename(cfg.MODEL.WEIGHTS)  # a config name: the registry's file of the same name, if any
+        entry = entry or next((e for e in REGISTRY.values() if e.filename == file), None)
+        opts = [x for k, v in overrides.items() for x in (k.replace("__", "."), v)]
+        cfg.merge_from_list([*(["MODEL.WEIGHTS", entry.name] if entry else []), "MODEL.DEVICE", device, *opts])
+        return cls(cfg)
 
     def __call__(self, image: np.ndarray) -> dict:
         return self.predict_batch([image])[0]

@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import torch
 
-WEIGHTS_HELP = "official weights are listed in weights/README.md (URLs and sha256)"
+WEIGHTS_HELP = "`minidet weights list` names the official weights; weights/README.md has their URLs and sha256"
 
 
 class CheckpointError(RuntimeError):
@@ -69,7 +69,7 @@ def _check_file(path: str) -> bytes:
     """The first 9 bytes of ``path``; refuses a missing file, and a safetensors file by its content (8-byte
     little-endian header length, then JSON): torch reads it only through ``safetensors``, not a minidet dependency."""
     if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path} ({WEIGHTS_HELP})")
+        raise CheckpointError(f"checkpoint not found: {os.path.abspath(path)} ({WEIGHTS_HELP})")
     with open(path, "rb") as f:
         head = f.read(9)
     if len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= os.path.getsize(path) - 8:

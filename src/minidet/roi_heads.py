@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .boxes import PLAIN_BOX_RULE, BoxRule
-from .layers import Conv2d
+from .layers import ClassConv1x1, Conv2d, Deconv, Linear
 from .norm import NormFn
 
 
@@ -42,7 +42,7 @@ class BoxHead(nn.Module):
             c = conv_dim
         d = c * resolution * resolution
         for i in range(num_fc):
-            self.add_module(f"fc{i + 1}", nn.Linear(d, fc_dim, bias=fc_norm is None))
+            self.add_module(f"fc{i + 1}", Linear(d, fc_dim, bias=fc_norm is None, relu=fc_norm is None))
             if fc_norm is not None:
                 self.add_module(f"fc{i + 1}_norm", fc_norm(fc_dim))
             d = fc_dim
@@ -51,12 +51,13 @@ class BoxHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for i in range(self.num_conv):
             x = getattr(self, f"conv{i + 1}")(x)
-        x = x.flatten(1)
+        if self.num_fc == 0:
+            return x.flatten(1)
         for i in range(self.num_fc):
-            x = getattr(self, f"fc{i + 1}")(x)
+            fc = getattr(self, f"fc{i + 1}")
+            x = fc.flat(x) if i == 0 else fc(x)  # fc.relu: ReLU inside fc, unless a norm comes first
             if self.norm_fc:
-                x = getattr(self, f"fc{i + 1}_norm")(x)
-            x = F.relu_(x)
+                x = F.relu_(getattr(self, f"fc{i + 1}_norm")(x))
         return x
 
 
@@ -73,8 +74,8 @@ class BoxPredictor(nn.Module):
         original_frame: bool = False,
     ) -> None:
         super().__init__()
-        self.cls_score = nn.Linear(in_dim, num_classes)
-        self.bbox_pred = nn.Linear(in_dim, 4 * (num_bbox_reg_classes or num_classes))
+        self.cls_score = Linear(in_dim, num_classes)
+        self.bbox_pred = Linear(in_dim, 4 * (num_bbox_reg_classes or num_classes))
         self.bbox_reg_weights = tuple(bbox_reg_weights)
         self.score_thresh, self.nms_thresh, self.detections_per_image = score_thresh, nms_thresh, detections_per_image
         self.min_box_size, self.bg_last, self.box_rule = min_box_size, bg_last, box_rule
@@ -120,7 +121,9 @@ class BoxPredictor(nn.Module):
 
 
 class MaskHead(nn.Module):
-    """``num_conv`` 3x3 conv(+norm)+ReLU, 2x2/2 deconv+ReLU, 1x1 predictor: (R, C, 14, 14) -> (R, K, 28, 28)."""
+    """``num_conv`` 3x3 conv(+norm)+ReLU, 2x2/2 deconv+ReLU, 1x1 predictor: (R, C, 14, 14) -> (R, K, 28, 28). With
+    ``labels`` (R,) and ``fuse_linears``, only each box's class channel: (R, 1, 28, 28), the predictor taking the
+    deconv's pixels in the order its one inner product gives them (``Deconv.blocks``, ``ClassConv1x1.pixels``)."""
 
     def __init__(self, in_channels: int, num_conv: int, conv_dim: int, num_classes: int, norm: NormFn) -> None:
         super().__init__()
@@ -130,17 +133,24 @@ class MaskHead(nn.Module):
             nm = norm(conv_dim)
             self.add_module(f"mask_fcn{i + 1}", Conv2d(c, conv_dim, 3, padding=1, bias=nm is None, norm=nm, relu=True))
             c = conv_dim
-        self.deconv = nn.ConvTranspose2d(c, conv_dim, 2, stride=2)
-        self.predictor = nn.Conv2d(conv_dim, num_classes, 1)
+        self.deconv = Deconv(c, conv_dim, 2, stride=2, relu=True)
+        self.predictor = ClassConv1x1(conv_dim, num_classes, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         for i in range(self.num_conv):
             x = getattr(self, f"mask_fcn{i + 1}")(x)
-        return self.predictor(F.relu_(self.deconv(x)))
+        if self.predictor.selects(x, labels) and len(x):
+            y = self.deconv.blocks(x)  # (R, H, W, 2, 2, C): pixel (2i + a, 2j + b) at [:, i, j, a, b]
+            if y is not None:
+                r, h, w, kh, kw = y.shape[:5]
+                logits = self.predictor.pixels(y.view(r, h * w * kh * kw, -1), labels).view(r, h, w, kh, kw)
+                return logits.permute(0, 1, 3, 2, 4).reshape(r, 1, kh * h, kw * w)
+        return self.predictor(self.deconv(x), labels)
 
     @staticmethod
     def select(mask_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """(R, K, M, M) logits, (R,) labels -> (R, M, M) probabilities of each box's class (or the one channel)."""
+        """(R, K, M, M) logits, (R,) labels -> (R, M, M) probabilities of each box's class (or the one channel:
+        class-agnostic masks, or the class already selected by ``forward``)."""
         if mask_logits.shape[1] == 1:
             return mask_logits[:, 0].sigmoid()
         return mask_logits[torch.arange(len(labels), device=labels.device), labels].sigmoid()

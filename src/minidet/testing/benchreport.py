@@ -4,19 +4,25 @@
 runs into rows of statistics with the relations between models of a group (the same depth and
 batch): each variant against FrozenBN, against the model without norm layers (``none``), against
 batch 1 and against torchvision on the same weights (stage and step ratios, and whether the
-detections are the same: ``minidet.testing.compare``). ``report`` prints the rows, ``draw_chart``
-draws their stage times. What the benchmark measures and why is in docs/exactness.md ("The
-benchmark").
+detections are the same: ``minidet.testing.compare``), and the FLOPs of each stage with the rate
+achieved and the floor of the machine's measured peaks (``peaks``). ``report`` prints the rows,
+``draw_chart`` draws their stage times; ``busy_check`` judges whether the machine was too busy
+for the ratios to mean anything, ``coco_drift`` scores one set of detections against another
+with pycocotools. What the benchmark measures and why is in docs/exactness.md ("The benchmark").
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import statistics
 from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
+from pycocotools.coco import COCO
 
+from minidet.evaluation import coco_metrics, instances_to_coco
 from minidet.fileio import atomic_write
 from minidet.testing.compare import DetectionMatch
 from minidet.timing import DETAILS, STAGES, format_table, summarize
@@ -36,6 +42,9 @@ TV = "torchvision"
 STEPS = (*DETAILS, "paste")
 STEP_TARGET = 2.0  # "half" in the printed table
 PAIRED_MIN = 3  # iterations needed before per-iteration ratios are called within or beyond the noise
+# the machine counts as busy when the timing loop's process CPU time is below this fraction of
+# wall time x threads (its threads waited for cores), or the 1-minute load average exceeds the threads
+BUSY_CPU = 0.7
 
 
 @dataclass
@@ -59,6 +68,8 @@ class Run:
     checks: list[DetectionMatch] = field(default_factory=list)  # per image: against torchvision
     check_images: list[tuple[int, int]] = field(default_factory=list)  # per check: (pool batch, image in it)
     tv_channels_last: list | None = None  # per check where ours differs: torchvision-CL vs torchvision, else None
+    flops: dict | None = None  # {"stages": {stage: FLOPs}, "total": FLOPs} of one forward (FlopCounterMode)
+    bf16_drift: dict | None = None  # bf16 against fp32 on real images (``--bf16-drift``): matches, COCO AP, times
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -83,14 +94,46 @@ def _steps(row: dict) -> dict[str, dict[str, float]]:
     return {s: both[s] for s in STEPS if s in both}
 
 
-def analyze(runs: list[Run]) -> list[dict]:
+def _flops(r: Run, stats: dict, wall: dict, peaks: dict | None, amp: str | None) -> tuple[dict | None, dict | None]:
+    """A run's FLOPs per stage with the achieved rate (FLOPs / median stage time; the total's over the
+    median wall time), and its floor: the total FLOPs at the measured float32 conv peak (with
+    ``--amp bf16`` also at the bf16 peak), as a fraction of the median wall time."""
+    if not r.flops:
+        return None, None
+    rate = lambda f, t: f / t / 1e9 if f > 0 and t > 0 else None  # noqa: E731
+    stages = {s: f for s, f in r.flops["stages"].items()}
+    out = {
+        "stages": stages,
+        "total": r.flops["total"],
+        "gflop_per_s": {
+            **{s: rate(f, stats[s]["median"]) if s in stats else None for s, f in stages.items()},
+            "total": rate(r.flops["total"], wall["median"]),
+        },
+    }
+    conv = (peaks or {}).get("conv_fp32")
+    if not conv:
+        return out, None
+    floor_s = r.flops["total"] / (1e9 * conv["gflop_per_s"])
+    floor = {"peak": "conv_fp32", "peak_gflop_per_s": conv["gflop_per_s"], "floor_s": floor_s,
+             "fraction": floor_s / wall["median"]}
+    bf16 = (peaks or {}).get("conv_bf16")
+    if amp == "bf16" and bf16:
+        floor["bf16_peak_gflop_per_s"] = bf16["gflop_per_s"]
+        floor["bf16_floor_s"] = r.flops["total"] / (1e9 * bf16["gflop_per_s"])
+        floor["bf16_fraction"] = floor["bf16_floor_s"] / wall["median"]
+    return out, floor
+
+
+def analyze(runs: list[Run], peaks: dict | None = None, amp: str | None = None) -> list[dict]:
     """All numbers per run (one row each, ready for JSON), with the relations to FrozenBN, the
-    no-norm model, batch 1 and torchvision of its group."""
+    no-norm model, batch 1 and torchvision of its group; with ``peaks`` (the benchmark's
+    micro-benchmarks) each run's floor."""
     rows = []
     for r in runs:
         stats = summarize(r.records)
         wall = summarize([{"wall": w} for w in r.walls])["wall"]
         cpu = summarize([{"cpu": c} for c in r.cpus])["cpu"]
+        flops, floor = _flops(r, stats, wall, peaks, amp)
         rows.append(
             {
                 "label": r.label,
@@ -106,6 +149,9 @@ def analyze(runs: list[Run]) -> list[dict]:
                 "images_per_s": r.batch / wall["median"],
                 "memory": r.memory,
                 "amp_drift": r.drift,
+                "flops": flops,
+                "floor": floor,
+                "bf16_drift": r.bf16_drift,
                 "detections_per_image": {"mean": statistics.fmean(r.dets), "min": min(r.dets), "max": max(r.dets)},
                 "vs_frozenbn": None,
                 "vs_torchvision": None,
@@ -216,8 +262,9 @@ def _fmt(v: float | None, spec: str, none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def report(rows: list[dict], device: str = "cpu", amp: str | None = None) -> str:
-    """The printed summary: per-model tables, a comparison table, ratios, the step table, verdicts."""
+def report(rows: list[dict], device: str = "cpu", amp: str | None = None, peaks: dict | None = None) -> str:
+    """The printed summary: per-model tables, a comparison table, ratios, the step table, verdicts;
+    then the machine's peaks, the FLOPs per stage with the achieved rates, and the floor."""
     out = []
     for row in rows:
         title = f"{row['label']} ({row['impl']}, R-{row['depth']}, batch {row['batch']}), ms per forward:"
@@ -317,7 +364,185 @@ def report(rows: list[dict], device: str = "cpu", amp: str | None = None) -> str
                 f"{_fmt(d['box_diff_px_median'], '.3g')} max {_fmt(d['box_diff_px_max'], '.3g')} px, "
                 f"score change max {_fmt(d['score_diff_max'], '.3g')}"
             )
+        out += _bf16_drift_lines(row)
+    out += peak_lines(peaks)
+    out += flop_table(rows)
+    out += floor_lines(rows, amp)
     return "\n".join(out)
+
+
+def _bf16_drift_lines(row: dict) -> list[str]:
+    d = row["bf16_drift"]
+    if not d:
+        return []
+    ap = d["coco"]
+    aps = ", ".join(
+        f"{'box' if t == 'bbox' else 'mask'} {_fmt(ap[t]['AP'], '.3f')} (AP50 {_fmt(ap[t]['AP50'], '.3f')})"
+        for t in ("bbox", "segm")
+        if t in ap
+    )
+    return [
+        f"{row['label']}: bf16 vs fp32 on {d['images']} real images ({d['source']}): {d['matched']}/"
+        f"{d['detections_fp32']} fp32 detections matched ({_fmt(d['matched_fraction'], '.1%')}; same label, "
+        f"IoU >= 0.5; bf16 has {d['detections_amp']}); COCO AP of bf16 with fp32 as ground truth: {aps}; "
+        f"bf16 takes {_fmt(d['time_ratio'], '.2f')}x fp32's time per image (median {1e3 * d['bf16_s_median']:.0f} "
+        f"vs {1e3 * d['fp32_s_median']:.0f} ms)"
+    ]
+
+
+def peak_lines(peaks: dict | None) -> list[str]:
+    """The micro-benchmarks of this run: the float32 and bf16 conv peaks, the box head's GEMM."""
+    if not peaks:
+        return []
+
+    def layouts(p: dict) -> str:
+        return ", ".join(
+            f"{k.replace('_', '-')} {v['gflop_per_s']:.1f} at {'x'.join(map(str, v['shape']))}"
+            for k, v in p["layouts"].items()
+        )
+
+    out = [
+        f"peaks of this machine, measured in this run ({peaks['threads']} threads; GFLOP/s of the best call in "
+        f"~{peaks['seconds']:g} s of calls each, at the target size or the largest whose call is expected "
+        f"under {1e3 * peaks['grow_below_s']:g} ms):"
+    ]
+    for key, what in (("conv_fp32", "fp32"), ("conv_bf16", "bf16")):
+        p = peaks.get(key)
+        if p:
+            out.append(f"  {what} {p['op']}: {p['gflop_per_s']:.1f} GFLOP/s ({layouts(p)})")
+    lin = peaks.get("linear")
+    if lin:
+        plain = lin["plain"]
+        text = f"  box head fc6 GEMM {lin['op']}: plain nn.Linear {plain['gflop_per_s']:.1f} GFLOP/s"
+        if plain["shape"][0] != lin["target"][0]:
+            text += f" (at {plain['shape'][0]} rows)"
+        v = lin["variant"]
+        if v:
+            text += f"; the variants' fc6 ({lin['variant_path']}) {v['gflop_per_s']:.1f} GFLOP/s"
+            if v["shape"][0] != lin["target"][0]:
+                text += f" (at {v['shape'][0]} rows)"
+        else:
+            text += f"; the variants' fc6 is plain nn.Linear ({lin['variant_path']})"
+        out.append(text)
+    return out
+
+
+def flop_table(rows: list[dict]) -> list[str]:
+    """Per model two lines: GFLOP per stage of one forward, and the achieved GFLOP/s (FLOPs / median
+    stage time; the total's over the median wall time)."""
+    counted = [row for row in rows if row["flops"]]
+    if not counted:
+        return []
+    stages = [s for s in STAGES if any(s in row["flops"]["stages"] for row in counted)]
+    width = max(12, *(len(row["label"]) + 1 for row in counted))
+    out = [
+        "FLOPs of one forward per stage (torch.utils.flop_counter: convolutions and matrix products, "
+        "oneDNN's fused ops included; the first input batch, untimed) and the rate achieved (FLOPs / "
+        "median stage time; total: over the median wall time):",
+        f"{'model':<{width}}{'':<9}" + "".join(f"{s:>11}" for s in stages) + f"{'total':>11}",
+    ]
+    for row in counted:
+        f = row["flops"]
+        gf = [f["stages"].get(s) for s in stages]
+        cells = [_fmt(None if v is None else v / 1e9, ".2f") for v in gf] + [f"{f['total'] / 1e9:.2f}"]
+        out.append(f"{row['label']:<{width}}{'GFLOP':<9}" + "".join(f"{c:>11}" for c in cells))
+        rates = [f["gflop_per_s"].get(s) for s in stages] + [f["gflop_per_s"]["total"]]
+        out.append(f"{'':<{width}}{'GFLOP/s':<9}" + "".join(f"{_fmt(v, '.1f'):>11}" for v in rates))
+    return out
+
+
+def floor_lines(rows: list[dict], amp: str | None = None) -> list[str]:
+    """Per model: its FLOPs at the measured fp32 conv peak, and that floor over its median wall time."""
+    out = []
+    for row in rows:
+        fl = row["floor"]
+        if not fl:
+            continue
+        text = (
+            f"floor {row['label']}: {row['flops']['total'] / 1e9:.2f} GFLOP at the fp32 conv peak "
+            f"{fl['peak_gflop_per_s']:.1f} GFLOP/s = {1e3 * fl['floor_s']:.0f} ms; median wall "
+            f"{1e3 * row['wall']['median']:.0f} ms: floor / wall {fl['fraction']:.3f}"
+        )
+        if "bf16_fraction" in fl:
+            text += (
+                f" (at the bf16 conv peak {fl['bf16_peak_gflop_per_s']:.1f} GFLOP/s: "
+                f"{1e3 * fl['bf16_floor_s']:.0f} ms, {fl['bf16_fraction']:.3f})"
+            )
+        out.append(text)
+    if out:
+        out.append(
+            "(floor / wall: 1.0 would be every counted FLOP at the conv peak and nothing else; what "
+            "is missing is the rest of the work (norms, RoIAlign, NMS, paste, memory traffic) and "
+            "layers that run below the peak)"
+        )
+    return out
+
+
+def busy_check(
+    load_before: tuple | None, load_after: tuple | None, threads: int, cpu_s: float | None, wall_s: float | None,
+    load_limit: float | None = None, cpu_limit: float = BUSY_CPU,
+) -> dict:
+    """Whether the machine was busy during the timing: the 1-minute load average above ``load_limit``
+    (default: the benchmark's own ``threads``) before or after the timing loop, or the loop's process
+    CPU time below ``cpu_limit`` x its wall time x ``threads`` (``cpu_s`` None: not judged, e.g. on
+    CUDA). Returns the verdict (``busy``), its reasons and the numbers."""
+    limit = float(threads if load_limit is None else load_limit)
+    util = cpu_s / (wall_s * threads) if cpu_s is not None and wall_s and threads else None
+    reasons = []
+    for when, load in (("before", load_before), ("after", load_after)):
+        if load and load[0] > limit:
+            reasons.append(f"1-min load average {load[0]:.2f} {when} the timing, above {limit:g}")
+    if util is not None and util < cpu_limit:
+        reasons.append(f"process CPU time {util:.0%} of wall time x {threads} threads, below {cpu_limit:.0%}")
+    return {
+        "busy": bool(reasons), "reasons": reasons, "threads": threads, "load_limit": limit, "cpu_limit": cpu_limit,
+        "load_before": list(load_before) if load_before else None,
+        "load_after": list(load_after) if load_after else None,
+        "loop_cpu_s": cpu_s, "loop_wall_s": wall_s, "cpu_utilization": util,
+    }
+
+
+def busy_line(check: dict) -> str | None:
+    """The one warning line of a busy machine (``busy_check``), else None."""
+    if not check["busy"]:
+        return None
+    return f"warning: the machine was busy ({'; '.join(check['reasons'])}): ratios of this run are not results"
+
+
+def _coco_output(d: dict) -> dict:
+    """A detector's output for one image (tensors) as ``minidet.evaluation.instances_to_coco`` reads it."""
+    out = {
+        "boxes": d["boxes"].detach().float().cpu().numpy(),
+        "scores": d["scores"].detach().float().cpu().numpy(),
+        "category_ids": d["labels"].detach().cpu().numpy(),
+    }
+    if "masks" in d:
+        out["masks"] = d["masks"].detach().cpu().numpy().astype(bool)
+    return out
+
+
+def coco_drift(refs: list[dict], news: list[dict], sizes: list[tuple[int, int]]) -> dict:
+    """COCO AP (pycocotools, ``minidet.evaluation.coco_metrics``) of the detections ``news`` scored
+    against ``refs`` taken as ground truth, per image (``sizes``: (height, width)); boxes, and masks
+    where the detections have them. 1.0 for identical detections; a measure of drift that needs no
+    annotations. Labels serve as category ids. Returns ``{"bbox": {"AP", "AP50", "AP75"}, "segm": ...}``
+    (-1 where ``refs`` has no detection)."""
+    images = [{"id": i + 1, "file_name": str(i + 1), "height": h, "width": w} for i, (h, w) in enumerate(sizes)]
+    anns, results = [], []
+    for i, (ref, new) in enumerate(zip(refs, news)):
+        ref_out = _coco_output(ref)
+        for k, a in enumerate(instances_to_coco(i + 1, ref_out)[0]):
+            area = float(ref_out["masks"][k].sum()) if "masks" in ref_out else a["bbox"][2] * a["bbox"][3]
+            anns.append({**a, "id": len(anns) + 1, "iscrowd": 0, "area": area})
+        results += instances_to_coco(i + 1, _coco_output(new))[0]
+    cats = sorted({a["category_id"] for a in anns + results})
+    gt = COCO()
+    gt.dataset = {"images": images, "annotations": anns, "categories": [{"id": c, "name": str(c)} for c in cats]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt.createIndex()
+    types = ("bbox", "segm") if all("masks" in d for d in [*refs, *news]) else ("bbox",)
+    metrics, _ = coco_metrics(gt, results, types)
+    return {t: {k: m[k] for k in ("AP", "AP50", "AP75")} for t, m in metrics.items()}
 
 
 def _vs_none_lines(row: dict) -> list[str]:

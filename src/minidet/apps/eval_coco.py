@@ -1,0 +1,388 @@
+"""COCO box and mask AP of a minidet model on a COCO-format dataset, with per-stage timing.
+
+Usage::
+
+    python tools/eval_coco.py --config-file CFG --ann ANN.json --images DIR --output OUT \\
+        [--max-images N] [--workers 2] [--warmup 2] [--chunk-size 50] [--resume] [--debug] [KEY VALUE ...]
+    python tools/eval_coco.py --ann ANN.json --results RESULTS.json [MORE.json ...] --output OUT [--only-result-images]
+    torchrun --nproc_per_node N tools/eval_coco.py --config-file CFG ...   # shards the images
+
+The first form runs the model over the annotation file's images (the first ``N`` by id with
+``--max-images``), reading them in ``--workers`` DataLoader processes, ``TEST.IMS_PER_BATCH``
+images per forward, and writes to ``OUT``:
+
+- ``coco_instances_results.json``: COCO results (``image_id``, ``category_id``, ``bbox``
+  [x, y, w, h], ``score``, ``segmentation`` RLE), sorted by image id, then by decreasing score;
+- ``metrics.json``: ``{"bbox": {"stats": [12 COCOeval stats], "AP": ..., ...}, "segm": {...}}``;
+- ``images.json``: the ids of the evaluated images and the skipped ones with the reason;
+- ``timing.json``: seconds per image for each model stage, data loading (time waiting for the
+  DataLoader) and RLE encoding (mean, median, std, min, max over the batches after the first
+  ``--warmup`` of each process), their totals, the evaluation time and the wall time.
+
+Results are saved as the run goes in ``OUT/chunks/`` (every ``--chunk-size`` images per
+process). A run that stops (Ctrl-C, a crash, a killed worker) keeps them; the same command
+with ``--resume`` does only the missing images and writes the same results and metrics files
+(``timing.json`` then describes the images timed in all runs, and the wall time of the last).
+The chunks' manifest records the config, the dataset and the checkpoint file's size, mtime and
+SHA-256: a resumed run whose checkpoint has other content (a file replaced at the same path) is
+refused; one only touched or copied resumes. The DataLoader workers die with their process,
+however it ends (on Linux, by ``PR_SET_PDEATHSIG``; SIGKILL included).
+
+An image that is missing, truncated, unreadable, not the annotated size or one the model cannot
+take (e.g. too elongated for the resize) is reported on one ``error: <file>: ... (skipped)`` line,
+left out of the evaluation and counted; the exit status is then 1. A bad config, checkpoint,
+annotation or results file stops the run with one ``error:`` line and exit status 2 (``--debug``:
+with the traceback); an interrupted run exits with 130 (Ctrl-C), 143 (SIGTERM) or 2 (an error).
+
+The second form evaluates detections made elsewhere: each file may carry ``bbox``,
+``segmentation`` or both; ``metrics.json`` gets what they allow. A file that ``infer.py --results
+x.json`` wrote (with its own ``images`` list) is matched to the annotation file's images by file
+name. COCOeval counts every image of the annotation file: a file with detections of only some of them is told on stderr
+(``warning: RESULTS.json: results cover 10 of 80 annotated images; ...``), and
+``--only-result-images`` evaluates those images alone (the first form always evaluates the
+images it ran, e.g. the first N with ``--max-images``). Under torchrun each process takes every
+N-th image and writes its own chunks; rank 0 then merges them, evaluates and writes the files.
+``OUT`` must be a folder all processes see (on several nodes: a shared file system). Freed memory
+stays in the process for the next image (``--no-keep-memory``: glibc's defaults; ``minidet.memory``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+import cv2
+from tqdm import tqdm
+
+import minidet
+from minidet import dist
+from minidet.bulk import drive, open_share, run_batches, timing_summary
+from minidet.checkpoint import CheckpointError
+from minidet.chunks import ChunkError, ChunkStore, file_identity, merge_chunks
+from minidet.config import ConfigError, validate_cfg
+from minidet.data import ImageFiles, coco_image_files
+from minidet.evaluation import (
+    IOU_TYPES,
+    METRIC_NAMES,
+    COCOEvaluator,
+    EvaluationError,
+    check_categories,
+    coco_metrics,
+    load_coco_annotations,
+    load_results,
+)
+from minidet.fileio import OutputDir, remove_temp_files, write_json
+from minidet.imageio import native_messages
+from minidet.memory import keep_freed_memory
+from minidet.predictor import weights_path
+from minidet.timing import format_table
+
+RESULTS_FILE = "coco_instances_results.json"
+SETUP_ERRORS = (ConfigError, CheckpointError, EvaluationError, ChunkError, OSError)
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> argparse.Namespace:
+    """Parse the command line (see the module docstring)."""
+    p = argparse.ArgumentParser(prog=prog, description="COCO box and mask AP with per-stage timing.")
+    p.add_argument("--config-file", metavar="CFG", help="yaml config file of the model")
+    p.add_argument("--ann", required=True, metavar="ANN.json", help="COCO instances annotation file")
+    p.add_argument("--images", metavar="DIR", help="folder of the annotation file's images")
+    p.add_argument("--output", required=True, metavar="OUT", help="output folder (created if needed)")
+    p.add_argument("--results", nargs="+", metavar="RESULTS.json", help="evaluate these COCO results files instead")
+    p.add_argument("--only-result-images", action="store_true",
+                   help="with --results: evaluate only the images that have detections in the file")
+    p.add_argument("--max-images", type=int, metavar="N", help="only the first N images (by id)")
+    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process (0: none)")
+    p.add_argument("--warmup", type=int, default=2, help="batches per process left out of the timing statistics")
+    p.add_argument("--chunk-size", type=int, default=50, help="images per saved result chunk")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in OUT")
+    p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
+    p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep freed memory in the process for reuse (no page faults; it keeps its peak memory)")
+    p.add_argument("opts", nargs="*", metavar="KEY VALUE", help="config overrides")
+    args = p.parse_intermixed_args(argv)  # options may follow the overrides: "... MODEL.DEVICE cuda --resume"
+    if args.results:
+        extra = [f for f, v in [("--config-file", args.config_file), ("--images", args.images),
+                                ("--max-images", args.max_images), ("--resume", args.resume),
+                                ("KEY VALUE overrides", args.opts)] if v]
+        if extra:
+            p.error(f"--results evaluates existing detections; {', '.join(extra)} do not apply")
+    elif not (args.config_file and args.images):
+        p.error("give --config-file and --images (to run a model) or --results (to evaluate detections)")
+    if args.max_images is not None and args.max_images < 1:
+        p.error("--max-images must be >= 1")
+    if args.workers < 0 or args.warmup < 0 or args.chunk_size < 1:
+        p.error("need --workers >= 0, --warmup >= 0, --chunk-size >= 1")
+    return args
+
+
+def _fail(message: str, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def _metric_line(iou_type: str, m: dict) -> str:
+    return f"eval_coco: {iou_type} " + " ".join(f"{k} {m[k]:.4f}" for k in METRIC_NAMES)
+
+
+def _report_coverage(path: str, results: list[dict], n_images: int, only_those: bool) -> set[int]:
+    """The images ``results`` has detections of; says so on stderr when that is not all of them."""
+    ids = {r["image_id"] for r in results}
+    if len(ids) < n_images:
+        what = (
+            "only those are evaluated (--only-result-images)" if only_those else
+            f"the other {n_images - len(ids)} count as images without detections "
+            f"(--only-result-images evaluates the {len(ids)} alone)"
+        )
+        print(f"warning: {path}: results cover {len(ids)} of {n_images} annotated images; {what}", file=sys.stderr)
+    return ids
+
+
+def evaluate_results_files(args: argparse.Namespace) -> int:
+    """The ``--results`` form: validate the files, say how many images they cover, run COCOeval
+    (over every image of the annotation file, or those with detections), write ``metrics.json``."""
+    coco_gt = load_coco_annotations(args.ann)
+    by_type: dict[str, tuple[str, list]] = {}
+    known = set(coco_gt.getCatIds())
+    covered: dict[str, set[int]] = {}  # results file -> the images it has detections of
+    for path in args.results:
+        results, types = load_results(path, coco_gt)
+        covered[path] = _report_coverage(path, results, len(coco_gt.imgs), args.only_result_images)
+        unknown = [r["category_id"] for r in results if r["category_id"] not in known]
+        if unknown:  # COCOeval evaluates the annotation file's categories only
+            print(
+                f"warning: {path}: {len(unknown)} detections of categories that are not in {args.ann} "
+                f"(e.g. {unknown[0]}) are left out",
+                file=sys.stderr,
+            )
+        for t in types:
+            if t in by_type:
+                raise EvaluationError(f"{path}: {t} results already given by {by_type[t][0]}")
+            by_type[t] = (path, results)
+    metrics, tables = {}, {}
+    for t in IOU_TYPES:
+        if t in by_type:
+            ids = covered[by_type[t][0]] if args.only_result_images else None
+            m, tab = coco_metrics(coco_gt, by_type[t][1], [t], ids)
+            metrics.update(m)
+            tables.update(tab)
+    write_json(os.path.join(args.output, "metrics.json"), metrics, indent=1)  # OUT: made by prepare_folders
+    for t in metrics:
+        print(f"{t} (pycocotools, {by_type[t][0]}):\n{tables[t]}")
+    for t, m in metrics.items():
+        print(_metric_line(t, m))
+    print(f"eval_coco: wrote {os.path.join(args.output, 'metrics.json')}")
+    return 0
+
+
+class Run:
+    """One process's share of a model evaluation: set-up, the image loop, the chunks."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        if args.only_result_images:
+            raise EvaluationError("--only-result-images applies to --results (a model run evaluates the images it ran)")
+        cfg = minidet.get_cfg()
+        cfg.merge_from_file(args.config_file)
+        cfg.merge_from_list(args.opts)
+        validate_cfg(cfg)  # every value in range before anything is read or loaded
+        self.coco_gt = load_coco_annotations(args.ann)
+        check_categories(self.coco_gt, cfg.MODEL.CATEGORY_LAYOUT, args.ann)
+        files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
+        weights = weights_path(cfg)  # "" is an error; None for "none"; a name or URL may download
+        self.files = dict(files)
+        manifest = {
+            "annotations": os.path.abspath(args.ann),
+            "images": os.path.abspath(args.images),
+            "image_ids": len(files),
+            "config": cfg.dump(),
+        }
+        self.info, device = dist.init(cfg.MODEL.DEVICE)
+        cfg.MODEL.DEVICE = device
+        self.cfg = cfg
+        self.store = ChunkStore(os.path.join(args.output, "chunks"))
+
+        def prepare() -> dict:  # rank 0 only
+            remove_temp_files(args.output)  # of a run killed while writing the final files
+            return {**manifest, "checkpoint": file_identity(weights)}  # a file replaced at the same path
+
+        share = open_share(self.store, prepare, files, args.resume, self.info)
+        self.run_id, self.shard = share.run_id, share.todo
+        if share.done and self.info.is_main:
+            print(f"eval_coco: resuming: {len(share.done)} of {len(files)} images done, "
+                  f"{len(files) - len(share.done)} to go")
+        self.predictor = minidet.Predictor(cfg)
+        if self.info.is_main:
+            print(f"eval_coco: weights {self.predictor.weights_summary}")
+        self.evaluator = COCOEvaluator(self.coco_gt, self.predictor.box_offset)
+        self.written: list[str] = []
+
+    def loop(self) -> None:
+        """Run the model over this process's images, saving a chunk every ``--chunk-size`` images."""
+        args, info = self.args, self.info
+        sizes = {i: (self.coco_gt.imgs[i]["height"], self.coco_gt.imgs[i]["width"]) for i, _ in self.shard}
+        files = ImageFiles(self.shard, self.cfg.INPUT.MAX_PIXELS, sizes)
+        bar = tqdm(
+            total=len(self.shard),
+            unit="img",
+            file=sys.stderr,
+            disable=not info.is_main or None,
+            desc=f"rank 0 of {info.world_size}" if info.distributed else None,
+        )
+        pending: dict = {"skipped": [], "timings": []}
+        seq = 0
+        try:
+            for batch in run_batches(self.predictor, files, self.cfg.TEST.IMS_PER_BATCH, args.workers, args.debug):
+                for i, error in batch.errors:
+                    self._skip(pending, i, error)
+                if batch.outputs:
+                    t0 = time.perf_counter()
+                    self.evaluator.process([i for i, _, _ in batch.outputs], [o for _, _, o in batch.outputs])
+                    pending["timings"].append({"run": self.run_id, "rank": info.rank, "seq": seq, **batch.timing,
+                                               "encode": time.perf_counter() - t0})  # masks become RLE in process
+                    seq += 1
+                bar.update(len(batch.outputs) + len(batch.errors))
+                if len(self.evaluator.image_ids) + len(pending["skipped"]) >= args.chunk_size:
+                    pending = self._save(pending)
+        finally:  # whatever stops the loop, what is finished is kept
+            self._save(pending)
+            bar.close()
+
+    def _skip(self, pending: dict, image_id: int, error: str) -> None:
+        pending["skipped"].append({"image_id": image_id, "file": self.files[image_id], "error": error})
+        tqdm.write(f"error: {error} (skipped)", file=sys.stderr)
+
+    def _save(self, pending: dict) -> dict:
+        """Write the evaluator's images and ``pending`` skips and timings as a chunk; start anew."""
+        ev = self.evaluator
+        if ev.image_ids or pending["skipped"]:
+            chunk = {"image_ids": ev.image_ids, "skipped": pending["skipped"], "dropped": ev.dropped,
+                     "detections": ev.results, "timings": pending["timings"]}
+            self.written.append(self.store.write(self.run_id, self.info.rank, len(self.written), chunk))
+        ev.reset()  # the chunk file holds the results now: memory stays flat
+        return {"skipped": [], "timings": []}
+
+
+def finish(run: Run, t_start: float, t_loop: float) -> int:
+    """Rank 0: merge every process's chunks, write the results, evaluate, report. Returns the status."""
+    args, cfg = run.args, run.cfg
+    merged = merge_chunks(run.store.read_all())
+    missing = set(run.files) - set(merged.image_ids) - set(merged.skipped)
+    if missing:
+        raise ChunkError(f"{len(missing)} images (e.g. id {min(missing)}) are in no result chunk; rerun with --resume")
+    evaluator = COCOEvaluator(run.coco_gt, run.predictor.box_offset)
+    evaluator.extend(merged.image_ids, merged.results, merged.dropped)
+    results = evaluator.sorted_results()
+    out = args.output
+    write_json(os.path.join(out, RESULTS_FILE), results)
+    t0 = time.perf_counter()
+    metrics = evaluator.evaluate(("bbox", "segm") if cfg.MODEL.MASK_ON else ("bbox",))
+    t_eval = time.perf_counter() - t0
+    skipped = [merged.skipped[i] for i in sorted(merged.skipped)]
+    write_json(os.path.join(out, "metrics.json"), metrics, indent=1)
+    write_json(os.path.join(out, "images.json"), {"evaluated": sorted(merged.image_ids), "skipped": skipped}, indent=1)
+
+    stage_stats, pipe_stats, timed = timing_summary(merged.timings, args.warmup)
+    totals = {k: sum(r[k] for r in merged.timings) for k in ("data", "model", "encode")}
+    this_run = merged.images_per_run.get(run.run_id, 0)
+    wall = time.perf_counter() - t_start
+    timing = {
+        "device": cfg.MODEL.DEVICE,
+        "world_size": run.info.world_size,
+        "ims_per_batch": cfg.TEST.IMS_PER_BATCH,
+        "warmup_batches_per_process": args.warmup,
+        "images": len(run.files),
+        "images_evaluated": len(merged.image_ids),
+        "images_skipped": len(skipped),
+        "images_timed": sum(r["n"] for r in timed),
+        "units": "seconds per image; n counts batches",
+        "stages": stage_stats,
+        "pipeline": pipe_stats,
+        "totals_s": {**totals, "eval": t_eval},
+        "last_run": {"images": this_run, "loop_s": t_loop, "wall_s": wall,
+                     "images_per_s": this_run / t_loop if t_loop > 0 else 0.0},
+        "runs": len(merged.images_per_run),
+    }
+    write_json(os.path.join(out, "timing.json"), timing, indent=1)
+
+    for t in metrics:
+        print(f"{t} (pycocotools):\n{evaluator.tables[t]}")
+    skipped_warmup = len(timed) < len(merged.timings)
+    skip_note = f"first {args.warmup} batch(es) per process skipped" if skipped_warmup else "none skipped"
+    if stage_stats:
+        print(format_table(stage_stats, title=f"model stages per image ({skip_note}):"))
+    print(format_table(pipe_stats, title="per image: waiting for data, model, RLE encoding:"))
+    print(
+        f"eval_coco: images {len(run.files)} | evaluated {len(merged.image_ids)} | skipped {len(skipped)} | "
+        f"detections {len(results)} | dropped {merged.dropped} (categories not in the annotation file)"
+    )
+    for t, m in metrics.items():
+        print(_metric_line(t, m))
+    print(
+        f"eval_coco: time wall {wall:.1f} s | this run {this_run} images in {t_loop:.1f} s "
+        f"({timing['last_run']['images_per_s']:.2f} img/s) | data {totals['data']:.1f} s | "
+        f"model {totals['model']:.1f} s | encode {totals['encode']:.1f} s | eval {t_eval:.1f} s"
+    )
+    names = (RESULTS_FILE, "metrics.json", "images.json", "timing.json")
+    print(f"eval_coco: wrote {' '.join(os.path.join(out, n) for n in names)}")
+    return 1 if skipped else 0
+
+
+def evaluate_model(args: argparse.Namespace) -> int:
+    """The model form: set up, loop over this process's images, then rank 0 finishes."""
+    t_start = time.perf_counter()  # wall time: model loading included, Python imports not
+    try:
+        run = Run(args)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+    status, t_loop = drive(run, lambda message: _fail(message, args.debug), "OUT")
+    if status is not None:
+        return status
+    try:
+        return finish(run, t_start, t_loop)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+
+
+def main(argv: list[str] | None = None, prog: str = "eval_coco.py") -> int:
+    """Run the tool; return the exit status (0 ok, 1 images skipped, 2 error, 130 Ctrl-C, 143 SIGTERM)."""
+    args = parse_args(argv, prog)
+    if args.keep_memory:  # process-wide: the application's choice, never the library's
+        keep_freed_memory()
+    if not args.debug:
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    try:  # OUT locked for the run (by rank 0; an empty OUT made here is removed); libjpeg / libpng lines
+        # only with --debug (loader workers inherit the setting)
+        with prepare_folders(args), native_messages(args.debug):
+            if args.results:
+                return evaluate_results_files(args)
+            return evaluate_model(args)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+    except KeyboardInterrupt:
+        _fail("interrupted", args.debug)
+        return 130
+    except Exception as e:  # noqa: BLE001 - any other failure: still one line without --debug
+        hint = "" if args.debug else " (rerun with --debug for the traceback)"
+        return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
+    finally:
+        dist.shutdown()
+
+
+def prepare_folders(args: argparse.Namespace) -> OutputDir:
+    """Check ``--images`` and ``--output`` once, before anything is loaded, and lock ``--output``
+    against a second run; under torchrun only rank 0 (``RANK`` in the environment) takes the lock,
+    the other ranks write into the same folder."""
+    if args.images is not None and not os.path.isdir(args.images):
+        what = "not a folder" if os.path.exists(args.images) else "no such folder"
+        raise NotADirectoryError(f"--images {args.images}: {what}")
+    return OutputDir(args.output, "--output", lock=dist.from_env().is_main)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,631 @@
+"""Run a minidet Mask R-CNN over images and videos: per image a drawing and a COCO-style JSON, per video a drawn
+video and per-frame records, optionally one results file for the whole run; batched, decoded in loader workers
+while the model runs, sharded under torchrun, resumable.
+
+Usage::
+
+    python tools/infer.py --config-file CFG --input PATH [PATH ...] --output DIR [options] [KEY VALUE ...]
+    python tools/infer.py --config-file CFG --input-list FILES.txt --output DIR --results DIR/results.jsonl
+    torchrun --nproc_per_node N tools/infer.py --config-file CFG --input DIR --recursive --output DIR ...
+
+Inputs (``--input`` and ``--input-list``, together or alone): image files (jpg, png, bmp, tif, webp) and video
+files (mp4, avi, mkv, mov), folders (their images and videos; sub-folders too with ``--recursive``), quoted glob
+patterns (``**`` matches any depth), and a list file of paths, one per line (``#`` comments and blank lines
+skipped; relative paths are relative to the list file). They are taken in sorted path order, repeats dropped;
+the image ids of ``--results`` follow that order. Each output keeps the input's folders relative to its root (the
+folder given, a pattern's fixed part, or the common folder of the files named directly or in a list): ``a/x.jpg``
+and ``b/x.jpg`` become ``DIR/a/x.*`` and ``DIR/b/x.*``; two inputs that still meet get ``x_1`` etc.
+
+Per image: ``<name>.json`` (file, height, width, instances with bbox [x, y, w, h], score, category id and name,
+RLE segmentation) and, unless ``--no-vis``, ``<name>.jpg`` (``--vis-thresh``, ``--mask-alpha``, ``--no-boxes``,
+``--no-labels``). Per video (every ``--every``-th frame): ``<name>.jsonl`` (one line a frame: frame index, time in
+seconds, instances) and the drawn ``<name>.mp4`` (``.avi`` with MJPG) at the input's size and frame rate (divided
+by ``--every``, so that it lasts as long), written with the first of ``--codecs`` that works and read back to
+check its frame count. ``--classes person,dog`` keeps only those classes in every output (after detection: the
+detections kept are those of an unfiltered run). ``--results FILE``: ``.jsonl``, one image record a line, streamed
+to ``FILE.partial`` as images finish and written in image order at the end; or ``.json`` in COCO results format
+with an ``images`` list (id, file name, size), which ``eval_coco.py --results`` evaluates against annotations.
+
+Finished inputs are recorded in ``DIR/.chunks/`` every ``--chunk-size`` images per process: after a crash, Ctrl-C
+or SIGKILL the same command with ``--resume`` skips the inputs whose outputs are complete and writes the same
+files as an uninterrupted run; it refuses chunks made with another config, checkpoint, input list or output
+options. Without ``--resume`` a run starts over. Under torchrun each process takes every N-th input and writes
+its own chunks; rank 0 writes the results file (``DIR`` on a file system all processes see).
+
+An input that cannot be read or run gets one ``error: <file>: <what>`` line and the run goes on (exit status 1);
+a folder's entries that are neither images nor videos are counted on one ``infer: skipped ...`` line. Bad configs,
+weights or arguments stop the run with one ``error:`` line (exit status 2; ``--debug`` adds the traceback);
+Ctrl-C exits with 130, SIGTERM with 143, every file written being complete (temporary name, then rename). At the
+end: the per-stage timing table and images per second. Freed memory stays in the process for the next image (no
+page faults; the process keeps its peak memory): ``--no-keep-memory`` leaves glibc's defaults (``minidet.memory``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import hashlib
+import heapq
+import itertools
+import json
+import os
+import re
+import sys
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+import minidet
+from minidet import dist
+from minidet.bulk import drive, open_share, run_batches, timing_summary
+from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
+from minidet.checkpoint import CheckpointError
+from minidet.chunks import ChunkError, ChunkStore, file_identity
+from minidet.config import ConfigError, validate_cfg
+from minidet.data import ImageFiles
+from minidet.fileio import OutputDir, OutputError, atomic_open, atomic_write, remove_temp_files
+from minidet.imageio import describe_skipped, find_inputs, native_messages
+from minidet.memory import keep_freed_memory
+from minidet.predictor import weights_path
+from minidet.rle import encode_masks, xyxy_to_xywh
+from minidet.timing import format_table
+from minidet.video import CODECS, VideoError, VideoReader, VideoWriter, is_video, working_codec
+from minidet.vis import draw_instances
+
+CHUNKS = ".chunks"
+SETUP_ERRORS = (ConfigError, CheckpointError, ChunkError, OSError, VideoError)
+_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)+$")
+_OUTPUT_KEYS = ("no_vis", "vis_thresh", "mask_alpha", "no_boxes", "no_labels", "classes", "every", "codecs")
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argparse.Namespace:
+    """Parse the command line (see the module docstring)."""
+    p = argparse.ArgumentParser(prog=prog, description="Mask R-CNN inference over images and videos.")
+    p.add_argument("--config-file", required=True, metavar="CFG", help="yaml config file")
+    p.add_argument("--input", nargs="+", default=[], metavar="PATH", help="image or video files, folders, globs")
+    p.add_argument("--input-list", metavar="FILE", help="a file of input paths, one per line")
+    p.add_argument("--recursive", action="store_true", help="folders: their sub-folders too")
+    p.add_argument("--output", required=True, metavar="DIR", help="output folder (created if needed)")
+    p.add_argument("--results", metavar="FILE", help="one results file for the run: .jsonl or .json (COCO)")
+    p.add_argument("--no-vis", action="store_true", help="write no drawings (JSON only)")
+    p.add_argument("--vis-thresh", type=float, default=0.5, help="draw instances scoring at least this")
+    p.add_argument("--mask-alpha", type=float, default=0.5, help="opacity of the drawn masks (0 to 1)")
+    p.add_argument("--no-boxes", action="store_true", help="draw no boxes")
+    p.add_argument("--no-labels", action="store_true", help="draw no class labels")
+    p.add_argument("--classes", metavar="NAMES", help="comma-separated class names to keep, e.g. person,dog")
+    p.add_argument("--every", type=int, default=1, metavar="N", help="videos: every N-th frame")
+    p.add_argument("--codecs", default=",".join(CODECS), help="video codecs (FourCC) to try, in order")
+    p.add_argument("--workers", type=int, default=2, help="image decoding processes per process (0: none)")
+    p.add_argument("--chunk-size", type=int, default=100, help="images per saved progress chunk")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run into DIR")
+    p.add_argument("--warmup", type=int, default=1, help="batches per process left out of the timing statistics")
+    p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
+    p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep freed memory in the process for reuse (no page faults; it keeps its peak memory)")
+    p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides (last)")
+    args = p.parse_args(argv)  # overrides are taken as they are, e.g. MODEL.FROZEN_BN_EPS -1e-5
+    # "--input a.jpg MODEL.DEVICE cuda": --input swallowed the overrides; give them back.
+    for i, item in enumerate(args.input):
+        if i > 0 and _KEY_RE.match(item) and not os.path.exists(item):
+            args.opts = args.input[i:] + args.opts
+            args.input = args.input[:i]
+            break
+    if not (args.input or args.input_list):
+        p.error("give --input PATH ... or --input-list FILE")
+    if args.warmup < 0 or args.workers < 0 or args.chunk_size < 1 or args.every < 1:
+        p.error("need --warmup >= 0, --workers >= 0, --chunk-size >= 1, --every >= 1")
+    if not 0.0 <= args.mask_alpha <= 1.0:
+        p.error("--mask-alpha must be between 0 and 1")
+    if args.results and os.path.splitext(args.results)[1] not in (".json", ".jsonl"):
+        p.error(f"--results {args.results}: the name must end in .jsonl (a record per line) or .json (COCO)")
+    args.codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
+    if not args.codecs or any(len(c) != 4 for c in args.codecs):
+        p.error("--codecs: FourCC codes of four characters, comma-separated, e.g. avc1,mp4v,MJPG")
+    return args
+
+
+def unique_stems(names: list[str]) -> list[str]:
+    """Output name per input (its relative path without the extension), with ``_1``, ``_2``... added on collisions."""
+    used: set[str] = set()
+    stems = []
+    for name in names:
+        base = os.path.splitext(name)[0] or "image"
+        stem, k = base, 0
+        while stem in used:
+            k += 1
+            stem = f"{base}_{k}"
+        used.add(stem)
+        stems.append(stem)
+    return stems
+
+
+def output_files(stem: str, video: bool, vis: bool) -> list[str]:
+    """The files an input's outputs are, relative to ``--output`` (a video's drawing may be .mp4 or .avi)."""
+    if video:
+        return [stem + ".jsonl"] + ([stem + ".mp4", stem + ".avi"] if vis else [])
+    return [stem + ".json"] + ([stem + ".jpg"] if vis else [])
+
+
+class InputGuard:
+    """The input files, to make sure no output replaces one (same path, through links, a hard link
+    or a case-insensitive file system)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.by_id: dict[tuple[int, int], str] = {}
+        self.by_name = {os.path.realpath(p): p for p in paths}
+        for p in paths:
+            for key in _file_ids(p):
+                self.by_id.setdefault(key, p)
+
+    def input_at(self, out_path: str) -> str | None:
+        """The input file that writing ``out_path`` would replace, or None."""
+        for key in _file_ids(out_path):
+            if key in self.by_id:
+                return self.by_id[key]
+        return self.by_name.get(os.path.realpath(out_path))
+
+    def check_folder(self, folder: str, names: list[str]) -> None:
+        """Raise :class:`OutputError` naming ``--output`` and the first input an output would replace."""
+        for name in names:
+            hit = self.input_at(os.path.join(folder, name))
+            if hit is not None:
+                raise OutputError(f"--output {folder}: {name} would replace the input file {hit}; "
+                                  "choose another folder")
+
+    def write(self, path: str, data: bytes) -> None:
+        """:func:`atomic_write`, unless ``path`` is one of the inputs (checked again as each file is written)."""
+        hit = self.input_at(path)
+        if hit is not None:
+            raise OutputError(f"{path}: is the input file {hit}; not written")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, data)
+
+
+def _file_ids(path: str) -> list[tuple[int, int]]:
+    """(device, inode) of ``path`` and, for a link, of its target; none for what does not exist."""
+    ids = []
+    for stat in (os.lstat, os.stat):
+        with contextlib.suppress(OSError):
+            st = stat(path)
+            ids.append((st.st_dev, st.st_ino))
+    return ids
+
+
+def dumps_record(doc: dict) -> str:
+    """JSON text of a record with one instance per line (compact but still diff-friendly)."""
+    head = json.dumps({k: v for k, v in doc.items() if k != "instances"})[:-1]
+    items = ",\n  ".join(json.dumps(inst) for inst in doc["instances"])
+    body = f"[\n  {items}\n]" if items else "[]"
+    return f'{head}, "instances": {body}}}\n'
+
+
+def instances(out: dict, class_names: list[str], box_offset: int = 0) -> list[dict]:
+    """One image's detections as JSON instances: bbox [x, y, w, h], score, category id and name, RLE mask."""
+    scores, labels, cat_ids = out["scores"].numpy(), out["labels"].numpy(), out["category_ids"].numpy()
+    rles = encode_masks(out["masks"].numpy()) if "masks" in out else None
+    found = []
+    for i, box in enumerate(xyxy_to_xywh(out["boxes"].numpy(), box_offset)):
+        inst = {"bbox": box, "score": float(scores[i]), "category_id": int(cat_ids[i]),
+                "category_name": class_names[int(labels[i])]}
+        if rles is not None:
+            inst["segmentation"] = rles[i]
+        found.append(inst)
+    return found
+
+
+def to_record(path: str, image: np.ndarray, out: dict, class_names: list[str], box_offset: int = 0) -> dict:
+    """The JSON document for one image's detections."""
+    return {"file": path, "height": int(image.shape[0]), "width": int(image.shape[1]),
+            "instances": instances(out, class_names, box_offset)}
+
+
+def parse_classes(text: str | None, names: list[str]) -> set[int] | None:
+    """The class indices ``--classes`` names (any case), None for all; ConfigError for a name the model lacks."""
+    if text is None:
+        return None
+    real = [(k, n) for k, n in enumerate(names) if n not in (BACKGROUND, UNUSED)]
+    lower = {n.lower(): k for k, n in real}
+    wanted = [w.strip() for w in text.split(",") if w.strip()]
+    unknown = [w for w in wanted if w.lower() not in lower]
+    if unknown or not wanted:
+        listed = ", ".join(n for _, n in real)
+        raise ConfigError(f"--classes: {'no class given' if not wanted else 'unknown class ' + repr(unknown[0])} "
+                          f"(the model's classes: {listed})")
+    return {lower[w.lower()] for w in wanted}
+
+
+def _check_results_file(path: str, output: str, names: list[str], guard: InputGuard) -> None:
+    """``--results`` must be neither an input nor one of the per-input outputs; its folder is created."""
+    hit = guard.input_at(path)
+    if hit is None and os.path.abspath(path) in {os.path.abspath(os.path.join(output, n)) for n in names}:
+        hit = "an output of the run"
+    elif hit is not None:
+        hit = f"the input file {hit}"
+    if hit is not None:
+        raise OutputError(f"--results {path}: would replace {hit}; choose another name")
+    OutputDir(os.path.dirname(path) or ".", "--results", lock=False)
+
+
+def _fail(message: str, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+class Job:
+    """One process's share of an inference run: set-up, the image loop, the videos, the chunks."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        cfg = minidet.get_cfg()
+        cfg.merge_from_file(args.config_file)
+        cfg.merge_from_list(args.opts)
+        validate_cfg(cfg)  # every value in range before anything is read or loaded
+        self.keep = parse_classes(args.classes, class_names(cfg.MODEL.CATEGORY_LAYOUT))
+        self.info = dist.from_env()
+        inputs, skipped = find_inputs(args.input, args.recursive, args.input_list, videos=True)
+        if self.info.is_main:
+            for source, entries in skipped.items():
+                what = describe_skipped([r for _, r in entries], videos=True)
+                print(f"infer: skipped {len(entries)} entries in {source}: {what}")
+        inputs.sort()  # ids, shards and the results file follow sorted path order
+        self.paths = [p for p, _ in inputs]
+        self.rel = {i: rel for i, (_, rel) in enumerate(inputs, 1)}
+        self.stems = dict(enumerate(unique_stems([rel for _, rel in inputs]), 1))
+        self.items = list(enumerate(self.paths, 1))  # image ids in sorted path order
+        self.guard = InputGuard(self.paths)
+        names = [f for i, p in self.items for f in output_files(self.stems[i], is_video(p), not args.no_vis)]
+        self.guard.check_folder(args.output, names)  # before anything is created or loaded
+        if args.results:
+            _check_results_file(args.results, args.output, names, self.guard)
+        weights = weights_path(cfg)  # after the inputs and outputs are checked: a name or URL may download
+        options = {k: getattr(args, k) for k in _OUTPUT_KEYS}
+        digest = hashlib.sha256("\n".join(self.paths).encode()).hexdigest()
+        manifest = {
+            "inputs": f"{len(self.paths)} paths (sha256 {digest[:16]})",
+            "config": cfg.dump(),
+            "outputs": {**options, "records": bool(args.results)},
+        }
+        self.info, device = dist.init(cfg.MODEL.DEVICE)
+        cfg.MODEL.DEVICE = device
+        self.cfg = cfg
+        self.store = ChunkStore(os.path.join(args.output, CHUNKS))
+
+        def prepare() -> dict:  # rank 0 only
+            if not args.resume:
+                for name in self.store.names():  # a new run starts over
+                    os.unlink(os.path.join(self.store.folder, name))
+            for folder, subfolders, _ in os.walk(args.output):  # files a killed run was writing
+                subfolders[:] = [d for d in subfolders if d != CHUNKS]  # (the chunk store cleans its own)
+                remove_temp_files(folder)
+            return {**manifest, "checkpoint": file_identity(weights)}  # a file replaced at the same path
+
+        self.share = open_share(self.store, prepare, self.items, args.resume, self.info, keep=self.complete)
+        if self.share.done and self.info.is_main:
+            print(f"infer: resuming: {len(self.share.done)} of {len(self.items)} inputs done, "
+                  f"{len(self.items) - len(self.share.done)} to go")
+        self.predictor = minidet.Predictor(cfg)
+        if self.info.is_main:
+            print(f"infer: weights {self.predictor.weights_summary}")
+        self.written: list[str] = []
+        self.pending = self._empty()
+        self.inflight: collections.deque[tuple[int, Future]] = collections.deque()
+        self.stream = None
+        self.seq = 0
+        self.codec: dict[tuple, str | None] = {}
+
+    def complete(self, image_id: int) -> bool:
+        """Whether an input's outputs are all there (they are written whole or not at all)."""
+        path, vis = self.paths[image_id - 1], not self.args.no_vis
+        files = [os.path.join(self.args.output, f) for f in output_files(self.stems[image_id], is_video(path), vis)]
+        if is_video(path) and vis:
+            return os.path.isfile(files[0]) and (os.path.isfile(files[1]) or os.path.isfile(files[2]))
+        return all(os.path.isfile(f) for f in files)
+
+    @staticmethod
+    def _empty() -> dict:
+        return {"image_ids": [], "instances": [], "skipped": [], "detections": [], "timings": []}
+
+    # ------------------------------------------------------------------ the loop
+
+    def loop(self) -> None:
+        """This process's images (batched, decoded by the loader's workers, drawn and written by two threads while
+        the model runs), then its videos; a chunk is saved every ``--chunk-size`` finished images."""
+        args, info = self.args, self.info
+        images = [(i, p) for i, p in self.share.todo if not is_video(p)]
+        videos = [(i, p) for i, p in self.share.todo if is_video(p)]
+        if args.results and args.results.endswith(".jsonl"):
+            suffix = f".rank{info.rank}.partial" if info.distributed else ".partial"
+            self.stream = open(args.results + suffix, "w", encoding="utf-8")  # closed at the end of the loop
+        bar = tqdm(total=len(images), unit="img", file=sys.stderr, disable=(not info.is_main or not images) or None,
+                   desc=f"rank 0 of {info.world_size}" if info.distributed else None)
+        files = ImageFiles(images, self.cfg.INPUT.MAX_PIXELS)
+        bs = self.cfg.TEST.IMS_PER_BATCH
+        try:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="infer-write") as pool:
+                try:
+                    for batch in run_batches(self.predictor, files, bs, args.workers, args.debug):
+                        for i, error in batch.errors:
+                            self._skip(i, error)
+                        for i, image, out in batch.outputs:
+                            self.inflight.append((i, pool.submit(self._write_image, i, image, self._filter(out))))
+                        self._timing(batch.timing)
+                        self._drain(limit=2 * bs + 2)
+                        bar.update(len(batch.outputs) + len(batch.errors))
+                        if len(self.pending["image_ids"]) + len(self.pending["skipped"]) >= args.chunk_size:
+                            self._drain(limit=0)
+                            self._save()
+                    for i, path in videos:
+                        self._drain(limit=0)
+                        self._video(i, path, pool)
+                finally:  # whatever stops the loop, what is finished is written and kept
+                    self._drain(limit=0)
+        finally:
+            self._save()
+            bar.close()
+            if self.stream is not None:
+                self.stream.close()
+
+    def _filter(self, out: dict) -> dict:
+        """``out`` with only the ``--classes`` detections."""
+        if self.keep is None:
+            return out
+        sel = np.isin(out["labels"].numpy(), sorted(self.keep))
+        return {k: (v[sel] if k != "timings" else v) for k, v in out.items()}
+
+    def _draw(self, image: np.ndarray, out: dict) -> np.ndarray:
+        a = self.args
+        labels = None if a.no_labels else [self.predictor.class_names[int(k)] for k in out["labels"]]
+        masks = out["masks"].numpy() if "masks" in out else None
+        return draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, a.vis_thresh,
+                              a.mask_alpha, draw_boxes=not a.no_boxes)
+
+    def _write_image(self, image_id: int, image: np.ndarray, out: dict) -> dict:
+        """In a writer thread: draw, encode and write one image's files; returns its record."""
+        path, stem = self.paths[image_id - 1], os.path.join(self.args.output, self.stems[image_id])
+        record = to_record(path, image, out, self.predictor.class_names, self.predictor.box_offset)
+        if not self.args.no_vis:
+            ok, jpg = cv2.imencode(".jpg", self._draw(image, out), [cv2.IMWRITE_JPEG_QUALITY, 90])
+            if not ok:
+                raise RuntimeError("cannot encode the visualization as JPEG")
+            self.guard.write(stem + ".jpg", jpg.tobytes())
+        self.guard.write(stem + ".json", dumps_record(record).encode("utf-8"))
+        return record
+
+    def _drain(self, limit: int) -> None:
+        """Collect finished writes, oldest first, until at most ``limit`` are in flight."""
+        while len(self.inflight) > limit:
+            image_id, future = self.inflight.popleft()
+            try:
+                record = future.result()
+            except Exception as e:  # noqa: BLE001 - this image's problem: reported, the run goes on
+                if self.args.debug:
+                    traceback.print_exception(e)
+                what = str(e) if isinstance(e, OutputError) else f"{self.paths[image_id - 1]}: {type(e).__name__}: {e}"
+                self._skip(image_id, what)
+                continue
+            self._done(image_id, len(record["instances"]), record)
+
+    def _done(self, image_id: int, n_instances: int, record: dict | None = None) -> None:
+        self.pending["image_ids"].append(image_id)
+        self.pending["instances"].append(n_instances)
+        if record is not None and self.args.results:
+            line = {"image_id": image_id, "name": self.rel[image_id], **record}
+            self.pending["detections"].append(line)
+            if self.stream is not None:
+                self.stream.write(json.dumps(line) + "\n")
+                self.stream.flush()
+
+    def _skip(self, image_id: int, error: str) -> None:
+        error = " ".join(error.split())
+        self.pending["skipped"].append({"image_id": image_id, "file": self.paths[image_id - 1], "error": error})
+        tqdm.write(f"error: {error}", file=sys.stderr)
+
+    def _timing(self, timing: dict) -> None:
+        if timing["n"]:
+            self.pending["timings"].append({"run": self.share.run_id, "rank": self.info.rank, "seq": self.seq,
+                                            **timing})
+            self.seq += 1
+
+    def _save(self) -> None:
+        """Write the finished and skipped inputs as a chunk; start anew (memory stays flat)."""
+        if self.pending["image_ids"] or self.pending["skipped"]:
+            index = len(self.written)
+            self.written.append(self.store.write(self.share.run_id, self.info.rank, index, self.pending))
+        self.pending = self._empty()
+
+    # ------------------------------------------------------------------ videos
+
+    def _video(self, video_id: int, path: str, pool: ThreadPoolExecutor) -> None:
+        """One video: frames decoded ahead in a thread, run ``TEST.IMS_PER_BATCH`` at a time, drawn in the writer
+        threads, records and drawn frames written in order; the outputs are kept only if both are whole."""
+        args = self.args
+        stem = os.path.join(args.output, self.stems[video_id])
+        writer = None
+        try:
+            reader = VideoReader(path, args.every)
+            fps = reader.fps / args.every
+            os.makedirs(os.path.dirname(stem), exist_ok=True)
+            if not args.no_vis:
+                key = (os.path.dirname(stem), reader.size, fps)
+                if key not in self.codec:
+                    self.codec[key] = working_codec(key[0], reader.size, fps, args.codecs)
+                if self.codec[key] is None:
+                    raise VideoError(f"{stem}.mp4: no video codec works here (tried {', '.join(args.codecs)}); "
+                                     "not written (--no-vis writes the records alone)")
+                writer = VideoWriter(stem, self.codec[key], fps, reader.size)
+            bar = tqdm(total=-(-reader.frames // args.every) or None, unit="frame", file=sys.stderr, leave=False,
+                       desc=os.path.basename(path), disable=not self.info.is_main or None)
+            n_instances = 0
+            with atomic_open(stem + ".jsonl") as f, bar:
+                frames: list = []
+                drawn: collections.deque = collections.deque()
+                for item in itertools.chain(reader, [None]):
+                    if item is not None:
+                        frames.append(item)
+                    if frames and (item is None or len(frames) == self.cfg.TEST.IMS_PER_BATCH):
+                        t0 = time.perf_counter()
+                        outs = self.predictor.predict_batch([frame for _, frame in frames])
+                        timing = {"n": len(frames), "data": 0.0, "model": time.perf_counter() - t0,
+                                  "stages": dict(outs[0]["timings"])}
+                        self._timing(timing)
+                        for (k, frame), out in zip(frames, outs):
+                            out = self._filter(out)
+                            drawn.append(pool.submit(self._frame, k, k / reader.fps, frame, out, writer is not None))
+                        frames = []
+                    while drawn and (item is None or len(drawn) > 2 * self.cfg.TEST.IMS_PER_BATCH):
+                        record, image = drawn.popleft().result()
+                        n_instances += len(record["instances"])
+                        f.write(json.dumps(record) + "\n")
+                        if writer is not None:
+                            writer.write(image)
+                        bar.update(1)
+                if writer is not None:
+                    writer.close()
+        except BaseException as e:  # noqa: BLE001 - this video's problem: reported, the run goes on
+            if writer is not None:
+                writer.abort()
+            if not isinstance(e, Exception):  # Ctrl-C, SIGTERM: no half-written video is left
+                raise
+            if args.debug:
+                traceback.print_exc()
+            known = isinstance(e, (VideoError, OutputError))
+            self._skip(video_id, str(e) if known else f"{path}: {type(e).__name__}: {e}")
+            return
+        self._done(video_id, n_instances)
+
+    def _frame(self, index: int, seconds: float, frame: np.ndarray, out: dict, draw: bool):
+        record = {"frame": index, "time": round(seconds, 6),
+                  "instances": instances(out, self.predictor.class_names, self.predictor.box_offset)}
+        return record, (self._draw(frame, out) if draw else None)
+
+    # ------------------------------------------------------------------ rank 0, at the end
+
+    def finish(self, t_loop: float) -> int:
+        """Merge every process's chunks, write the results file, report. Returns the exit status."""
+        done: dict[int, int] = {}  # image id -> instances
+        skipped: dict[int, dict] = {}
+        timings = []
+        for c in self.store.read_all():  # one at a time: the records are streamed later (_records)
+            done.update(zip(c["image_ids"], c["instances"]))
+            skipped.update((s["image_id"], s) for s in c["skipped"])
+            timings.extend(c["timings"])
+        for i in done:
+            skipped.pop(i, None)
+        missing = [i for i, _ in self.items if i not in done and i not in skipped]
+        if missing:
+            raise ChunkError(f"{len(missing)} inputs (e.g. {self.paths[missing[0] - 1]}) are in no chunk; "
+                             "rerun with --resume")
+        if self.args.results:
+            self._write_results(done)
+        stage_stats, _, timed = timing_summary(timings, self.args.warmup)
+        if stage_stats:
+            note = f"first {self.args.warmup} batch(es) per process skipped" if len(timed) < len(timings) else ""
+            print(format_table(stage_stats, title=f"timing per image{' (' + note + ')' if note else ''}:"))
+        this_run = sum(t["n"] for t in timings if t["run"] == self.share.run_id)
+        rate = this_run / t_loop if t_loop > 0 else 0.0
+        print(f"infer: {len(self.items)} inputs, {len(skipped)} failed, {sum(done.values())} instances, "
+              f"output in {self.args.output}")
+        print(f"infer: this run {this_run} images and video frames in {t_loop:.1f} s: {rate:.2f} per second "
+              f"({self.info.world_size} process{'es' if self.info.distributed else ''})")
+        if self.args.results:
+            print(f"infer: wrote {self.args.results}")
+        return 1 if skipped else 0
+
+    def _records(self):
+        """Every image record of the chunks in image order, streamed (each process's chunks are in order: merged
+        lazily); an image redone by a later run has that run's record."""
+        streams: dict[tuple, list[str]] = {}
+        for name in self.store.names():
+            c = name.split("-")
+            streams.setdefault((c[0], c[1]), []).append(name)
+
+        def stream(names):
+            for name in names:
+                c = self.store.read(name)
+                yield from ((r["image_id"], c["run"], r) for r in c["detections"])
+
+        last = None
+        for image_id, _, record in heapq.merge(*(stream(n) for n in streams.values()), key=lambda t: t[:2]):
+            if last is not None and last[0] != image_id:
+                yield last[1]
+            last = (image_id, record)
+        if last is not None:
+            yield last[1]
+
+    def _write_results(self, done: dict[int, int]) -> None:
+        """``--results``: every done image's record, in image order, as JSON lines or one COCO results document."""
+        path = self.args.results
+        with atomic_open(path) as f:
+            if path.endswith(".jsonl"):
+                for r in self._records():
+                    if r["image_id"] in done:
+                        f.write(json.dumps({k: v for k, v in r.items() if k != "name"}) + "\n")
+            else:
+                f.write('{"images": [')
+                sep = ""
+                for r in self._records():
+                    if r["image_id"] in done:
+                        image = {"id": r["image_id"], "file_name": r["name"]}
+                        f.write(sep + json.dumps({**image, "height": r["height"], "width": r["width"]}))
+                        sep = ", "
+                f.write('],\n"annotations": [')
+                sep = ""
+                for r in self._records():
+                    if r["image_id"] in done:
+                        for inst in r["instances"]:
+                            det = {"image_id": r["image_id"], **{k: v for k, v in inst.items() if k != "category_name"}}
+                            f.write(sep + "\n" + json.dumps(det))
+                            sep = ","
+                cats = [{"id": i, "name": n} for i, n in COCO_CATEGORIES]
+                f.write(f"\n],\n\"categories\": {json.dumps(cats)}}}\n")
+        for name in os.listdir(os.path.dirname(os.path.abspath(path)) or "."):
+            if name.startswith(os.path.basename(path) + ".") and name.endswith(".partial"):
+                os.unlink(os.path.join(os.path.dirname(os.path.abspath(path)), name))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Set up, run this process's share, then rank 0 finishes."""
+    try:
+        job = Job(args)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+    status, t_loop = drive(job, lambda message: _fail(message, args.debug), "--output")
+    if status is not None:
+        return status
+    try:
+        return job.finish(t_loop)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+
+
+def main(argv: list[str] | None = None, prog: str = "infer.py") -> int:
+    """Run the tool; return the exit status (0 ok, 1 some inputs failed, 2 error, 130 Ctrl-C, 143 SIGTERM)."""
+    args = parse_args(argv, prog)
+    if args.keep_memory:  # process-wide: the application's choice, never the library's
+        keep_freed_memory()
+    if not args.debug:
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    try:  # DIR locked for the run by rank 0; libjpeg / libpng / FFmpeg lines only with --debug
+        with OutputDir(args.output, "--output", lock=dist.from_env().is_main), native_messages(args.debug):
+            return run(args)
+    except SETUP_ERRORS as e:
+        return _fail(str(e), args.debug)
+    except KeyboardInterrupt:
+        _fail("interrupted", args.debug)
+        return 130
+    except Exception as e:  # noqa: BLE001 - any other failure: still one line without --debug
+        hint = "" if args.debug else " (rerun with --debug for the traceback)"
+        return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
+    finally:
+        dist.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,488 @@
+"""The pre-trained weights registry, the download cache and verified, resumable downloads.
+
+``MODEL.WEIGHTS`` (and ``minidet weights get``) take a registry name (``torchvision/maskrcnn_resnet50_fpn``, the
+name of the config the file belongs to), an ``http(s)://`` URL, or a path. Names and URLs are downloaded on first
+use into ``home() / "weights"`` (``$MINIDET_HOME``, default ``~/.cache/minidet``); a path is never downloaded.
+Downloads go to ``<file>.partial``, resume with an HTTP ``Range`` request (after a dropped connection, also
+within the same call), are checked against the published SHA-256 and size before the rename onto ``<file>``, and
+are serialized between processes (torchrun ranks) by a lock file. Files whose source publishes no digest get the
+digest of their first download recorded in ``<file>.sha256`` (``sha256sum -c`` format); later checks compare
+against it. See weights/README.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import http.client
+import os
+import re
+import socket
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from tqdm import tqdm
+
+from .checkpoint import CheckpointError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no inter-process lock
+    fcntl = None
+
+RETRIES = 3  # automatic resumes after a connection dropped mid-file, per download call
+RETRY_DELAY = 0.5  # seconds before the first resume; doubles with each further one
+TIMEOUT = 30.0  # seconds without an answer (connect or read) before the attempt fails
+CHUNK = 1 << 20
+_TV_PREFIX = re.compile(r"-([0-9a-f]{8})\.pth$")  # torchvision: the first 8 hex digits of the SHA-256 in the name
+
+
+class DownloadError(CheckpointError):
+    """A download failed, or the downloaded file is not the expected one (one-line message)."""
+
+
+@dataclass(frozen=True)
+class WeightsEntry:
+    """One downloadable checkpoint. ``config``: the config name it belongs to (``src/minidet/configs/<config>.yaml``);
+    ``filename``: the cached file's name, the basename of that config's ``MODEL.WEIGHTS``; ``sha256``/``size``:
+    as the source publishes them (None: not published); ``box_ap``/``mask_ap``: the published COCO AP."""
+
+    name: str
+    url: str
+    filename: str
+    config: str
+    sha256: str | None = None
+    size: int | None = None
+    box_ap: float | None = None
+    mask_ap: float | None = None
+    source: str = ""
+
+    @property
+    def name_prefix(self) -> str | None:
+        """The digest prefix torchvision puts in its file names (``-bf2d0c1e.pth``), else None."""
+        return _url_prefix(self.url)
+
+
+def _url_prefix(url: str) -> str | None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname != "download.pytorch.org":
+        return None
+    m = _TV_PREFIX.search(PurePosixPath(parts.path).name)
+    return m[1] if m else None
+
+
+_TV_SOURCE = "torchvision's weights table (URL, AP); full SHA-256 and size as pinned for these URLs (weights/README.md)"
+_DT_SOURCE = "Detectron's MODEL_ZOO.md and projects/GN/README.md (URL, AP); Detectron publishes no digests"
+_D2_SOURCE = "detectron2's MODEL_ZOO.md (URL, AP); detectron2 publishes no digests"
+_MB_SOURCE = "maskrcnn-benchmark's MODEL_ZOO.md (URL, AP); maskrcnn-benchmark publishes no digests"
+_DT_URL = "https://dl.fbaipublicfiles.com/detectron/{}/output/train/coco_2014_train%3Acoco_2014_valminusminival/" \
+          "generalized_rcnn/model_final.pkl"
+_D2_URL = "https://dl.fbaipublicfiles.com/detectron2/COCO-InstanceSegmentation/{}"
+_MB_URL = "https://download.pytorch.org/models/maskrcnn/{}"
+
+
+def _entries() -> Iterator[WeightsEntry]:
+    tv = "https://download.pytorch.org/models/{}"
+    yield WeightsEntry("torchvision/maskrcnn_resnet50_fpn", tv.format("maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth"),
+                       "maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth", "torchvision/maskrcnn_resnet50_fpn",
+                       "bf2d0c1efbc936eeee2bc95a48e80ebc86b891f61b0106485937fc29f9315fc0", 178_090_079,
+                       37.9, 34.6, _TV_SOURCE)
+    yield WeightsEntry("torchvision/maskrcnn_resnet50_fpn_v2", tv.format("maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth"),
+                       "maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth", "torchvision/maskrcnn_resnet50_fpn_v2",
+                       "73cbd0190fcbe3ba339921fbce2c3a0b6bb9126c9a133c85e43a2a8e060a109e", 185_828_065,
+                       47.4, 41.8, _TV_SOURCE)
+    detectron = [  # config, URL part, box AP, mask AP
+        ("e2e_mask_rcnn_R-50-FPN_1x", "35858933/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_1x.yaml.01_48_14.DzEQe4wC",
+         37.7, 33.9),
+        ("e2e_mask_rcnn_R-50-FPN_2x", "35859007/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_2x.yaml.01_49_07.By8nQcCH",
+         38.6, 34.5),
+        ("e2e_mask_rcnn_R-101-FPN_1x", "35861795/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_1x.yaml.02_31_37.KqyEK4tT",
+         40.0, 35.9),
+        ("e2e_mask_rcnn_R-101-FPN_2x", "35861858/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_2x.yaml.02_32_51.SgT4y1cO",
+         40.9, 36.4),
+        ("e2e_mask_rcnn_X-101-64x4d-FPN_1x",
+         "36494496/12_2017_baselines/e2e_mask_rcnn_X-101-64x4d-FPN_1x.yaml.07_50_11.fkwVtEvg", 42.4, 37.5),
+        ("e2e_mask_rcnn_R-50-FPN_2x_gn",
+         "GN/48616381/04_2018_gn_baselines/e2e_mask_rcnn_R-50-FPN_2x_gn_0416.13_23_38.bTlTI97Q", 40.3, 35.7),
+        ("e2e_mask_rcnn_R-101-FPN_2x_gn",
+         "GN/48616724/04_2018_gn_baselines/e2e_mask_rcnn_R-101-FPN_2x_gn_0416.13_26_34.GLnri4GR", 41.8, 36.8),
+    ]
+    for config, part, box, mask in detectron:
+        name = f"detectron/{config}"
+        yield WeightsEntry(name, _DT_URL.format(part), f"{config}.pkl", name, None, None, box, mask, _DT_SOURCE)
+    detectron2 = [  # config, id, published file, box AP, mask AP
+        ("mask_rcnn_R_50_FPN_1x", 137260431, "model_final_a54504.pkl", 38.6, 35.2),
+        ("mask_rcnn_R_50_FPN_3x", 137849600, "model_final_f10217.pkl", 41.0, 37.2),
+        ("mask_rcnn_R_101_FPN_3x", 138205316, "model_final_a3ec72.pkl", 42.9, 38.6),
+    ]
+    for config, model_id, file, box, mask in detectron2:
+        name = f"detectron2/{config}"
+        yield WeightsEntry(name, _D2_URL.format(f"{config}/{model_id}/{file}"), f"{config}.pkl", name, None, None,
+                           box, mask, _D2_SOURCE)
+    benchmark = [  # config (= file name), box AP, mask AP
+        ("e2e_mask_rcnn_R_50_FPN_1x", 37.8, 34.2),
+        ("e2e_mask_rcnn_R_101_FPN_1x", 40.1, 36.1),
+        ("e2e_mask_rcnn_X_101_32x8d_FPN_1x", 42.2, 37.8),
+    ]
+    for config, box, mask in benchmark:
+        name = f"maskrcnn_benchmark/{config}"
+        yield WeightsEntry(name, _MB_URL.format(f"{config}.pth"), f"{config}.pth", name, None, None, box, mask,
+                           _MB_SOURCE)
+
+
+REGISTRY: dict[str, WeightsEntry] = {e.name: e for e in _entries()}
+
+
+def home() -> Path:
+    """minidet's cache folder: ``$MINIDET_HOME``, else ``~/.cache/minidet`` (absolute)."""
+    value = os.environ.get("MINIDET_HOME", "").strip()
+    return Path(os.path.expanduser(value) if value else os.path.expanduser("~/.cache/minidet")).absolute()
+
+
+def weights_dir() -> Path:
+    """Where downloads go: ``home() / "weights"``."""
+    return home() / "weights"
+
+
+def is_url(value: str) -> bool:
+    return value.strip().lower().startswith(("http://", "https://"))
+
+
+def entry_for(value: str) -> WeightsEntry | None:
+    """The registry entry named ``value``, or whose URL is ``value``; None if neither."""
+    value = value.strip()
+    if value in REGISTRY:
+        return REGISTRY[value]
+    return next((e for e in REGISTRY.values() if e.url == value), None)
+
+
+def cache_path(value: str) -> Path:
+    """Where the download of a registry name or URL is (or will be) kept."""
+    entry = entry_for(value)
+    if entry is not None:
+        return weights_dir() / entry.filename
+    if not is_url(value):
+        raise CheckpointError(f"{value} is neither a registry name (`minidet weights list`) nor an http(s) URL")
+    name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(value.strip()).path).name)
+    if not name or name in (".", ".."):
+        raise CheckpointError(f"{value}: the URL names no file (its path has no last part)")
+    return weights_dir() / name
+
+
+def fetch(value: str, *, progress: bool | None = None) -> str:
+    """The cached file of a registry name or URL, downloaded (and verified) first if it is not there yet."""
+    value = value.strip()
+    dest = cache_path(value)
+    entry = entry_for(value)
+    url = entry.url if entry is not None else value
+    if dest.is_file():
+        _check_source(dest, url)
+        return str(dest)
+    sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
+    return str(download(url, dest, sha256=sha256, size=size, progress=progress))
+
+
+def _check_source(dest: Path, url: str) -> None:
+    """A cached file recorded as downloaded from another URL (two URLs ending in ``model_final.pkl``) is refused."""
+    source = _source_file(dest)
+    if source.is_file():
+        recorded = source.read_text().strip()
+        if recorded and recorded != url:
+            raise CheckpointError(f"{dest} was downloaded from {recorded}, not from {url}; pass the file's path, or "
+                                  f"delete it (and {source.name}) to download {url}")
+
+
+def _repo_root() -> Path | None:
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def resolve_weights(value: str, *, progress: bool | None = None) -> str:
+    """The absolute path of an existing checkpoint file for ``value``: an http(s) URL or a registry name
+    (downloaded on first use), or a path. A relative path is tried against the current folder, then ``home()``
+    (``weights/x.pth`` finds ``~/.cache/minidet/weights/x.pth``), then the repository root of a checkout. Nothing
+    is downloaded for a path. Raises ``CheckpointError`` (one line) if nothing is found."""
+    text = str(value).strip()
+    if not text:
+        raise CheckpointError("no weights given (empty name / path)")
+    if is_url(text) or text in REGISTRY:
+        return fetch(text, progress=progress)
+    path = Path(os.path.expanduser(text))
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        bases = [Path.cwd(), home()] + ([r] if (r := _repo_root()) is not None else [])
+        candidates = list(dict.fromkeys((b / path).absolute() for b in bases))
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    tried = ", ".join(str(c) for c in candidates)
+    owners = [e.name for e in REGISTRY.values() if e.filename == path.name]
+    if owners:
+        hint = f"; `minidet weights get {owners[0]}` downloads it (or set MODEL.WEIGHTS {owners[0]})"
+    elif "/" in text and not path.suffix:
+        close = difflib.get_close_matches(text, list(REGISTRY), n=3, cutoff=0.5)
+        listed = f" (close: {', '.join(close)})" if close else ""
+        hint = f"; it is not a registry name either{listed}; `minidet weights list` lists them"
+    else:
+        hint = "; `minidet weights list` names the official weights (weights/README.md: URLs and sha256)"
+    what = "directory, not a checkpoint file" if any(c.is_dir() for c in candidates) else "not found"
+    raise CheckpointError(f"weights {text}: {what} (tried {tried}){hint}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# downloads
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sidecar(dest: Path, suffix: str) -> Path:
+    return dest.with_name(dest.name + suffix)
+
+
+def _digest_file(dest: Path) -> Path:
+    return _sidecar(dest, ".sha256")
+
+
+def _source_file(dest: Path) -> Path:
+    return _sidecar(dest, ".url")
+
+
+def recorded_digest(dest: str | os.PathLike) -> str | None:
+    """The digest recorded at the first download of a file whose source publishes none (``<file>.sha256``)."""
+    record = _digest_file(Path(dest))
+    if not record.is_file():
+        return None
+    fields = record.read_text().split()
+    return fields[0].lower() if fields and re.fullmatch(r"[0-9a-fA-F]{64}", fields[0]) else None
+
+
+@contextlib.contextmanager
+def _locked(dest: Path) -> Iterator[None]:
+    """Hold ``<dest>.lock`` exclusively (other processes downloading the same file wait). The lock file stays:
+    removing it would let a third process lock a new file while the second still holds the old one."""
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    with open(_sidecar(dest, ".lock"), "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"minidet: waiting for another process downloading {dest}", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class _Dropped(Exception):
+    """The connection broke off mid-file (resumable)."""
+
+
+_DROPS = (http.client.IncompleteRead, http.client.HTTPException, ConnectionError, TimeoutError, socket.timeout,
+          _Dropped)
+
+
+def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,
+             progress: bool | None = None) -> Path:
+    """Download ``url`` to ``dest`` (a Path is returned): into ``<dest>.partial``, resumed with ``Range`` if one is
+    there (and after a connection drop, up to ``RETRIES`` times), verified against ``sha256``/``size`` (or, without
+    ``sha256``, against a digest recorded by an earlier download; else the digest is recorded), then renamed onto
+    ``dest``. ``progress``: a tqdm bar on stderr (None: if stderr is a terminal). If ``dest`` exists (e.g. another
+    process finished it while this one waited for the lock), it is returned as it is. Raises ``DownloadError``."""
+    dest = Path(dest).absolute()
+    if sha256 is not None:
+        sha256 = sha256.lower()
+        prefix = _url_prefix(url)
+        if prefix is not None and not sha256.startswith(prefix):
+            raise DownloadError(f"{url}: the expected SHA-256 {sha256} does not start with {prefix}, the prefix in "
+                                "the file name (registry error)")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DownloadError(f"cannot create the folder {dest.parent} for {url}: {e}") from None
+    with _locked(dest):
+        if dest.is_file():
+            return dest
+        partial = _sidecar(dest, ".partial")
+        print(f"minidet: downloading {url} to {dest}", file=sys.stderr, flush=True)
+        _fetch_partial(url, dest, partial, progress)
+        _verify_partial(url, dest, partial, sha256, size)
+        with contextlib.suppress(OSError):
+            _source_file(dest).write_text(url + "\n")
+        os.replace(partial, dest)
+    return dest
+
+
+def _by_hand(dest: Path) -> str:
+    return f"download it by other means and put it at {dest}"
+
+
+def _fetch_partial(url: str, dest: Path, partial: Path, progress: bool) -> None:
+    """Bring ``partial`` to the server's full file (resuming, retrying drops)."""
+    attempt = 0
+    while True:
+        have = partial.stat().st_size if partial.is_file() else 0
+        try:
+            if _fetch_once(url, dest, partial, have, progress):
+                return
+        except _DROPS as e:
+            attempt += 1
+            now = partial.stat().st_size if partial.is_file() else 0
+            if attempt > RETRIES:
+                reason = _reason(e)
+                raise DownloadError(f"download of {url} failed {attempt} times ({reason}); {now} bytes are kept in "
+                                    f"{partial}: run it again to resume, or {_by_hand(dest)}") from None
+            delay = RETRY_DELAY * 2 ** (attempt - 1)
+            print(f"minidet: connection to {url} dropped at {now} bytes ({_reason(e)}); resuming in {delay:g} s "
+                  f"(try {attempt} of {RETRIES})", file=sys.stderr, flush=True)
+            time.sleep(delay)
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, http.client.IncompleteRead):
+        return f"incomplete read, {len(e.partial)} bytes"
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _fetch_once(url: str, dest: Path, partial: Path, have: int, progress: bool) -> bool:
+    """One request; True when the partial file is complete (as far as the server says)."""
+    from . import __version__
+
+    headers = {"User-Agent": f"minidet/{__version__}", "Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        response = urllib.request.urlopen(request, timeout=TIMEOUT)
+    except urllib.error.HTTPError as e:
+        e.close()
+        if e.code == 416 and have:  # nothing after byte `have`: the partial file is all there is
+            m = re.match(r"bytes \*/(\d+)", e.headers.get("Content-Range", "") if e.headers else "")
+            if m is not None and int(m[1]) != have:  # longer than the server's file: start over
+                partial.unlink(missing_ok=True)
+                raise _Dropped(f"{partial} has {have} bytes, the server's file {m[1]}") from None
+            return True
+        raise DownloadError(f"HTTP {e.code} {e.reason} for {url}") from None
+    except urllib.error.URLError as e:
+        reason = e.reason if not isinstance(e.reason, BaseException) else _reason(e.reason)
+        raise DownloadError(f"cannot download {url} ({reason}); {_by_hand(dest)}") from None
+    except (ValueError, http.client.InvalidURL) as e:  # a malformed URL
+        raise DownloadError(f"cannot download {url}: {e}") from None
+    with response:
+        status = response.status
+        length = response.headers.get("Content-Length")
+        length = int(length) if length and length.isdigit() else None
+        start, total = 0, length
+        if have and status == 206:
+            m = re.match(r"bytes (\d+)-\d+/(\d+|\*)", response.headers.get("Content-Range", ""))
+            if m is None or int(m[1]) != have:  # not the part asked for: start over
+                partial.unlink(missing_ok=True)
+                raise _Dropped(f"server answered the range request with {response.headers.get('Content-Range')}")
+            start = have
+            total = int(m[2]) if m[2] != "*" else (have + length if length is not None else None)
+        elif status != 200:
+            raise DownloadError(f"HTTP {status} {response.reason} for {url}")
+        received = 0
+        with open(partial, "ab" if start else "wb") as f, tqdm(
+            total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name,
+            file=sys.stderr, disable=not progress,
+        ) as bar:
+            while block := response.read(CHUNK):
+                f.write(block)
+                received += len(block)
+                bar.update(len(block))
+        if length is not None and received < length:
+            raise _Dropped(f"connection closed after {start + received} of {start + length} bytes")
+    return True
+
+
+def _verify_partial(url: str, dest: Path, partial: Path, sha256: str | None, size: int | None) -> None:
+    """Size and digest of the finished ``partial`` (deleted if wrong); a digest is recorded if none is known."""
+    actual_size = partial.stat().st_size
+    if size is not None and actual_size != size:
+        partial.unlink(missing_ok=True)
+        raise DownloadError(f"{url}: the downloaded file {dest} has {actual_size} bytes, expected {size}; deleted "
+                            f"it; run it again, or {_by_hand(dest)}")
+    actual = file_sha256(partial)
+    recorded = recorded_digest(dest)
+    if sha256 is not None:
+        expected, what = sha256, "published"
+    elif recorded is not None:
+        expected, what = recorded, f"recorded at its first download in {_digest_file(dest)}"
+    else:
+        expected, what = None, ""
+    bad = expected is not None and actual != expected
+    prefix = _url_prefix(url)
+    if not bad and prefix is not None and not actual.startswith(prefix):
+        bad, expected, what = True, f"{prefix}...", "the prefix in the file name"
+    if bad:
+        partial.unlink(missing_ok=True)
+        hint = f"; if the source really changed, delete {_digest_file(dest)}" if recorded and not sha256 else ""
+        raise DownloadError(f"{url}: the downloaded file {dest} has SHA-256 {actual}, expected {expected} ({what}); "
+                            f"deleted it{hint}")
+    if expected is None:
+        record = _digest_file(dest)
+        try:
+            record.write_text(f"{actual}  {dest.name}\n")
+        except OSError as e:
+            print(f"minidet: warning: could not record the SHA-256 of {dest} in {record}: {e}", file=sys.stderr)
+        else:
+            print(f"minidet: warning: {url} publishes no SHA-256; recorded this first download's digest {actual} "
+                  f"in {record} (later checks compare against it)", file=sys.stderr, flush=True)
+
+
+def verify_file(path: str | os.PathLike, entry: WeightsEntry | None = None) -> str:
+    """``ok``, ``ok (recorded digest)``, ``unverified`` (no digest known), ``missing`` or ``MISMATCH ...``."""
+    path = Path(path)
+    if not path.is_file():
+        return "missing"
+    if entry is not None and entry.sha256:
+        expected, status = entry.sha256, "ok"
+    else:
+        expected, status = recorded_digest(path), "ok (recorded digest)"
+    size = entry.size if entry is not None else None
+    if size is not None and path.stat().st_size != size:
+        return f"MISMATCH expected {size} bytes got {path.stat().st_size}"
+    if expected is None:
+        return "unverified"
+    actual = file_sha256(path)
+    prefix = entry.name_prefix if entry is not None else None
+    if actual != expected or (prefix is not None and not actual.startswith(prefix)):
+        recorded = " (recorded)" if status != "ok" else ""
+        return f"MISMATCH expected {expected}{recorded} got {actual}"
+    return status
+
+
+def verify_cached(names: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
+    """``(name, path, status)`` for the cache file of every registry entry (or of ``names``); status as
+    ``verify_file``. An unknown name raises ``CheckpointError``."""
+    names = list(REGISTRY) if names is None else list(names)
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(REGISTRY), n=3, cutoff=0.5)
+        listed = f" (close: {', '.join(close)})" if close else ""
+        raise CheckpointError(f"{unknown[0]} is not a registry name{listed}; `minidet weights list` lists them")
+    rows = []
+    for name in names:
+        entry = REGISTRY[name]
+        path = weights_dir() / entry.filename
+        rows.append((name, str(path), verify_file(path, entry)))
+    return rows

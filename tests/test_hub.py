@@ -1,0 +1,347 @@
+"""The weights registry and the verified, resumable downloads of ``minidet.hub``, against a real HTTP server
+on 127.0.0.1 (started here, serving generated files with ``Range`` support), and ``minidet weights``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from httpserver import FileServer
+from minidet import hub
+from minidet.apps import weights as weights_app
+from minidet.checkpoint import CheckpointError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "src" / "minidet" / "configs"
+README = ROOT / "weights" / "README.md"
+
+
+@pytest.fixture(autouse=True)
+def minidet_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("MINIDET_HOME", str(home))
+    monkeypatch.setattr(hub, "RETRY_DELAY", 0.0)
+    return home
+
+
+@pytest.fixture
+def server():
+    s = FileServer()
+    yield s
+    s.close()
+
+
+def _one_line(e: pytest.ExceptionInfo) -> str:
+    text = str(e.value)
+    assert "\n" not in text
+    return text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _test_entry(url: str, sha256: str | None, size: int | None, name: str = "test/model") -> hub.WeightsEntry:
+    return hub.WeightsEntry(name, url, "model.pth", name, sha256, size, 1.0, 2.0, "made by the test")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# downloads
+
+
+def test_download_verified_and_not_repeated(server, minidet_home, capsys):
+    url, data, digest = server.add("/m/a.pth", 2_000_000)
+    dest = minidet_home / "weights" / "a.pth"
+    assert hub.download(url, dest, sha256=digest, size=len(data)) == dest
+    assert dest.read_bytes() == data
+    assert not (minidet_home / "weights" / "a.pth.partial").exists()
+    assert not hub.recorded_digest(dest)  # a published digest is not recorded
+    assert len(server.requests) == 1
+    # a URL: cached under its basename, not downloaded again
+    assert hub.resolve_weights(url) == str(dest)
+    assert hub.resolve_weights(url) == str(dest)
+    assert len(server.requests) == 1
+    assert "downloading" in capsys.readouterr().err
+
+
+def test_download_records_digest_when_none_published(server, minidet_home, capsys):
+    url, data, digest = server.add("/b.pkl", 1_200_000)
+    path = hub.resolve_weights(url)
+    assert path == str(minidet_home / "weights" / "b.pkl")
+    assert hub.recorded_digest(path) == digest
+    warning = [line for line in capsys.readouterr().err.splitlines() if "publishes no SHA-256" in line]
+    assert len(warning) == 1 and digest in warning[0] and "b.pkl.sha256" in warning[0]
+    # a later download of the same file is checked against the recorded digest
+    os.remove(path)
+    server.files["/b.pkl"] = os.urandom(1_200_000)
+    with pytest.raises(hub.DownloadError) as e:
+        hub.resolve_weights(url)
+    text = _one_line(e)
+    assert digest in text and "recorded" in text and path in text
+    assert not os.path.exists(path) and not os.path.exists(path + ".partial")
+
+
+def test_wrong_digest_deletes_partial(server, minidet_home):
+    url, data, digest = server.add("/c.pth", 1_500_000)
+    dest = minidet_home / "weights" / "c.pth"
+    with pytest.raises(hub.DownloadError) as e:
+        hub.download(url, dest, sha256="0" * 64)
+    text = _one_line(e)
+    assert str(dest) in text and url in text and "0" * 64 in text and digest in text
+    assert not dest.exists() and not (dest.parent / "c.pth.partial").exists()
+
+
+def test_wrong_size_deletes_partial(server, minidet_home):
+    url, data, digest = server.add("/s.pth", 1_000_000)
+    dest = minidet_home / "weights" / "s.pth"
+    with pytest.raises(hub.DownloadError, match="1000000 bytes, expected 999"):
+        hub.download(url, dest, sha256=digest, size=999)
+    assert not dest.exists() and not (dest.parent / "s.pth.partial").exists()
+
+
+def test_connection_cut_is_resumed(server, minidet_home, capsys):
+    url, data, digest = server.add("/cut.pth", 3_000_000)
+    server.cut.add("/cut.pth")
+    dest = minidet_home / "weights" / "cut.pth"
+    hub.download(url, dest, sha256=digest, size=len(data))
+    assert dest.read_bytes() == data
+    assert [r for _, r in server.requests] == [None, f"bytes={len(data) // 2}-"]
+    assert "dropped" in capsys.readouterr().err
+
+
+def test_partial_from_earlier_run_is_resumed(server, minidet_home):
+    url, data, digest = server.add("/p.pth", 2_500_000)
+    dest = minidet_home / "weights" / "p.pth"
+    dest.parent.mkdir(parents=True)
+    (dest.parent / "p.pth.partial").write_bytes(data[:1_000_000])
+    hub.download(url, dest, sha256=digest)
+    assert dest.read_bytes() == data
+    assert server.requests == [("/p.pth", "bytes=1000000-")]
+    # a complete partial: the server answers 416, the file is verified and kept
+    other = minidet_home / "weights" / "q.pth"
+    (other.parent / "q.pth.partial").write_bytes(data)
+    hub.download(url, other, sha256=digest)
+    assert other.read_bytes() == data and server.requests[-1] == ("/p.pth", "bytes=2500000-")
+
+
+def test_http_404_is_one_line(server, minidet_home):
+    dest = minidet_home / "weights" / "none.pth"
+    with pytest.raises(hub.DownloadError) as e:
+        hub.download(server.url + "/none.pth", dest)
+    text = _one_line(e)
+    assert "404" in text and server.url + "/none.pth" in text
+    assert not dest.exists()
+
+
+def test_no_server_names_url_and_destination(minidet_home):
+    url = f"http://127.0.0.1:{_free_port()}/x/model.pth"
+    with pytest.raises(hub.DownloadError) as e:
+        hub.resolve_weights(url)
+    text = _one_line(e)
+    assert url in text and str(minidet_home / "weights" / "model.pth") in text and "by other means" in text
+
+
+def test_concurrent_downloads_write_once(server, minidet_home):
+    url, data, digest = server.add("/lock.pth", 2_000_000)
+    server.slow.add("/lock.pth")
+    dest = minidet_home / "weights" / "lock.pth"
+    results, errors = [], []
+
+    def get() -> None:
+        try:
+            results.append(hub.download(url, dest, sha256=digest))
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    first = threading.Thread(target=get)
+    first.start()
+    for _ in range(200):  # the first one is downloading (holds the lock)
+        if server.requests:
+            break
+        time.sleep(0.01)
+    second = threading.Thread(target=get)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert not errors and results == [dest, dest]
+    assert len(server.requests) == 1 and dest.read_bytes() == data
+
+
+def test_cached_file_from_another_url_is_refused(server, minidet_home):
+    url, data, digest = server.add("/one/model_final.pkl", 1_000_000)
+    server.files["/two/model_final.pkl"] = os.urandom(1_000_000)
+    hub.resolve_weights(url)
+    with pytest.raises(CheckpointError, match="was downloaded from"):
+        hub.resolve_weights(server.url + "/two/model_final.pkl")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# names and paths
+
+
+def test_registry_name_downloads_on_first_use(server, minidet_home, monkeypatch, tmp_path):
+    url, data, digest = server.add("/reg/model.pth", 1_000_000)
+    monkeypatch.setitem(hub.REGISTRY, "test/model", _test_entry(url, digest, len(data)))
+    path = hub.resolve_weights("test/model")
+    assert path == str(minidet_home / "weights" / "model.pth") and Path(path).read_bytes() == data
+    assert hub.resolve_weights("test/model") == path
+    # the registry URL gets the entry's file name and digest
+    assert hub.resolve_weights(url) == path
+    # a config's relative MODEL.WEIGHTS finds the download from any folder
+    monkeypatch.chdir(tmp_path)
+    assert hub.resolve_weights("weights/model.pth") == path
+    assert len(server.requests) == 1
+
+
+def test_relative_paths_cwd_then_home_then_checkout(minidet_home, monkeypatch, tmp_path):
+    cwd = tmp_path / "cwd"
+    (cwd / "weights").mkdir(parents=True)
+    (minidet_home / "weights").mkdir(parents=True)
+    (cwd / "weights" / "x.pth").write_bytes(b"cwd")
+    (minidet_home / "weights" / "x.pth").write_bytes(b"home")
+    monkeypatch.chdir(cwd)
+    assert hub.resolve_weights("weights/x.pth") == str(cwd / "weights" / "x.pth")
+    os.remove(cwd / "weights" / "x.pth")
+    assert hub.resolve_weights("weights/x.pth") == str(minidet_home / "weights" / "x.pth")
+    assert hub.resolve_weights(str(cwd / ".." / "home" / "weights" / "x.pth")) == str(
+        cwd / ".." / "home" / "weights" / "x.pth")
+    # the checkout's files from any folder
+    assert hub.resolve_weights("weights/README.md") == str(README)
+
+
+def test_not_found_lists_absolute_paths(minidet_home, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    value = "nowhere/maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth"
+    with pytest.raises(CheckpointError) as e:
+        hub.resolve_weights(value)
+    text = _one_line(e)
+    for base in (tmp_path, minidet_home, ROOT):
+        assert str(base / value) in text
+    assert "`minidet weights get torchvision/maskrcnn_resnet50_fpn` downloads it" in text
+    assert not (minidet_home / "weights").exists()  # nothing downloaded for a path
+    with pytest.raises(CheckpointError) as e:
+        hub.resolve_weights(str(tmp_path / "abs.pth"))
+    assert f"(tried {tmp_path / 'abs.pth'})" in _one_line(e)
+    with pytest.raises(CheckpointError) as e:
+        hub.resolve_weights("torchvision/maskrcnn_resnet50_fpm")
+    text = _one_line(e)
+    assert "not a registry name" in text and "torchvision/maskrcnn_resnet50_fpn" in text
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the registry
+
+
+def _config_weights(path: Path) -> str:
+    data = yaml.safe_load(path.read_text())
+    weights = (data.get("MODEL") or {}).get("WEIGHTS")
+    if weights is None and "_BASE_" in data:
+        return _config_weights((path.parent / data["_BASE_"]).resolve())
+    return weights
+
+
+def test_registry_entries_match_their_configs():
+    assert len(hub.REGISTRY) == 15
+    for name, e in hub.REGISTRY.items():
+        assert e.name == name == e.config
+        config = CONFIGS / f"{e.config}.yaml"
+        assert config.is_file(), config
+        assert os.path.basename(_config_weights(config)) == e.filename, name
+        assert e.url.startswith("https://") and e.source and e.box_ap and e.mask_ap
+        assert e.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", e.sha256)
+    assert len({e.filename for e in hub.REGISTRY.values()}) == len(hub.REGISTRY)
+    assert len({e.url for e in hub.REGISTRY.values()}) == len(hub.REGISTRY)
+
+
+def test_torchvision_digests_start_with_the_name_prefix(minidet_home):
+    tv = [e for e in hub.REGISTRY.values() if e.name.startswith("torchvision/")]
+    assert len(tv) == 2
+    for e in tv:
+        assert e.sha256 and e.size and e.name_prefix and e.sha256.startswith(e.name_prefix)
+        assert e.filename.endswith(f"-{e.name_prefix}.pth")
+    assert all(e.sha256 is None for e in hub.REGISTRY.values() if e not in tv)
+    # an expected digest that contradicts the file name is refused before anything is fetched
+    with pytest.raises(hub.DownloadError, match="does not start with 12345678"):
+        hub.download("https://download.pytorch.org/models/x_coco-12345678.pth", minidet_home / "x.pth",
+                     sha256="ab" * 32)
+    assert hub._url_prefix("https://example.org/model-20240101.pth") is None
+
+
+def test_readme_agrees_with_registry():
+    text = README.read_text()
+    urls = {u.rstrip(".,") for u in re.findall(r"https?://[^\s)\]`'\"<>]+", text)}
+    urls = {u for u in urls if not u.endswith("/")}  # the URL pattern's fixed part
+    registry = {e.url for e in hub.REGISTRY.values()}
+    assert urls == registry
+    for e in hub.REGISTRY.values():
+        assert e.config in text and e.filename in text, e.name
+        if e.sha256:
+            assert e.sha256 in text and f"{e.size:,}" in text
+    assert "minidet weights get" in text and "MINIDET_HOME" in text and "~/.cache/minidet/weights" in text
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# minidet weights
+
+
+def test_weights_app_list_get_verify(server, minidet_home, monkeypatch, capsys):
+    url, data, digest = server.add("/app/model.pth", 1_000_000)
+    monkeypatch.setitem(hub.REGISTRY, "test/model", _test_entry(url, None, None))
+    url2, data2, digest2 = server.add("/app/pub.pth", 1_000_000)
+    pub = hub.WeightsEntry("test/pub", url2, "pub.pth", "test/pub", digest2, len(data2), None, None, "test")
+    monkeypatch.setitem(hub.REGISTRY, "test/pub", pub)
+
+    assert weights_app.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in hub.REGISTRY:
+        assert name in out
+    row = next(line for line in out.splitlines() if line.startswith("test/model "))
+    assert row.split()[-2:] == ["no", "none"]
+
+    assert weights_app.main(["get", "test/model", "test/pub"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out == [str(minidet_home / "weights" / "model.pth"), str(minidet_home / "weights" / "pub.pth")]
+    assert weights_app.main(["list"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("test/model "))
+    assert row.split()[-2:] == ["yes", "recorded"]
+
+    assert weights_app.main(["verify", "test/model", "test/pub"]) == 0
+    out = capsys.readouterr().out
+    assert "ok (recorded digest)" in out and re.search(r"test/pub\s+ok\s", out)
+    assert weights_app.main(["verify"]) == 0
+    assert "missing" in capsys.readouterr().out
+
+    cached = minidet_home / "weights" / "model.pth"
+    cached.write_bytes(b"x" + data[1:])
+    assert weights_app.main(["verify"]) == 1
+    captured = capsys.readouterr()
+    assert f"MISMATCH expected {digest} (recorded) got {hashlib.sha256(cached.read_bytes()).hexdigest()}" in \
+        captured.out
+    assert "do not match" in captured.err
+
+    assert weights_app.main(["get", "no/such_model"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert weights_app.main(["verify", "tset/model"]) == 2
+    assert "test/model" in capsys.readouterr().err
+    assert weights_app.main(["get", f"http://127.0.0.1:{_free_port()}/gone.pth"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: ") and "gone.pth" in errors[0]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["list", "--help"], ["get", "--help"], ["verify", "--help"]])
+def test_weights_app_help(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        weights_app.main(argv, prog="minidet weights")
+    assert e.value.code == 0
+    assert "minidet weights" in capsys.readouterr().out
