@@ -52,13 +52,12 @@ import argparse
 import os
 import sys
 import time
-import traceback
 
-import cv2
 from tqdm import tqdm
 
 import minidet
 from minidet import dist
+from minidet.apps import fail, run_app
 from minidet.bulk import drive, open_share, run_batches, timing_summary
 from minidet.checkpoint import CheckpointError
 from minidet.chunks import ChunkError, ChunkStore, file_identity, merge_chunks
@@ -75,8 +74,6 @@ from minidet.evaluation import (
     load_results,
 )
 from minidet.fileio import OutputDir, remove_temp_files, write_json
-from minidet.imageio import native_messages
-from minidet.memory import keep_freed_memory
 from minidet.predictor import weights_path
 from minidet.timing import format_table
 
@@ -119,11 +116,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> arg
     return args
 
 
-def _fail(message: str, debug: bool) -> int:
-    if debug:
-        traceback.print_exc()
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
-    return 2
+_fail = fail
 
 
 def _metric_line(iou_type: str, m: dict) -> str:
@@ -352,26 +345,10 @@ def evaluate_model(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None, prog: str = "eval_coco.py") -> int:
     """Run the tool; return the exit status (0 ok, 1 images skipped, 2 error, 130 Ctrl-C, 143 SIGTERM)."""
     args = parse_args(argv, prog)
-    if args.keep_memory:  # process-wide: the application's choice, never the library's
-        keep_freed_memory()
-    if not args.debug:
-        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
-    try:  # OUT locked for the run (by rank 0; an empty OUT made here is removed); libjpeg / libpng lines
-        # only with --debug (loader workers inherit the setting)
-        with prepare_folders(args), native_messages(args.debug):
-            if args.results:
-                return evaluate_results_files(args)
-            return evaluate_model(args)
-    except SETUP_ERRORS as e:
-        return _fail(str(e), args.debug)
-    except KeyboardInterrupt:
-        _fail("interrupted", args.debug)
-        return 130
-    except Exception as e:  # noqa: BLE001 - any other failure: still one line without --debug
-        hint = "" if args.debug else " (rerun with --debug for the traceback)"
-        return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
-    finally:
-        dist.shutdown()
+    # OUT locked for the run (by rank 0; an empty OUT made here is removed); libjpeg / libpng lines only with
+    # --debug (loader workers inherit the setting)
+    body = evaluate_results_files if args.results else evaluate_model
+    return run_app(args, SETUP_ERRORS, lambda: prepare_folders(args), lambda: body(args))
 
 
 def prepare_folders(args: argparse.Namespace) -> OutputDir:

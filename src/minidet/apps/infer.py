@@ -62,6 +62,7 @@ from tqdm import tqdm
 
 import minidet
 from minidet import dist
+from minidet.apps import fail, run_app
 from minidet.bulk import drive, open_share, run_batches, timing_summary
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
 from minidet.checkpoint import CheckpointError
@@ -69,8 +70,7 @@ from minidet.chunks import ChunkError, ChunkStore, file_identity
 from minidet.config import ConfigError, validate_cfg
 from minidet.data import ImageFiles
 from minidet.fileio import OutputDir, OutputError, atomic_open, atomic_write, remove_temp_files
-from minidet.imageio import describe_skipped, find_inputs, native_messages
-from minidet.memory import keep_freed_memory
+from minidet.imageio import describe_skipped, find_inputs
 from minidet.predictor import weights_path
 from minidet.rle import encode_masks, xyxy_to_xywh
 from minidet.timing import format_table
@@ -251,11 +251,7 @@ def _check_results_file(path: str, output: str, names: list[str], guard: InputGu
     OutputDir(os.path.dirname(path) or ".", "--results", lock=False)
 
 
-def _fail(message: str, debug: bool) -> int:
-    if debug:
-        traceback.print_exc()
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
-    return 2
+_fail = fail
 
 
 class Job:
@@ -608,23 +604,9 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None, prog: str = "infer.py") -> int:
     """Run the tool; return the exit status (0 ok, 1 some inputs failed, 2 error, 130 Ctrl-C, 143 SIGTERM)."""
     args = parse_args(argv, prog)
-    if args.keep_memory:  # process-wide: the application's choice, never the library's
-        keep_freed_memory()
-    if not args.debug:
-        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
-    try:  # DIR locked for the run by rank 0; libjpeg / libpng / FFmpeg lines only with --debug
-        with OutputDir(args.output, "--output", lock=dist.from_env().is_main), native_messages(args.debug):
-            return run(args)
-    except SETUP_ERRORS as e:
-        return _fail(str(e), args.debug)
-    except KeyboardInterrupt:
-        _fail("interrupted", args.debug)
-        return 130
-    except Exception as e:  # noqa: BLE001 - any other failure: still one line without --debug
-        hint = "" if args.debug else " (rerun with --debug for the traceback)"
-        return _fail(f"{type(e).__name__}: {e}{hint}", args.debug)
-    finally:
-        dist.shutdown()
+    # DIR locked for the run by rank 0; libjpeg / libpng / FFmpeg lines only with --debug
+    folders = lambda: OutputDir(args.output, "--output", lock=dist.from_env().is_main)  # noqa: E731
+    return run_app(args, SETUP_ERRORS, folders, lambda: run(args))
 
 
 if __name__ == "__main__":
