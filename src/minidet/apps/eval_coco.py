@@ -116,9 +116,6 @@ def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> arg
     return args
 
 
-_fail = fail
-
-
 def _metric_line(iou_type: str, m: dict) -> str:
     return f"eval_coco: {iou_type} " + " ".join(f"{k} {m[k]:.4f}" for k in METRIC_NAMES)
 
@@ -329,17 +326,9 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
 def evaluate_model(args: argparse.Namespace) -> int:
     """The model form: set up, loop over this process's images, then rank 0 finishes."""
     t_start = time.perf_counter()  # wall time: model loading included, Python imports not
-    try:
-        run = Run(args)
-    except SETUP_ERRORS as e:
-        return _fail(str(e), args.debug)
-    status, t_loop = drive(run, lambda message: _fail(message, args.debug), "OUT")
-    if status is not None:
-        return status
-    try:
-        return finish(run, t_start, t_loop)
-    except SETUP_ERRORS as e:
-        return _fail(str(e), args.debug)
+    run = Run(args)  # a set-up error is run_app's one line
+    status, t_loop = drive(run, lambda message: fail(message, args.debug), "OUT")
+    return status if status is not None else finish(run, t_start, t_loop)
 
 
 def main(argv: list[str] | None = None, prog: str = "eval_coco.py") -> int:

@@ -251,9 +251,6 @@ def _check_results_file(path: str, output: str, names: list[str], guard: InputGu
     OutputDir(os.path.dirname(path) or ".", "--results", lock=False)
 
 
-_fail = fail
-
-
 class Job:
     """One process's share of an inference run: set-up, the image loop, the videos, the chunks."""
 
@@ -587,18 +584,10 @@ class Job:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Set up, run this process's share, then rank 0 finishes."""
-    try:
-        job = Job(args)
-    except SETUP_ERRORS as e:
-        return _fail(str(e), args.debug)
-    status, t_loop = drive(job, lambda message: _fail(message, args.debug), "--output")
-    if status is not None:
-        return status
-    try:
-        return job.finish(t_loop)
-    except SETUP_ERRORS as e:
-        return _fail(str(e), args.debug)
+    """Set up, run this process's share, then rank 0 finishes (a set-up error is ``run_app``'s one line)."""
+    job = Job(args)
+    status, t_loop = drive(job, lambda message: fail(message, args.debug), "--output")
+    return status if status is not None else job.finish(t_loop)
 
 
 def main(argv: list[str] | None = None, prog: str = "infer.py") -> int:
