@@ -16,10 +16,10 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch.utils.data import DataLoader
 
-from minidet.chunks import ChunkError, ChunkStore, merge_chunks
-from minidet.data import ImageFiles, coco_image_files, collate
-from minidet.dist import from_env
-from minidet.evaluation import (
+from minidet.apps.chunks import ChunkError, ChunkStore, merge_chunks
+from minidet.apps.data import ImageFiles, coco_image_files, collate
+from minidet.apps.dist import from_env
+from minidet.apps.evaluation import (
     METRIC_NAMES,
     COCOEvaluator,
     EvaluationError,
@@ -30,7 +30,7 @@ from minidet.evaluation import (
     load_results,
     validate_results,
 )
-from minidet.fileio import atomic_open, write_json
+from minidet.apps.fileio import atomic_open, write_json
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FAKE = SHARED / "cocoapi_fake"

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from minidet.apps.inputs import find_inputs
 from minidet.imageio import (
     ImageReadError,
     header_size,
-    list_images,
     read_image,
     read_image_bytes,
     sniff_format,
@@ -28,6 +28,10 @@ try:
     from PIL import Image, ImageOps
 except ImportError:  # PIL is only a test helper here, never a minidet dependency
     Image = ImageOps = None
+
+def list_images(inputs: list[str]) -> list[str]:
+    return [p for p, _ in find_inputs(inputs)[0]]
+
 
 needs_pil = pytest.mark.skipif(Image is None, reason="PIL is not installed; it is needed to write this format")
 

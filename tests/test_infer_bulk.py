@@ -287,7 +287,7 @@ def test_memory_stays_flat_over_two_passes_of_coco_tiny(tv_file, tmp_path):
 
 def test_video_reader_and_writer(tmp_path):
     """The video module alone: every N-th frame from 0, a writer that checks its frame count, a codec probe."""
-    from minidet.video import VideoReader, VideoWriter, count_frames, working_codec
+    from minidet.apps.video import VideoReader, VideoWriter, count_frames, working_codec
 
     clip = tmp_path / "c.avi"
     _write_video(clip, 5, size=(64, 48))

@@ -21,10 +21,10 @@ from torch.nn import functional as F
 
 import minidet
 from helpers import ROOT, config, images_bgr, run_tool
+from minidet.apps.evaluation import instances_to_coco
 from minidet.boxes import BoxRule
 from minidet.checkpoint import CheckpointError, is_maskrcnn_benchmark, maskrcnn_benchmark_renamer
 from minidet.conventions import CONVENTIONS, MASKRCNN_BENCHMARK
-from minidet.evaluation import instances_to_coco
 from minidet.norm import Affine, FrozenBN
 from minidet.poolers import detectron_levels
 from minidet.roi_heads import Detections

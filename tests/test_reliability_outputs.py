@@ -20,14 +20,20 @@ import cv2
 import pytest
 
 from helpers import load_tool, one_error_line
-from minidet import fileio
-from minidet.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
-from minidet.imageio import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, find_images
+from minidet.apps import fileio
+from minidet.apps.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
+from minidet.apps.inputs import describe_skipped, find_inputs
+from minidet.imageio import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from minidet.testing.synthetic import structured_image
 from test_bad_inputs import EVAL, FAST, INFER, TV_CONFIG, _run
 from test_eval_coco_tool import weights  # noqa: F401 - a fixture: a torchvision checkpoint file
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
+
+def find_images(inputs: list[str]) -> tuple[list[str], dict]:
+    found, skipped = find_inputs(inputs)
+    return [p for p, _ in found], skipped
 
 
 def _image(path: Path, seed: int = 0) -> Path:
@@ -158,7 +164,6 @@ def test_find_images_reports_what_it_skipped(tmp_path):
         (str(tmp_path / "b.gif"), ".gif"), (str(tmp_path / "c.gif"), ".gif"), (str(tmp_path / "README"), ""),
         (str(tmp_path / "d.jpg"), "dangling"), (str(tmp_path / "e.jpg"), "folder"),
     ])
-    from minidet.imageio import describe_skipped
 
     assert describe_skipped(["folder", ".gif", "", ".gif"]).startswith(
         "1 folder named like an image, 1 file without extension, 2 .gif (not an image extension: .jpg,"
@@ -254,7 +259,7 @@ def test_a_failed_temp_file_names_the_target_and_temp_names_are_short(tmp_path, 
 
 # another run, as far as the folder is concerned: takes the lock, says so, waits to be killed
 _HOLDER = (
-    "import sys, time; from minidet.fileio import OutputDir; d = OutputDir(sys.argv[1]); "
+    "import sys, time; from minidet.apps.fileio import OutputDir; d = OutputDir(sys.argv[1]); "
     "print('locked', flush=True); time.sleep(600)"
 )
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from pycocotools import mask as mask_utils
 
-from minidet.rle import encode_mask, encode_masks, xyxy_to_xywh
+from minidet.apps.rle import encode_mask, encode_masks, xyxy_to_xywh
+from minidet.apps.vis import draw_instances, palette
 from minidet.testing.synthetic import structured_image
-from minidet.vis import draw_instances, palette
 
 # pycocotools' decode trips a numpy 2 deprecation warning inside pycocotools itself.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")

@@ -1,6 +1,9 @@
-"""The command-line applications of the ``minidet`` command (``minidet.cli``) and of ``tools/``: ``infer``
-(images and videos), ``eval_coco`` (COCO AP and timing), ``benchmark`` (against torchvision), ``weights``
-(the registry and cache). Built on the engine; nothing in the engine imports them."""
+"""The applications, not the engine: the ``minidet`` command (``cli``) and the programs that it and ``tools/`` run
+(``infer``: images and videos; ``eval_coco``: COCO AP and timing; ``benchmark``: against torchvision; ``weights``:
+the registry and cache), with what only they use: input listing (``inputs``), loader workers (``data``), sharding
+(``dist``), resumable chunks (``chunks``), safe outputs (``fileio``), COCO evaluation (``evaluation``, ``rle``),
+bulk runs (``bulk``), video (``video``) and drawing (``vis``); the role of torchvision's ``references/``. Built
+on the engine; nothing in the engine imports them."""
 
 from __future__ import annotations
 
@@ -11,9 +14,9 @@ from contextlib import AbstractContextManager
 
 import cv2
 
-from .. import dist
 from ..imageio import native_messages
 from ..memory import keep_freed_memory
+from . import dist
 
 
 def fail(message: str, debug: bool) -> int:

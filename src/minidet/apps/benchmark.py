@@ -48,9 +48,9 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import minidet
+from minidet.apps.fileio import write_json
 from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.config import ConfigError
-from minidet.fileio import write_json
 from minidet.imageio import IMAGE_EXTENSIONS, ImageReadError, read_image
 from minidet.testing import benchreport
 from minidet.testing.benchreport import OWN_WEIGHTS, TV, VARIANTS, Run

@@ -56,14 +56,11 @@ import time
 from tqdm import tqdm
 
 import minidet
-from minidet import dist
-from minidet.apps import fail, run_app
-from minidet.bulk import drive, open_share, run_batches, timing_summary
-from minidet.checkpoint import CheckpointError
-from minidet.chunks import ChunkError, ChunkStore, file_identity, merge_chunks
-from minidet.config import ConfigError, validate_cfg
-from minidet.data import ImageFiles, coco_image_files
-from minidet.evaluation import (
+from minidet.apps import dist, fail, run_app
+from minidet.apps.bulk import drive, open_share, run_batches, timing_summary
+from minidet.apps.chunks import ChunkError, ChunkStore, file_identity, merge_chunks
+from minidet.apps.data import ImageFiles, coco_image_files
+from minidet.apps.evaluation import (
     IOU_TYPES,
     METRIC_NAMES,
     COCOEvaluator,
@@ -73,7 +70,9 @@ from minidet.evaluation import (
     load_coco_annotations,
     load_results,
 )
-from minidet.fileio import OutputDir, remove_temp_files, write_json
+from minidet.apps.fileio import OutputDir, remove_temp_files, write_json
+from minidet.checkpoint import CheckpointError
+from minidet.config import ConfigError, validate_cfg
 from minidet.predictor import weights_path
 from minidet.timing import format_table
 

@@ -61,21 +61,20 @@ import numpy as np
 from tqdm import tqdm
 
 import minidet
-from minidet import dist
-from minidet.apps import fail, run_app
-from minidet.bulk import drive, open_share, run_batches, timing_summary
+from minidet.apps import dist, fail, run_app
+from minidet.apps.bulk import drive, open_share, run_batches, timing_summary
+from minidet.apps.chunks import ChunkError, ChunkStore, file_identity
+from minidet.apps.data import ImageFiles
+from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, remove_temp_files
+from minidet.apps.inputs import describe_skipped, find_inputs
+from minidet.apps.rle import encode_masks, xyxy_to_xywh
+from minidet.apps.video import CODECS, VideoError, VideoReader, VideoWriter, is_video, working_codec
+from minidet.apps.vis import draw_instances
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
 from minidet.checkpoint import CheckpointError
-from minidet.chunks import ChunkError, ChunkStore, file_identity
 from minidet.config import ConfigError, validate_cfg
-from minidet.data import ImageFiles
-from minidet.fileio import OutputDir, OutputError, atomic_open, atomic_write, remove_temp_files
-from minidet.imageio import describe_skipped, find_inputs
 from minidet.predictor import weights_path
-from minidet.rle import encode_masks, xyxy_to_xywh
 from minidet.timing import format_table
-from minidet.video import CODECS, VideoError, VideoReader, VideoWriter, is_video, working_codec
-from minidet.vis import draw_instances
 
 CHUNKS = ".chunks"
 SETUP_ERRORS = (ConfigError, CheckpointError, ChunkError, OSError, VideoError)

@@ -22,8 +22,8 @@ import cv2
 import numpy as np
 from pycocotools.coco import COCO
 
-from minidet.evaluation import coco_metrics, instances_to_coco
-from minidet.fileio import atomic_write
+from minidet.apps.evaluation import coco_metrics, instances_to_coco
+from minidet.apps.fileio import atomic_write
 from minidet.testing.compare import DetectionMatch
 from minidet.timing import DETAILS, STAGES, format_table, summarize
 
@@ -510,7 +510,7 @@ def busy_line(check: dict) -> str | None:
 
 
 def _coco_output(d: dict) -> dict:
-    """A detector's output for one image (tensors) as ``minidet.evaluation.instances_to_coco`` reads it."""
+    """A detector's output for one image (tensors) as ``minidet.apps.evaluation.instances_to_coco`` reads it."""
     out = {
         "boxes": d["boxes"].detach().float().cpu().numpy(),
         "scores": d["scores"].detach().float().cpu().numpy(),
@@ -522,7 +522,7 @@ def _coco_output(d: dict) -> dict:
 
 
 def coco_drift(refs: list[dict], news: list[dict], sizes: list[tuple[int, int]]) -> dict:
-    """COCO AP (pycocotools, ``minidet.evaluation.coco_metrics``) of the detections ``news`` scored
+    """COCO AP (pycocotools, ``minidet.apps.evaluation.coco_metrics``) of the detections ``news`` scored
     against ``refs`` taken as ground truth, per image (``sizes``: (height, width)); boxes, and masks
     where the detections have them. 1.0 for identical detections; a measure of drift that needs no
     annotations. Labels serve as category ids. Returns ``{"bbox": {"AP", "AP50", "AP75"}, "segm": ...}``

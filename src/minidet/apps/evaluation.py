@@ -18,7 +18,7 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from .categories import BACKGROUND, UNUSED, category_ids, class_names
+from ..categories import BACKGROUND, UNUSED, category_ids, class_names
 from .rle import encode_masks, xyxy_to_xywh
 
 IOU_TYPES = ("bbox", "segm")

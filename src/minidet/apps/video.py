@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 import cv2
 import numpy as np
 
-from .imageio import VIDEO_EXTENSIONS, native_call
+from ..imageio import VIDEO_EXTENSIONS, native_call
 
 CODECS = ("avc1", "mp4v", "MJPG")  # H.264, MPEG-4 part 2, Motion JPEG (the last in .avi)
 _PREFETCH = 8  # decoded frames waiting for the model

@@ -32,7 +32,7 @@ def configs(argv: list[str]) -> int:
     """``minidet configs [--bases]``: one config name a line, with the weights it names."""
     import argparse
 
-    from .config import config_names, get_cfg
+    from ..config import config_names, get_cfg
 
     p = argparse.ArgumentParser(prog="minidet configs", description="The configs shipped with minidet, by name.")
     p.add_argument("--bases", action="store_true", help="list the Base-* files that configs inherit from too")
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0 if argv else 2
     if argv[0] == "--version":
-        from . import __version__
+        from .. import __version__
 
         print(f"minidet {__version__}")
         return 0

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch.utils.data import DataLoader
 
+from ..timing import summarize
 from . import dist
 from .chunks import ChunkError, ChunkStore
 from .data import ImageFiles, collate, worker_init_fn
-from .timing import summarize
 
 
 @dataclass
