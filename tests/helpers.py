@@ -72,3 +72,52 @@ def one_error_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
     return lines[0]
+
+
+def call_tool(
+    tool: Path,
+    *args: str,
+    capture=None,
+    cwd: Path | None = None,
+    threads: int | str | None = None,
+) -> subprocess.CompletedProcess:
+    """``run_tool`` in this process, for a test that is not about the process: ``load_tool(tool).main(
+    ["--no-keep-memory", *args])`` (glibc's settings are the whole process's: left alone) in ``cwd``, with
+    torch's intra-op thread count ``threads`` (what ``OMP_NUM_THREADS`` sets in a subprocess). Output is read
+    with ``capture`` (pytest's ``capfd`` or ``capsys``; what was printed before the call is dropped), else
+    caught from ``sys.stdout`` / ``sys.stderr`` (for a module-scoped fixture). A ``SystemExit`` (argparse)
+    becomes the status. The current folder, torch's thread count, the SIGTERM handler and OpenCV's log level,
+    which ``main`` changes, are put back afterwards."""
+    import contextlib
+    import io
+    import signal
+
+    import cv2
+    import torch
+
+    saved = os.getcwd(), torch.get_num_threads(), signal.getsignal(signal.SIGTERM), cv2.utils.logging.getLogLevel()
+    out, err = io.StringIO(), io.StringIO()
+    if capture is not None:
+        capture.readouterr()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        with contextlib.ExitStack() as stack:
+            if capture is None:
+                stack.enter_context(contextlib.redirect_stdout(out))
+                stack.enter_context(contextlib.redirect_stderr(err))
+            try:
+                rc = load_tool(tool).main(["--no-keep-memory", *args])
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        os.chdir(saved[0])
+        torch.set_num_threads(saved[1])
+        signal.signal(signal.SIGTERM, saved[2])
+        cv2.utils.logging.setLogLevel(saved[3])
+    if capture is not None:
+        text = capture.readouterr()
+        return subprocess.CompletedProcess([str(tool), *args], rc, text.out, text.err)
+    return subprocess.CompletedProcess([str(tool), *args], rc, out.getvalue(), err.getvalue())

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import minidet
-from helpers import config, load_tool, one_error_line, run_tool
+from helpers import call_tool, config, load_tool, one_error_line, run_tool
 from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.testing.checkpoints import d2_weights
 from minidet.testing.synthetic import structured_image
@@ -42,6 +42,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 
 def _run(tool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     return run_tool(tool, *args, cwd=cwd, threads=1, timeout=900)
+
+
+def _main(capfd, tool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``_run`` in this process: the status and output a subprocess would give."""
+    return call_tool(tool, *args, capture=capfd, cwd=cwd, threads=1)
 
 
 # tv_state, tv_file (conftest.py): torchvision's initial weights with confident classes: detections to check
@@ -397,14 +402,14 @@ def _image_corpus(folder: Path) -> tuple[dict[str, tuple[int, int]], dict[str, s
     return good, bad
 
 
-def test_infer_on_the_image_corpus(tmp_path, tv_file):
+def test_infer_on_the_image_corpus(tmp_path, capfd, tv_file):
     """One run over every kind of image: an error line per bad file, outputs for every good one
     (EXIF-rotated: in the displayed frame), exit 1, no traceback; --debug adds the model's tracebacks."""
     images = tmp_path / "images"
     good, bad = _image_corpus(images)
     out = tmp_path / "out"
-    res = _run(INFER, "--config-file", str(TV_CONFIG), "--input", str(images), "--output", str(out),
-               "MODEL.WEIGHTS", str(tv_file), *FAST, cwd=tmp_path)
+    res = _main(capfd, INFER, "--config-file", str(TV_CONFIG), "--input", str(images), "--output", str(out),
+                "MODEL.WEIGHTS", str(tv_file), *FAST, cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     errors = sorted(line for line in res.stderr.splitlines() if line.startswith("error:"))
@@ -422,9 +427,9 @@ def test_infer_on_the_image_corpus(tmp_path, tv_file):
             assert 0 <= x <= x + bw <= w + 1e-3 and 0 <= y <= y + bh <= h + 1e-3, (name, inst["bbox"])
             assert inst["segmentation"]["size"] == [h, w]
 
-    res = _run(INFER, "--config-file", str(TV_CONFIG), "--input", str(images / "text.jpg"),
-               str(images / "sliver.png"), "--output", str(out), "--debug", "MODEL.WEIGHTS", str(tv_file),
-               *FAST, cwd=tmp_path)
+    res = _main(capfd, INFER, "--config-file", str(TV_CONFIG), "--input", str(images / "text.jpg"),
+                str(images / "sliver.png"), "--output", str(out), "--debug", "MODEL.WEIGHTS", str(tv_file),
+                *FAST, cwd=tmp_path)
     # the model's failure gets its traceback; a file the loader cannot read is its one line (as in eval_coco)
     assert res.returncode == 1 and res.stderr.count("Traceback") == 1, res.stderr
     assert [line for line in res.stderr.splitlines() if line.startswith("error:")] == [  # in sorted path order
@@ -434,7 +439,7 @@ def test_infer_on_the_image_corpus(tmp_path, tv_file):
 
 
 @pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)")
-def test_eval_skips_an_image_the_model_cannot_take(tmp_path, tv_file):
+def test_eval_skips_an_image_the_model_cannot_take(tmp_path, capfd, tv_file):
     """An image that reads fine but that the model refuses (too elongated) is skipped with one
     line, in a batch with a good image that is still evaluated; exit 1."""
     src = json.loads((TINY / "annotations" / "instances_val2017.json").read_text())
@@ -449,9 +454,9 @@ def test_eval_skips_an_image_the_model_cannot_take(tmp_path, tv_file):
         "annotations": [a for a in src["annotations"] if a["image_id"] == first["id"]],
         "categories": src["categories"],
     }))
-    res = _run(EVAL, "--config-file", str(TV_CONFIG), "--ann", str(ann), "--images", str(images),
-               "--output", str(tmp_path / "out"), "--workers", "0", "MODEL.WEIGHTS", str(tv_file),
-               "TEST.IMS_PER_BATCH", "2", *FAST, cwd=tmp_path)
+    res = _main(capfd, EVAL, "--config-file", str(TV_CONFIG), "--ann", str(ann), "--images", str(images),
+                "--output", str(tmp_path / "out"), "--workers", "0", "MODEL.WEIGHTS", str(tv_file),
+                "TEST.IMS_PER_BATCH", "2", *FAST, cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     assert [line for line in res.stderr.splitlines() if line.startswith("error:")] == [

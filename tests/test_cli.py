@@ -20,6 +20,7 @@ import minidet
 from helpers import IMAGE_SHAPES, ROOT, images_bgr, one_error_line
 from httpserver import FileServer
 from minidet import hub
+from minidet.apps import cli
 from minidet.config import CONFIG_DIR, ConfigError, config_names
 
 TV = "torchvision/maskrcnn_resnet50_fpn"
@@ -57,24 +58,26 @@ def tv_served(server, tv_file, monkeypatch):
     return entry
 
 
-def test_command_overview_and_unknown_command(tmp_path):
-    r = minidet_cmd("--help", cwd=tmp_path)
+def test_command_overview_and_unknown_command(tmp_path, capsys):
+    r = minidet_cmd("--help", cwd=tmp_path)  # the console script itself; the rest is its code in this process
     assert r.returncode == 0, r.stderr
     for name in ("infer", "eval", "bench", "weights", "configs"):
         assert f"\n  {name} " in r.stdout
-    assert minidet_cmd(cwd=tmp_path).returncode == 2
-    r = minidet_cmd("detect", cwd=tmp_path)
-    assert r.returncode == 2 and one_error_line(r.stderr).startswith("error: unknown command 'detect'")
-    r = minidet_cmd("infer", "--help", cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.startswith("usage: minidet infer ")
+    assert cli.main([]) == 2
+    capsys.readouterr()
+    assert cli.main(["detect"]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: unknown command 'detect'")
+    with pytest.raises(SystemExit) as e:  # argparse's --help
+        cli.main(["infer", "--help"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("usage: minidet infer ")
 
 
-def test_configs_by_name(tmp_path, monkeypatch):
-    r = minidet_cmd("configs", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    listed = [line.split()[0] for line in r.stdout.splitlines()]
-    assert listed == config_names() and TV in listed and len(listed) == 21
+def test_configs_by_name(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # names resolve inside the package, wherever the current directory is
+    capsys.readouterr()
+    assert cli.main(["configs"]) == 0  # `minidet configs`
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == config_names() and TV in listed and len(listed) == 21
     for name in listed:
         by_name = minidet.get_cfg(name)
         by_path = minidet.get_cfg()

@@ -1,9 +1,10 @@
-"""tools/eval_coco.py end to end (subprocesses) on coco_tiny with a random-init torchvision checkpoint.
+"""tools/eval_coco.py end to end on coco_tiny with a random-init torchvision checkpoint.
 
 No trained weights exist here, so AP is near 0 on the real annotations; what is checked is the
 machinery: every image accounted for, metrics equal to pycocotools run independently on the
 written results, timing of every stage, resume, torchrun, bad files. One test turns the model's
-own detections into ground truth, so that the AP to reproduce is not 0.
+own detections into ground truth, so that the AP to reproduce is not 0. Real processes where the
+process is what is tested (Ctrl-C, SIGKILL, torchrun); the other runs call the tool in this one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from helpers import load_tool, run_tool
+from helpers import call_tool, load_tool, run_tool
 from minidet.timing import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,6 +57,12 @@ def _env() -> dict:
 
 def _run(*args: str, cwd: Path, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     return run_tool(TOOL, *args, cwd=cwd, threads=THREADS, launcher=launcher)
+
+
+def _main(capture, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """What ``_run`` gives, from the tool run in this process at the same thread count (``capture``: pytest's
+    ``capfd``, or None in a module fixture)."""
+    return call_tool(TOOL, *args, capture=capture, cwd=cwd, threads=THREADS)
 
 
 def _model_args(out: Path, weights: Path, *extra: str, ann: Path = ANN, images: Path = IMAGES) -> list[str]:
@@ -96,7 +103,7 @@ def weights(tv_file) -> Path:
 def reference(tmp_path_factory, weights) -> tuple[Path, subprocess.CompletedProcess]:
     """One uninterrupted single-process run over the first N images, in chunks of 2."""
     out = tmp_path_factory.mktemp("ref") / "out"
-    res = _run(*_model_args(out, weights, "--max-images", str(N), "--chunk-size", "2"), cwd=out.parent)
+    res = _main(None, *_model_args(out, weights, "--max-images", str(N), "--chunk-size", "2"), cwd=out.parent)
     return out, res
 
 
@@ -154,7 +161,7 @@ def test_run_writes_results_metrics_timing(reference):
         assert any(line.startswith(f"{stage:<11}: ") and line.rstrip().endswith("%") for line in lines), stage
 
 
-def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path):
+def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path, capfd):
     """Ground truth = the reference run's detections on its N images, the real annotations on the
     others: with --max-images N the same model must score box AP 1 (the evaluation covers the
     images run, not the whole file), and metrics.json must equal pycocotools on the written results."""
@@ -175,7 +182,7 @@ def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path):
     }
     ann = tmp_path / "own.json"
     ann.write_text(json.dumps(gt))
-    res = _run(*_model_args(tmp_path / "own", weights, "--max-images", str(N), ann=ann), cwd=tmp_path)
+    res = _main(capfd, *_model_args(tmp_path / "own", weights, "--max-images", str(N), ann=ann), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert _load(tmp_path / "own" / "images.json")["evaluated"] == sorted(ids)
     metrics = _load(tmp_path / "own" / "metrics.json")
@@ -185,7 +192,7 @@ def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path):
     assert ref == {t: metrics[t]["stats"] for t in ("bbox", "segm")}
 
 
-def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path):
+def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path, capfd):
     ref_out, _ = reference
     out = tmp_path / "out"
     args = _model_args(out, weights, "--max-images", str(N), "--chunk-size", "1")
@@ -204,10 +211,10 @@ def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path)
     assert 1 <= done < N
     assert not (out / "coco_instances_results.json").exists()
 
-    res = _run(*args, cwd=tmp_path)  # the same command without --resume refuses to mix runs
+    res = _main(capfd, *args, cwd=tmp_path)  # the same command without --resume refuses to mix runs
     assert res.returncode == 2 and "rerun with --resume" in res.stderr
 
-    res = _run(*args, "--resume", cwd=tmp_path)
+    res = _main(capfd, *args, "--resume", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert f"eval_coco: resuming: {done} of {N} images done, {N - done} to go" in res.stdout
     for name in ("coco_instances_results.json", "metrics.json", "images.json"):
@@ -215,12 +222,12 @@ def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path)
     timing = _load(out / "timing.json")
     assert timing["runs"] == 2 and timing["last_run"]["images"] == N - done
 
-    res = _run(*args, "--resume", "INPUT.MIN_SIZE_TEST", "200", cwd=tmp_path)
+    res = _main(capfd, *args, "--resume", "INPUT.MIN_SIZE_TEST", "200", cwd=tmp_path)
     assert res.returncode == 2
     assert "cannot resume: the earlier run in" in res.stderr and "MIN_SIZE_TEST: 160" in res.stderr
 
 
-def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path):
+def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path, capfd):
     """SIGKILL (no handler runs, nothing is saved on the way out) after the first chunk: no process
     of the run survives it (its DataLoader worker included), the chunks written so far are whole,
     and --resume finishes with the same files as an uninterrupted run."""
@@ -248,7 +255,7 @@ def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path):
     assert 1 <= done < N
     assert not (out / "coco_instances_results.json").exists()
 
-    res = _run(*args, "--resume", cwd=tmp_path)
+    res = _main(capfd, *args, "--resume", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert f"eval_coco: resuming: {done} of {N} images done, {N - done} to go" in res.stdout
     for name in ("coco_instances_results.json", "metrics.json", "images.json"):
@@ -272,7 +279,7 @@ def test_torchrun_two_processes_equal_one(reference, weights, tmp_path):
     assert res.stdout.count("eval_coco: images ") == 1  # rank 0 alone reports
 
 
-def test_bad_files_are_reported_counted_skipped(weights, tmp_path):
+def test_bad_files_are_reported_counted_skipped(weights, tmp_path, capfd):
     pil = pytest.importorskip("PIL.Image")
     src = _load(ANN)
     images = tmp_path / "images"
@@ -304,7 +311,8 @@ def test_bad_files_are_reported_counted_skipped(weights, tmp_path):
     ann = tmp_path / "ann.json"
     ann.write_text(json.dumps({"images": entries, "annotations": anns, "categories": src["categories"]}))
 
-    res = _run(*_model_args(tmp_path / "out", weights, "--workers", "2", ann=ann, images=images), cwd=tmp_path)
+    res = _main(capfd, *_model_args(tmp_path / "out", weights, "--workers", "2", ann=ann, images=images),
+                cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     errors = sorted(line for line in res.stderr.splitlines() if line.startswith("error:"))
     assert errors == [
@@ -324,13 +332,14 @@ def test_bad_files_are_reported_counted_skipped(weights, tmp_path):
 
 
 @pytest.mark.skipif(not FAKE.is_dir(), reason=f"needs ../shared/data/cocoapi_fake ({FAKE} is absent)")
-def test_results_mode_on_cocoapi_fake(tmp_path):
+def test_results_mode_on_cocoapi_fake(tmp_path, capfd):
     ann = FAKE / "instances_val2014_100.json"
     bbox, segm = (
         FAKE / "instances_val2014_fakebbox100_results.json",
         FAKE / "instances_val2014_fakesegm100_results.json",
     )
-    res = _run("--ann", str(ann), "--results", str(bbox), str(segm), "--output", str(tmp_path / "o"), cwd=tmp_path)
+    res = _main(capfd, "--ann", str(ann), "--results", str(bbox), str(segm), "--output", str(tmp_path / "o"),
+                cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     metrics = _load(tmp_path / "o" / "metrics.json")
     gt = COCO(str(ann))
@@ -344,19 +353,20 @@ def test_results_mode_on_cocoapi_fake(tmp_path):
 
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps([{"image_id": 42, "category_id": 18, "bbox": [1, 2, 3, 4]}]))
-    res = _run("--ann", str(ann), "--results", str(wrong), "--output", str(tmp_path / "o2"), cwd=tmp_path)
+    res = _main(capfd, "--ann", str(ann), "--results", str(wrong), "--output", str(tmp_path / "o2"), cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.startswith(f"error: {wrong}: entry 0: no 'score'") and len(res.stderr.splitlines()) == 1
-    res = _run("--ann", str(ann), "--results", str(bbox), str(bbox), "--output", str(tmp_path / "o2"), cwd=tmp_path)
+    res = _main(capfd, "--ann", str(ann), "--results", str(bbox), str(bbox), "--output", str(tmp_path / "o2"),
+                cwd=tmp_path)
     assert res.returncode == 2 and f"{bbox}: bbox results already given by {bbox}" in res.stderr
 
 
-def test_dataset_and_checkpoint_categories_must_match(weights, tmp_path):
+def test_dataset_and_checkpoint_categories_must_match(weights, tmp_path, capfd):
     src = _load(ANN)
     src["categories"].append({"id": 91, "name": "hair brush"})
     ann = tmp_path / "ann.json"
     ann.write_text(json.dumps(src))
-    res = _run(*_model_args(tmp_path / "out", weights, ann=ann), cwd=tmp_path)
+    res = _main(capfd, *_model_args(tmp_path / "out", weights, ann=ann), cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         f"error: {ann}: category 91 ('hair brush') is not a category of the checkpoint "
@@ -394,11 +404,11 @@ def test_timing_summary_leaves_out_warmup_batches():
 
 
 @pytest.mark.slow
-def test_all_of_coco_tiny_in_batches_of_two(weights, tmp_path):
+def test_all_of_coco_tiny_in_batches_of_two(weights, tmp_path, capfd):
     """Every image of coco_tiny, two per forward, two loader workers: all accounted for, metrics
     equal to pycocotools on the written results."""
     out = tmp_path / "out"
-    res = _run(*_model_args(out, weights, "--workers", "2", "TEST.IMS_PER_BATCH", "2"), cwd=tmp_path)
+    res = _main(capfd, *_model_args(out, weights, "--workers", "2", "TEST.IMS_PER_BATCH", "2"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     images = _load(out / "images.json")
     assert images == {"evaluated": _first_ids(80), "skipped": []}

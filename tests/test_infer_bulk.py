@@ -1,6 +1,7 @@
-"""tools/infer.py for bulk work, end to end in subprocesses: inputs (folders with sub-folders, ``--recursive``,
-``**``, ``--input-list``), one results file that ``eval_coco.py --results`` evaluates, torchrun with two processes
-equal to one, SIGKILL then ``--resume`` equal to a clean run, ``--no-vis`` and ``--classes``, videos."""
+"""tools/infer.py for bulk work, end to end: inputs (folders with sub-folders, ``--recursive``, ``**``,
+``--input-list``), one results file that ``eval_coco.py --results`` evaluates, torchrun with two processes equal
+to one, SIGKILL then ``--resume`` equal to a clean run, ``--no-vis`` and ``--classes``, videos. Real processes for
+torchrun and SIGKILL; the other runs call the tools in this process at the same thread count."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import cv2
 import numpy as np
 import pytest
 
-from helpers import run_tool
+from helpers import call_tool, run_tool
 from minidet.testing.synthetic import structured_image
 from procs import rss_mb
 
@@ -40,6 +41,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 
 def _run(*args: str, cwd: Path, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     return run_tool(TOOL, *args, cwd=cwd, threads=THREADS, launcher=launcher)
+
+
+def _main(capture, *args: str, cwd: Path, tool: Path = TOOL) -> subprocess.CompletedProcess:
+    """What ``_run`` gives, from ``tool`` run in this process at the same thread count (``capture``: pytest's
+    ``capfd``, or None in a module fixture)."""
+    return call_tool(tool, *args, capture=capture, cwd=cwd, threads=THREADS)
 
 
 def _args(weights: Path, out: Path, *inputs: str, extra: tuple[str, ...] = ()) -> list[str]:
@@ -76,13 +83,13 @@ def tree(tmp_path_factory) -> Path:
 def reference(tmp_path_factory, tree, tv_file) -> Path:
     """One uninterrupted single-process run over the tree (recursive), in chunks of 2, with a JSONL results file."""
     out = tmp_path_factory.mktemp("ref") / "out"
-    res = _run(*_args(tv_file, out, str(tree), extra=("--recursive", "--chunk-size", "2", "--results",
-                                                        str(out / "all.jsonl"))), cwd=out.parent)
+    res = _main(None, *_args(tv_file, out, str(tree), extra=("--recursive", "--chunk-size", "2", "--results",
+                                                              str(out / "all.jsonl"))), cwd=out.parent)
     assert res.returncode == 0, res.stderr
     return out
 
 
-def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path):
+def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path, capfd):
     names = sorted(str(p.relative_to(tree).with_suffix("")) for p in tree.rglob("*.png"))
     assert names == ["a/deep/img", "a/img", "b/deep/img", "b/img", "c/deep/img", "c/img"]
     files = _files(reference)
@@ -95,7 +102,7 @@ def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path):
 
     # a ** pattern and a list file name the same images: the same outputs
     out = tmp_path / "glob"
-    res = _run(*_args(tv_file, out, str(tree / "**" / "*.png"), extra=("--no-vis",)), cwd=tmp_path)
+    res = _main(capfd, *_args(tv_file, out, str(tree / "**" / "*.png"), extra=("--no-vis",)), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert _files(out) == {k: v for k, v in files.items() if k.endswith(".json")}
     listing = tmp_path / "list.txt"
@@ -104,7 +111,7 @@ def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path):
     out = tmp_path / "list"
     cmd = _args(tv_file, out, "--input-list", str(listing), extra=("--no-vis",))
     cmd.remove("--input")
-    res = _run(*cmd, cwd=tmp_path)
+    res = _main(capfd, *cmd, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert sorted(_files(out)) == sorted(n + ".json" for n in names)
     for name, data in _files(out).items():  # same detections; the file field is the list's path
@@ -113,7 +120,7 @@ def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path):
         assert os.path.samefile(tmp_path / doc["file"], tree / name.replace(".json", ".png"))
 
     # without --recursive a folder gives its own images only
-    res = _run(*_args(tv_file, tmp_path / "flat", str(tree / "a"), extra=("--no-vis",)), cwd=tmp_path)
+    res = _main(capfd, *_args(tv_file, tmp_path / "flat", str(tree / "a"), extra=("--no-vis",)), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert sorted(_files(tmp_path / "flat")) == ["img.json"]
     assert f"infer: skipped 1 entries in {tree / 'a'}: 1 .txt (not an image or video extension: .jpg," in res.stdout
@@ -131,7 +138,7 @@ def test_torchrun_two_processes_equal_one(reference, tree, tv_file, tmp_path):
     assert res.stdout.count("infer: 6 inputs") == 1  # rank 0 alone reports
 
 
-def test_killed_run_resumes_to_the_same_files(reference, tree, tv_file, tmp_path):
+def test_killed_run_resumes_to_the_same_files(reference, tree, tv_file, tmp_path, capfd):
     """SIGKILL after the first chunk (nothing runs on the way out): ``--resume`` finishes with the same bytes in
     every per-image file and in the results file as an uninterrupted run; another config is refused."""
     out = tmp_path / "out"
@@ -149,31 +156,31 @@ def test_killed_run_resumes_to_the_same_files(reference, tree, tv_file, tmp_path
     assert not (out / "all.jsonl").exists()
 
     resume = ["--resume", *args]  # options before the trailing KEY VALUE overrides
-    res = _run(*resume, "INPUT.MIN_SIZE_TEST", "200", cwd=tmp_path)
+    res = _main(capfd, *resume, "INPUT.MIN_SIZE_TEST", "200", cwd=tmp_path)
     assert res.returncode == 2
     line = res.stderr.strip().splitlines()[-1]
     assert line.startswith("error: cannot resume: the earlier run in") and "MIN_SIZE_TEST: 160" in line, res.stderr
 
-    res = _run(*resume, cwd=tmp_path)
+    res = _main(capfd, *resume, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "infer: resuming: " in res.stdout
     assert _files(out) == _files(reference)
     assert not [p for p in out.rglob("*") if ".tmp" in p.name or p.name.endswith(".partial")]
 
 
-def test_no_vis_and_classes(reference, tree, tv_file, tmp_path):
+def test_no_vis_and_classes(reference, tree, tv_file, tmp_path, capfd):
     ref = json.loads((reference / "a" / "img.json").read_text())["instances"]
     names = sorted({inst["category_name"] for inst in ref} - {"N/A"})[:2]  # N/A: coco91's unused slots
     out = tmp_path / "out"
-    res = _run(*_args(tv_file, out, str(tree / "a" / "img.png"), extra=("--no-vis", "--classes", ",".join(names))),
-               cwd=tmp_path)
+    res = _main(capfd, *_args(tv_file, out, str(tree / "a" / "img.png"),
+                              extra=("--no-vis", "--classes", ",".join(names))), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert sorted(os.listdir(out)) == [".chunks", "img.json"]
     kept = json.loads((out / "img.json").read_text())["instances"]
     assert kept == [inst for inst in ref if inst["category_name"] in names] and kept
 
-    res = _run(*_args(tv_file, tmp_path / "o2", str(tree / "a" / "img.png"), extra=("--classes", "persn")),
-               cwd=tmp_path)
+    res = _main(capfd, *_args(tv_file, tmp_path / "o2", str(tree / "a" / "img.png"), extra=("--classes", "persn")),
+                cwd=tmp_path)
     assert res.returncode == 2
     line = res.stderr.strip()
     assert line.startswith("error: --classes: unknown class 'persn' (the model's classes: person, bicycle,"), line
@@ -187,12 +194,12 @@ def _write_video(path: Path, frames: int, size=(160, 120), fps: float = 10.0) ->
     writer.release()
 
 
-def test_video(tv_file_init, tmp_path):
+def test_video(tv_file_init, tmp_path, capfd):
     clip, broken = tmp_path / "clip.avi", tmp_path / "broken.mp4"
     _write_video(clip, 7)
     broken.write_bytes(b"\x00\x00\x00\x18ftypmp42 but nothing else")
     out = tmp_path / "out"
-    res = _run(*_args(tv_file_init, out, str(clip), str(broken), extra=("--every", "2")), cwd=tmp_path)
+    res = _main(capfd, *_args(tv_file_init, out, str(clip), str(broken), extra=("--every", "2")), cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {broken}: OpenCV cannot open this video (unreadable, or no decoder for its format)"]
@@ -210,7 +217,7 @@ def test_video(tv_file_init, tmp_path):
 
     # no codec that works: one line naming the video, no file half-written
     out = tmp_path / "nocodec"
-    res = _run(*_args(tv_file_init, out, str(clip), extra=("--codecs", "NONE")), cwd=tmp_path)
+    res = _main(capfd, *_args(tv_file_init, out, str(clip), extra=("--codecs", "NONE")), cwd=tmp_path)
     assert res.returncode == 1
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {out / 'clip'}.mp4: no video codec works here (tried NONE); not written "
@@ -219,7 +226,7 @@ def test_video(tv_file_init, tmp_path):
 
 
 @pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)")
-def test_coco_results_file_is_evaluated_as_eval_coco_does(tv_file, tmp_path):
+def test_coco_results_file_is_evaluated_as_eval_coco_does(tv_file, tmp_path, capfd):
     """``--results x.json`` (COCO results with an images list) evaluated by ``eval_coco.py --results`` gives the
     metrics of ``eval_coco.py`` running the model on the same images."""
     ann = TINY / "annotations" / "instances_val2017.json"
@@ -227,19 +234,19 @@ def test_coco_results_file_is_evaluated_as_eval_coco_does(tv_file, tmp_path):
     listing = tmp_path / "list.txt"
     listing.write_text("".join(f"{TINY / 'val2017' / m['file_name']}\n" for m in images))
     out = tmp_path / "infer"
-    res = _run("--config-file", str(CONFIG), "--input-list", str(listing), "--output", str(out), "--no-vis",
-               "--results", str(out / "results.json"), "MODEL.WEIGHTS", str(tv_file), *FAST, cwd=tmp_path)
+    res = _main(capfd, "--config-file", str(CONFIG), "--input-list", str(listing), "--output", str(out), "--no-vis",
+                "--results", str(out / "results.json"), "MODEL.WEIGHTS", str(tv_file), *FAST, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     doc = json.loads((out / "results.json").read_text())
     assert [m["file_name"] for m in doc["images"]] == [m["file_name"] for m in images]
     assert [m["id"] for m in doc["images"]] == [1, 2, 3]
 
-    res = run_tool(EVAL, "--ann", str(ann), "--results", str(out / "results.json"), "--only-result-images",
-                   "--output", str(tmp_path / "from_file"), cwd=tmp_path, threads=THREADS)
+    res = _main(capfd, "--ann", str(ann), "--results", str(out / "results.json"), "--only-result-images",
+                "--output", str(tmp_path / "from_file"), cwd=tmp_path, tool=EVAL)
     assert res.returncode == 0, res.stderr
-    res = run_tool(EVAL, "--config-file", str(CONFIG), "--ann", str(ann), "--images", str(TINY / "val2017"),
-                   "--max-images", "3", "--output", str(tmp_path / "model"), "MODEL.WEIGHTS", str(tv_file), *FAST,
-                   cwd=tmp_path, threads=THREADS)
+    res = _main(capfd, "--config-file", str(CONFIG), "--ann", str(ann), "--images", str(TINY / "val2017"),
+                "--max-images", "3", "--output", str(tmp_path / "model"), "MODEL.WEIGHTS", str(tv_file), *FAST,
+                cwd=tmp_path, tool=EVAL)
     assert res.returncode == 0, res.stderr
     got = json.loads((tmp_path / "from_file" / "metrics.json").read_text())
     want = json.loads((tmp_path / "model" / "metrics.json").read_text())

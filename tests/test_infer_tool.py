@@ -1,4 +1,5 @@
-"""tools/infer.py end to end (subprocess) on a random-init torchvision checkpoint, plus its helpers."""
+"""tools/infer.py end to end on a random-init torchvision checkpoint, plus its helpers: in this process, and in
+a real one where the process is what is tested (Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 
-from helpers import load_tool, run_tool
+from helpers import call_tool, load_tool
 from minidet.categories import COCO_CATEGORIES
 from minidet.testing.synthetic import structured_image
 
@@ -33,14 +34,15 @@ FAST = [
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return run_tool(TOOL, *args, cwd=cwd)
+def _run(capfd, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The tool in this process, its status and output as a subprocess run would give them."""
+    return call_tool(TOOL, *args, capture=capfd, cwd=cwd)
 
 
 # tv_file_init (conftest.py): torchvision's Mask R-CNN as initialized, no trained weights
 
 
-def test_end_to_end(tmp_path, tv_file_init):
+def test_end_to_end(tmp_path, capfd, tv_file_init):
     (tmp_path / "sub").mkdir()
     a = tmp_path / "scene.png"
     b = tmp_path / "sub" / "scene.jpg"  # same stem as a, another folder: written as sub/scene.*
@@ -51,7 +53,7 @@ def test_end_to_end(tmp_path, tv_file_init):
     out = tmp_path / "out"
 
     res = _run(
-        "--config-file", str(CONFIG), "--input", str(a), str(b), str(bad), "--output", str(out),
+        capfd, "--config-file", str(CONFIG), "--input", str(a), str(b), str(bad), "--output", str(out),
         "MODEL.WEIGHTS", str(tv_file_init), *FAST, cwd=tmp_path,
     )
     assert res.returncode == 1, res.stderr
@@ -120,11 +122,11 @@ def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init)
     assert not [p for p in out.iterdir() if p.suffix == ".tmp"]
 
 
-def test_bad_config_key(tmp_path, tv_file_init):
+def test_bad_config_key(tmp_path, capfd, tv_file_init):
     img = tmp_path / "a.png"
     cv2.imwrite(str(img), structured_image(64, 64, seed=0))
     res = _run(
-        "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
+        capfd, "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
         "MODEL.WEIGHTS", str(tv_file_init), "MODEL.NO_SUCH_KEY", "1", cwd=tmp_path,
     )
     assert res.returncode == 2
@@ -132,12 +134,12 @@ def test_bad_config_key(tmp_path, tv_file_init):
     assert not (tmp_path / "o").exists()
 
 
-def test_missing_weights_and_inputs(tmp_path):
+def test_missing_weights_and_inputs(tmp_path, capfd):
     img = tmp_path / "a.png"
     cv2.imwrite(str(img), structured_image(64, 64, seed=0))
     missing = tmp_path / "missing.pth"
     res = _run(
-        "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
+        capfd, "--config-file", str(CONFIG), "--input", str(img), "--output", str(tmp_path / "o"),
         "MODEL.WEIGHTS", str(missing), cwd=tmp_path,
     )
     assert res.returncode == 2
@@ -146,7 +148,7 @@ def test_missing_weights_and_inputs(tmp_path):
     assert "Traceback" not in res.stderr
 
     res = _run(
-        "--config-file", str(CONFIG), "--input", str(tmp_path / "nope.jpg"), "--output", str(tmp_path / "o"),
+        capfd, "--config-file", str(CONFIG), "--input", str(tmp_path / "nope.jpg"), "--output", str(tmp_path / "o"),
         cwd=tmp_path,
     )
     assert res.returncode == 2

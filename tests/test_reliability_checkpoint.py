@@ -42,6 +42,18 @@ def image(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def d2_50() -> dict:
+    """``d2_weights(50)``, made once for the module; tests copy the dict, never change its arrays."""
+    return d2_weights(50)
+
+
+@pytest.fixture(scope="module")
+def blobs_r50() -> dict:
+    """``make_blobs("R-50-FPN", seed=0)``, made once for the module; tests change a copy (``dict(...)``)."""
+    return make_blobs("R-50-FPN", seed=0)
+
+
 def _infer(capsys, image: Path, config: Path, weights, *opts: str) -> tuple[int, str, str, Path]:
     """tools/infer.py in-process on one image: exit status, stdout, stderr, output folder."""
     out = Path(tempfile.mkdtemp(dir=image.parent))
@@ -82,8 +94,8 @@ def test_non_floating_tensors_for_float_weights_are_refused(tmp_path, capsys, im
     assert line.startswith(f"error: {path}: {key} holds {dtype} values where the model has floating-point weights")
 
 
-def test_integer_detectron_arrays_are_refused(tmp_path, capsys, image):
-    blobs = make_blobs("R-50-FPN", seed=0)
+def test_integer_detectron_arrays_are_refused(tmp_path, capsys, image, blobs_r50):
+    blobs = dict(blobs_r50)
     blobs["res3_0_branch2b_w"] = blobs["res3_0_branch2b_w"].astype(np.int32)
     path = tmp_path / "int.pkl"
     write_detectron_pkl(str(path), blobs)
@@ -158,14 +170,14 @@ def test_v1_legacy_layout_needs_frozen_bn_eps_zero(tmp_path, capsys, image, tv_s
     assert json.loads((folder / "a.json").read_text())["instances"]
 
 
-def test_the_format_fixes_the_convention(tmp_path, capsys, image, tv_state):
+def test_the_format_fixes_the_convention(tmp_path, capsys, image, tv_state, d2_50, blobs_r50):
     blobs = tmp_path / "detectron.pkl"
-    write_detectron_pkl(str(blobs), make_blobs("R-50-FPN", seed=0))
+    write_detectron_pkl(str(blobs), dict(blobs_r50))
     d2 = tmp_path / "d2.pkl"
-    d2.write_bytes(pickle.dumps({"model": d2_weights(50), "__author__": "Detectron2 Model Zoo"}))
+    d2.write_bytes(pickle.dumps({"model": dict(d2_50), "__author__": "Detectron2 Model Zoo"}))
     # detectron2's __author__ marks a file as detectron2's even where its key names do not
     marked = tmp_path / "marked.pkl"
-    renamed = {rename_detectron2(k): v for k, v in d2_weights(50).items()}
+    renamed = {rename_detectron2(k): v for k, v in d2_50.items()}
     marked.write_bytes(pickle.dumps({"model": renamed, "__author__": "a converter"}))
     tv = _save(tv_state, tmp_path / "tv.pth")
     for path, config, need, have in [
@@ -181,8 +193,8 @@ def test_the_format_fixes_the_convention(tmp_path, capsys, image, tv_state):
 # ------------------------------------------------------------------------------ §1.7 OrderedDict state dicts
 
 
-def test_ordered_dict_pickle_loads_like_a_plain_dict(tmp_path, capsys, image):
-    weights = d2_weights(50)
+def test_ordered_dict_pickle_loads_like_a_plain_dict(tmp_path, capsys, image, d2_50):
+    weights = d2_50
     outputs = []
     for name, state in (("plain.pkl", dict(weights)), ("ordered.pkl", collections.OrderedDict(weights))):
         path = tmp_path / name

@@ -24,7 +24,7 @@ from minidet.apps.chunks import file_identity
 from minidet.apps.evaluation import NEGATIVE_RUN, NOT_RLE, rle_string_totals
 from procs import descendants, survivors
 from test_bad_inputs import _eval_in_process
-from test_eval_coco_tool import ANN, TINY, _load, _model_args, _run, weights  # noqa: F401 - weights: a fixture
+from test_eval_coco_tool import ANN, TINY, _load, _main, _model_args, weights  # noqa: F401 - weights: a fixture
 
 pytestmark = [
     pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)"),
@@ -83,7 +83,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path):  # noqa: F811
+def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path, capfd):  # noqa: F811
     """A run over 2 images with chunks of 1, its second chunk and final files removed (what a run
     stopped after the first image leaves); the checkpoint then replaced by another one at the
     same path: --resume is refused in one line, before the model loads. The original content put
@@ -93,7 +93,7 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
     shutil.copyfile(weights, ckpt)
     out = tmp_path / "out"
     args = _model_args(out, ckpt, "--max-images", "2", "--chunk-size", "1", "--workers", "0")
-    res = _run(*args, cwd=tmp_path)
+    res = _main(capfd, *args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     manifest = _load(out / "chunks" / "manifest.json")
     assert manifest["checkpoint"] == {"path": str(ckpt), "size": ckpt.stat().st_size,
@@ -109,7 +109,7 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
     state[key] = state[key] + 1
     before = _sha256(ckpt)
     torch.save(state, ckpt)
-    res = _run(*args, "--resume", cwd=tmp_path)
+    res = _main(capfd, *args, "--resume", cwd=tmp_path)
     assert res.returncode == 2
     assert one_error_line(res.stderr) == (
         f"error: cannot resume: the checkpoint {ckpt} changed since the earlier run "
@@ -119,7 +119,7 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
 
     shutil.copyfile(weights, ckpt)
     os.utime(ckpt, (time.time() + 100, time.time() + 100))  # surely another mtime than the first run's
-    res = _run(*args, "--resume", cwd=tmp_path)
+    res = _main(capfd, *args, "--resume", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "eval_coco: resuming: 1 of 2 images done, 1 to go" in res.stdout
     for name in ("coco_instances_results.json", "metrics.json", "images.json"):

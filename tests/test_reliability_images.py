@@ -4,6 +4,7 @@ from their first bytes, and the native decoders' stray messages turned into one 
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import struct
@@ -52,8 +53,11 @@ SIZES = [(1001, 777), (2000, 3001), (333, 517), (801, 1203), (57, 91), (5, 7), (
 GIB = 2**30
 
 
-def _model(family: str, *opts: str):
-    return minidet.build_model(config(CONFIGS[family], *opts))  # builds the network only: no weights are read
+@functools.lru_cache(maxsize=2)
+def _model(family: str, *opts: str, device: str = "cpu"):
+    """The network only (no weights are read) on ``device``. Only its pre-processing is used, which changes
+    nothing in it: the last two are kept for the next test (the same variant at the other thread count)."""
+    return minidet.build_model(config(CONFIGS[family], *opts)).to(device)
 
 
 def _plain(model, img: np.ndarray) -> torch.Tensor:
@@ -107,7 +111,7 @@ def _plain(model, img: np.ndarray) -> torch.Tensor:
 @pytest.mark.parametrize("threads", [1, 2])  # PyTorch's CPU bilinear kernel depends on the thread count
 @pytest.mark.parametrize(("family", "opts"), VARIANTS)
 def test_low_memory_preprocess_is_bit_identical(family, opts, threads, device):
-    model = _model(family, *opts).to(device)
+    model = _model(family, *opts, device=device)
     rng = np.random.default_rng(7)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -120,7 +124,7 @@ def test_low_memory_preprocess_is_bit_identical(family, opts, threads, device):
             got = batch[0, :, : sizes[0][0], : sizes[0][1]]
             assert got.shape == expect.shape, (h, w)
             assert torch.equal(got, expect), (family, opts, h, w)
-        small = _model(family, *opts, "INPUT.MIN_SIZE_TEST", "40", "INPUT.MAX_SIZE_TEST", "60").to(device)
+        small = _model(family, *opts, "INPUT.MIN_SIZE_TEST", "40", "INPUT.MAX_SIZE_TEST", "60", device=device)
         img = rng.integers(0, 256, (301, 203, 3), dtype=np.uint8)  # output h + w <= 128: another CPU kernel
         with torch.inference_mode():
             batch, sizes, _, _ = small.preprocess([torch.as_tensor(img)])  # a tensor input, too
