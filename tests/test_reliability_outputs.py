@@ -23,7 +23,8 @@ from helpers import load_tool, one_error_line
 from minidet.apps import fileio
 from minidet.apps.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
 from minidet.apps.inputs import describe_skipped, find_inputs
-from minidet.imageio import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from minidet.apps.video import VIDEO_EXTENSIONS
+from minidet.imageio import IMAGE_EXTENSIONS
 from minidet.testing.synthetic import structured_image
 from test_bad_inputs import EVAL, FAST, INFER, TV_CONFIG, _run
 from test_eval_coco_tool import weights  # noqa: F401 - a fixture: a torchvision checkpoint file

@@ -199,6 +199,12 @@ def _check_source(dest: Path, url: str) -> None:
                                   f"delete it (and {source.name}) to download {url}")
 
 
+def _close_names(text: str) -> str:
+    """`` (close: a, b)``: the registry names near ``text``, or '' if none is."""
+    close = difflib.get_close_matches(text, list(REGISTRY), n=3, cutoff=0.5)
+    return f" (close: {', '.join(close)})" if close else ""
+
+
 def _repo_root() -> Path | None:
     root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() else None
@@ -228,9 +234,7 @@ def resolve_weights(value: str, *, progress: bool | None = None) -> str:
     if owners:
         hint = f"; `minidet weights get {owners[0]}` downloads it (or set MODEL.WEIGHTS {owners[0]})"
     elif "/" in text and not path.suffix:
-        close = difflib.get_close_matches(text, list(REGISTRY), n=3, cutoff=0.5)
-        listed = f" (close: {', '.join(close)})" if close else ""
-        hint = f"; it is not a registry name either{listed}; `minidet weights list` lists them"
+        hint = f"; it is not a registry name either{_close_names(text)}; `minidet weights list` lists them"
     else:
         hint = "; `minidet weights list` names the official weights (weights/README.md: URLs and sha256)"
     what = "directory, not a checkpoint file" if any(c.is_dir() for c in candidates) else "not found"
@@ -477,9 +481,8 @@ def verify_cached(names: Iterable[str] | None = None) -> list[tuple[str, str, st
     names = list(REGISTRY) if names is None else list(names)
     unknown = [n for n in names if n not in REGISTRY]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(REGISTRY), n=3, cutoff=0.5)
-        listed = f" (close: {', '.join(close)})" if close else ""
-        raise CheckpointError(f"{unknown[0]} is not a registry name{listed}; `minidet weights list` lists them")
+        raise CheckpointError(f"{unknown[0]} is not a registry name{_close_names(unknown[0])}; "
+                              "`minidet weights list` lists them")
     rows = []
     for name in names:
         entry = REGISTRY[name]

@@ -17,7 +17,6 @@ import cv2
 import numpy as np
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
-VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")  # read by OpenCV (minidet.apps.video)
 DEFAULT_MAX_PIXELS = 100_000_000
 # A file may have at most 16 bytes (twice 16-bit RGBA) per pixel its header announces (else per INPUT.MAX_PIXELS)
 MAX_BYTES_PER_PIXEL = 16

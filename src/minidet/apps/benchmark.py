@@ -48,6 +48,7 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import minidet
+from minidet.apps import fail
 from minidet.apps.fileio import write_json
 from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.config import ConfigError
@@ -910,8 +911,7 @@ def main(argv: list[str] | None = None, prog: str = "benchmark.py") -> int:
             if device.type == "cpu" and not args.no_memory:
                 measure_memory_cpu(args, runners)
     except (ConfigError, CheckpointError, RuntimeError, ValueError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        return fail(str(e), debug=False)
     rows = benchreport.analyze([r.record(args.depth_list, args.batch_list) for r in runners], peaks, args.amp)
     print(benchreport.report(rows, device=args.device, amp=args.amp, peaks=peaks))
     if env["load_average"]:

@@ -8,7 +8,8 @@ import glob
 import os
 from collections import Counter
 
-from ..imageio import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from ..imageio import IMAGE_EXTENSIONS
+from .video import VIDEO_EXTENSIONS
 
 
 def _has_extension(name: str, extensions: tuple[str, ...]) -> bool:

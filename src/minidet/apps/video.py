@@ -14,8 +14,9 @@ from collections.abc import Iterator, Sequence
 import cv2
 import numpy as np
 
-from ..imageio import VIDEO_EXTENSIONS, native_call
+from ..imageio import native_call
 
+VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")  # the containers read as videos
 CODECS = ("avc1", "mp4v", "MJPG")  # H.264, MPEG-4 part 2, Motion JPEG (the last in .avi)
 _PREFETCH = 8  # decoded frames waiting for the model
 

@@ -18,6 +18,7 @@ import sys
 
 from .. import hub
 from ..checkpoint import CheckpointError
+from . import fail
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "minidet weights") -> argparse.Namespace:
@@ -96,10 +97,9 @@ def main(argv: list[str] | None = None, prog: str = "minidet weights") -> int:
             return get_weights(args.names, args.progress)
         return verify_weights(args.names)
     except (CheckpointError, OSError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        return fail(str(e), debug=False)
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        fail("interrupted", debug=False)
         return 130
 
 
