@@ -8,7 +8,8 @@ import torch
 
 import minidet
 from helpers import config
-from minidet.checkpoint import CheckpointError, load_checkpoint, rename_torchvision
+from minidet.checkpoint import CheckpointError, load_checkpoint
+from minidet.families.torchvision import rename as rename_torchvision
 from minidet.norm import Affine, FrozenBN
 from minidet.readers import read_torch_file
 from minidet.testing.checkpoints import REFERENCE

@@ -160,3 +160,16 @@ def test_relative_weights_of_a_shipped_config_outside_the_checkout(home, tv_file
     (home / "weights").mkdir(parents=True)
     (home / cfg.MODEL.WEIGHTS).write_bytes(Path(tv_file).read_bytes())
     assert minidet.Predictor(cfg).load_report.path == str(home / cfg.MODEL.WEIGHTS)
+
+
+def test_help_configs_and_weights_list_import_no_torch(tmp_path):
+    """`minidet --help`, `configs` and `weights list` answer without importing torch (seconds on a busy machine)."""
+    code = ("import sys\nfrom minidet.apps import cli\n"
+            "for argv in (['--help'], ['configs'], ['weights', 'list']):\n    assert cli.main(argv) == 0, argv\n"
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision'))\n"
+            "assert not loaded, loaded[:5]\n")
+    env = {**os.environ, "MINIDET_HOME": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "commands:" in run.stdout and "torchvision/maskrcnn_resnet50_fpn" in run.stdout

@@ -97,3 +97,10 @@ def test_chunk_and_tie_order_reach_the_model():
     model = minidet.build_model(cfg)
     assert [model.chunk_size(n) for n in (1, 3, 16)] == [1, 3, 4]
     assert model.rpn.tv_tie_order
+
+
+def test_roi_align_choices_are_the_poolers():
+    from minidet.config import RULES
+    from minidet.poolers import ROI_ALIGN_IMPLS
+
+    assert RULES["MODEL.ROI_ALIGN_IMPL"] == ROI_ALIGN_IMPLS

@@ -12,7 +12,8 @@ import torch
 import minidet
 from helpers import config
 from minidet.boxes import BoxRule, batched_nms, clip_boxes, decode_boxes
-from minidet.checkpoint import CheckpointError, rename_detectron
+from minidet.checkpoint import CheckpointError
+from minidet.families.detectron import rename as rename_detectron
 from minidet.norm import Affine, FrozenBN
 from minidet.poolers import detectron_levels, torchvision_levels
 from minidet.readers import read_pickle_file

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 import minidet
 from helpers import config
-from minidet.checkpoint import rename_detectron2
+from minidet.families.detectron2 import rename as rename_detectron2
 from minidet.poolers import detectron2_levels, torchvision_levels
 from minidet.rpn import detectron2_cell_anchors, keep_above_min_size
 from minidet.testing.checkpoints import d2_state_shapes, d2_weights

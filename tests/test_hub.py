@@ -274,7 +274,7 @@ def test_torchvision_digests_start_with_the_name_prefix(minidet_home):
     with pytest.raises(hub.DownloadError, match="does not start with 12345678"):
         hub.download("https://download.pytorch.org/models/x_coco-12345678.pth", minidet_home / "x.pth",
                      sha256="ab" * 32)
-    assert hub._url_prefix("https://example.org/model-20240101.pth") is None
+    assert hub.digest_prefix("https://example.org/model-20240101.pth") is None
 
 
 def test_readme_agrees_with_registry():

@@ -23,8 +23,9 @@ import minidet
 from helpers import ROOT, config, images_bgr, run_tool
 from minidet.apps.evaluation import instances_to_coco
 from minidet.boxes import BoxRule
-from minidet.checkpoint import CheckpointError, is_maskrcnn_benchmark, maskrcnn_benchmark_renamer
-from minidet.conventions import CONVENTIONS, MASKRCNN_BENCHMARK
+from minidet.checkpoint import CheckpointError
+from minidet.families import FAMILIES
+from minidet.families import maskrcnn_benchmark as mb_family
 from minidet.norm import Affine, FrozenBN
 from minidet.poolers import detectron_levels
 from minidet.roi_heads import Detections
@@ -373,8 +374,8 @@ def test_every_mb_name_loads_where_mb_has_it(mb_files, tmp_path, variant):
 @pytest.mark.parametrize("variant", ["R_50_FPN_1x", "R_50_FPN_1x_gn", "R_50_FPN_Xconv1fc_1x_gn"])
 def test_renamer_against_mb_module_tree(variant):
     shapes = mb_state_shapes(**VARIANTS[variant])
-    assert is_maskrcnn_benchmark(list(shapes))
-    rename = maskrcnn_benchmark_renamer(list(shapes))
+    assert mb_family.recognize(list(shapes)) is not None
+    rename = mb_family.renamer(list(shapes))
     gn = VARIANTS[variant].get("gn", False)
     renamed = {}
     for k in shapes:
@@ -389,9 +390,9 @@ def test_renamer_against_mb_module_tree(variant):
 def test_other_families_are_not_mb():
     tv = [ln.split()[0] for ln in open(os.path.join(REFERENCE, "torchvision_maskrcnn_resnet50_fpn.keys.txt"))
           if ln.strip() and not ln.startswith("#")]
-    assert not is_maskrcnn_benchmark(tv)
-    assert not is_maskrcnn_benchmark(list(d2_state_shapes(50)))
-    assert not is_maskrcnn_benchmark(["conv1_w", "res2_0_branch2a_w", "fpn_inner_res5_2_sum_w"])
+    assert mb_family.recognize(tv) is None
+    assert mb_family.recognize(list(d2_state_shapes(50))) is None
+    assert mb_family.recognize(["conv1_w", "res2_0_branch2a_w", "fpn_inner_res5_2_sum_w"]) is None
 
 
 def test_stored_anchors_are_mbs_and_minidets(mb_model):
@@ -812,6 +813,6 @@ def test_coco_boxes_are_pixel_inclusive(mb_files):
 
 
 def test_convention_is_registered(mb_model):
-    assert CONVENTIONS["maskrcnn_benchmark"] is MASKRCNN_BENCHMARK
+    assert FAMILIES["maskrcnn_benchmark"] is mb_family.FAMILY
     assert mb_model.rpn.box_rule == BoxRule(1, False) and mb_model.box_predictor.box_rule == BoxRule(1, False)
     assert mb_model.transform.resize is resize_pil_mb

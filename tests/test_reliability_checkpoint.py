@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from helpers import load_tool, one_error_line
-from minidet.checkpoint import rename_detectron2
 from minidet.readers import read_checkpoint
 from minidet.testing.checkpoints import d2_weights, make_blobs, write_detectron_pkl
 from minidet.testing.synthetic import structured_image
@@ -175,19 +174,27 @@ def test_the_format_fixes_the_convention(tmp_path, capsys, image, tv_state, d2_5
     write_detectron_pkl(str(blobs), dict(blobs_r50))
     d2 = tmp_path / "d2.pkl"
     d2.write_bytes(pickle.dumps({"model": dict(d2_50), "__author__": "Detectron2 Model Zoo"}))
-    # detectron2's __author__ marks a file as detectron2's even where its key names do not
-    marked = tmp_path / "marked.pkl"
-    renamed = {rename_detectron2(k): v for k, v in d2_50.items()}
-    marked.write_bytes(pickle.dumps({"model": renamed, "__author__": "a converter"}))
     tv = _save(tv_state, tmp_path / "tv.pth")
     for path, config, need, have in [
         (blobs, TV_CONFIG, "detectron", "torchvision"),
         (d2, TV_CONFIG, "detectron2", "torchvision"),
-        (marked, DETECTRON_CONFIG, "detectron2", "detectron"),
         (tv, D2_CONFIG, "torchvision", "detectron2"),
     ]:
         line = _error(capsys, image, config, path, *FAST)
         assert line.endswith(f"needs MODEL.CONVENTION {need}, the config has {have}; see configs/{need}/"), line
+
+
+def test_the_key_names_decide_the_family_not_the_container(tmp_path, capsys, image, tv_state):
+    """A torchvision state dict of numpy arrays in detectron2's wrapper ({"model": ..., "__author__": ...}) is a
+    torchvision file: it runs under the torchvision config and is refused under detectron2's."""
+    wrapped = tmp_path / "wrapped.pkl"
+    arrays = {k: v.numpy() for k, v in tv_state.items()}
+    wrapped.write_bytes(pickle.dumps({"model": arrays, "__author__": "a converter"}))
+    line = _error(capsys, image, D2_CONFIG, wrapped, *FAST)
+    assert line.endswith("needs MODEL.CONVENTION torchvision, the config has detectron2; see configs/torchvision/")
+    rc, out, err, _ = _infer(capsys, image, TV_CONFIG, wrapped, *FAST)
+    assert rc == 0, err
+    assert "(torchvision format, v1 key layout, " in out.splitlines()[0]
 
 
 # ------------------------------------------------------------------------------ §1.7 OrderedDict state dicts

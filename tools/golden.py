@@ -33,8 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 try:
     import minidet
-except ImportError:  # a source checkout that is not installed
-    sys.path.insert(0, str(ROOT))
+except ImportError:  # a source checkout that is not installed: the package is in src/
+    sys.path.insert(0, str(ROOT / "src"))
     import minidet
 
 CONFIGS = ROOT / "configs"

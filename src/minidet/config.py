@@ -15,9 +15,8 @@ import yaml
 from yacs.config import CfgNode as _YacsNode
 
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
-from .conventions import CONVENTIONS
+from .families import FAMILIES
 from .imageio import DEFAULT_MAX_PIXELS
-from .poolers import ROI_ALIGN_IMPLS
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a larger file is another kind of file
 CONFIG_DIR = Path(__file__).parent / "configs"  # the shipped configs (configs/ in a checkout links here)
@@ -207,7 +206,8 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.CHANNELS_LAST": (False, None),  # NHWC convolutions: only the float summation order changes
     "MODEL.FUSE_CONVS": (True, None),  # CPU float32: conv + ReLU / sum as one oneDNN call, same values
     "MODEL.FUSE_LINEAR": (False, None),  # CPU float32: fcs, mask deconv on oneDNN; mask of the box's class only
-    "MODEL.ROI_ALIGN_IMPL": ("gather", ROI_ALIGN_IMPLS),  # gather: same values up to float summation order
+    # poolers.ROI_ALIGN_IMPLS (not imported: configs are read without torch); gather: only the float sum order differs
+    "MODEL.ROI_ALIGN_IMPL": ("gather", ("gather", "torchvision")),
     "MODEL.FROZEN_BN_EPS": (1e-5, "[0, 1)"),  # belongs to the weights (torchvision COCO_V1: 0.0)
     "MODEL.GN_NUM_GROUPS": (32, "[1, 1024]"),
     "MODEL.GN_EPS": (1e-5, "[0, 1)"),
@@ -215,7 +215,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.PIXEL_MEAN": ([123.675, 116.28, 103.53], "3 x (-inf, inf)"),
     "MODEL.PIXEL_STD": ([58.395, 57.12, 57.375], "3 x (0, inf)"),
     "MODEL.CATEGORY_LAYOUT": ("coco91", CATEGORY_LAYOUTS),  # class index -> COCO id (categories.py)
-    "MODEL.CONVENTION": ("torchvision", tuple(CONVENTIONS)),  # the weights' inference arithmetic (conventions.py)
+    "MODEL.CONVENTION": ("torchvision", tuple(FAMILIES)),  # the weights' family and its arithmetic (families/)
     "MODEL.RESNETS.DEPTH": (50, (50, 101)),
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
     "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),

@@ -1,17 +1,17 @@
-"""Each weight family's arithmetic as data: one field per behaviour that differs between families.
+"""A weight family's arithmetic as data: one field per behaviour that differs between families.
 
-Read by ``build_model`` (and, by argument, the checkpoint loader); the modules get the fields as
-plain arguments and never import this file. A new family is one more instance here (and in
-``CONVENTIONS``) plus a rename table in ``checkpoint.py``.
+Each family module (``minidet.families``) builds one instance; ``build_model`` reads it and hands the fields to
+the modules as plain arguments (they never import this file).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from . import poolers, rpn, transform
-from .boxes import PLAIN_BOX_RULE, BoxRule
+if TYPE_CHECKING:
+    from .boxes import BoxRule
 
 
 @dataclass(frozen=True)
@@ -31,37 +31,3 @@ class Convention:
     ties_at_cap: bool  # every detection scoring >= the DETECTIONS_PER_IMAGE-th best is kept
     rescale: Callable  # boxes in the resized frame -> original pixels (transform.rescale_*)
     paste: Callable  # (D, M, M) mask probabilities -> (D, H, W) bool masks (transform.paste_*)
-
-
-TORCHVISION = Convention(
-    resize=transform.resize_torch, anchors=rpn.torchvision_cell_anchors, fixed_strides=False, rank_by_logit=False,
-    box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_min_size, topk_per_level=False,
-    aligned_roi=False, fpn_levels=poolers.torchvision_levels, original_frame=False, small_box_filter=True,
-    ties_at_cap=False, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
-)
-DETECTRON = Convention(
-    resize=transform.resize_cv2, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
-    box_rule=BoxRule(offset=1, inclusive_nms=True), clip_to_padded=True, proposal_filter=rpn.keep_original_pixels,
-    topk_per_level=True, aligned_roi=False, fpn_levels=poolers.detectron_levels, original_frame=True,
-    small_box_filter=False, ties_at_cap=True, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
-)
-DETECTRON2 = Convention(
-    resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, fixed_strides=True, rank_by_logit=True,
-    box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_above_min_size, topk_per_level=False,
-    aligned_roi=True, fpn_levels=poolers.detectron2_levels, original_frame=False, small_box_filter=False,
-    ties_at_cap=False, rescale=transform.rescale_clip_nonempty, paste=transform.paste_masks_aligned,
-)
-# maskrcnn-benchmark (and MLPerf): Detectron's anchors, +1 sizes and levels, but PIL resizing by its own
-# size rule, NMS suppressing at IoU > thresh (its CUDA kernel; the CPU kernel uses >=), clipping to each
-# image, boxes decoded in the resized frame and scaled per axis, torchvision's paste (which came from it)
-MASKRCNN_BENCHMARK = Convention(
-    resize=transform.resize_pil_mb, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
-    box_rule=BoxRule(offset=1, inclusive_nms=False), clip_to_padded=False, proposal_filter=rpn.keep_min_size_inclusive,
-    topk_per_level=True, aligned_roi=False, fpn_levels=poolers.detectron_levels, original_frame=False,
-    small_box_filter=False, ties_at_cap=True, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
-)
-# MODEL.CONVENTION -> its arithmetic (Detectron's boxes arrive in the original frame: no rescale)
-CONVENTIONS: dict[str, Convention] = {
-    "torchvision": TORCHVISION, "detectron": DETECTRON, "detectron2": DETECTRON2,
-    "maskrcnn_benchmark": MASKRCNN_BENCHMARK,
-}

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .config import CfgNode, validate_cfg
-from .conventions import CONVENTIONS
+from .families import convention
 from .fpn import FPN
 from .norm import NormFn, get_norm
 from .poolers import MultiScaleRoIAlign
@@ -121,10 +121,10 @@ class MaskRCNN(nn.Module):
 
 def build_model(cfg: CfgNode) -> MaskRCNN:
     """The detector described by ``cfg`` (weights not loaded), the arithmetic of ``MODEL.CONVENTION``
-    (``conventions.CONVENTIONS``) handed to the parts as plain arguments."""
+    (its family's ``Convention``, ``minidet.families``) handed to the parts as plain arguments."""
     validate_cfg(cfg)
     m = cfg.MODEL
-    conv = CONVENTIONS[m.CONVENTION]
+    conv = convention(m.CONVENTION)
 
     def norm(on: bool = True) -> NormFn:  # MODEL.NORM, or no norm where not ``on``
         return partial(get_norm, m.NORM if on else "", eps=m.FROZEN_BN_EPS, num_groups=m.GN_NUM_GROUPS, gn_eps=m.GN_EPS)

@@ -25,12 +25,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
-from .checkpoint import CheckpointError
+from .errors import CheckpointError
+from .families import FAMILIES, WeightsEntry
+from .families.base import digest_prefix
 
 try:
     import fcntl
@@ -41,103 +42,14 @@ RETRIES = 3  # automatic resumes after a connection dropped mid-file, per downlo
 RETRY_DELAY = 0.5  # seconds before the first resume; doubles with each further one
 TIMEOUT = 30.0  # seconds without an answer (connect or read) before the attempt fails
 CHUNK = 1 << 20
-_TV_PREFIX = re.compile(r"-([0-9a-f]{8})\.pth$")  # torchvision: the first 8 hex digits of the SHA-256 in the name
 
 
 class DownloadError(CheckpointError):
     """A download failed, or the downloaded file is not the expected one (one-line message)."""
 
 
-@dataclass(frozen=True)
-class WeightsEntry:
-    """One downloadable checkpoint. ``config``: the config name it belongs to (``src/minidet/configs/<config>.yaml``);
-    ``filename``: the cached file's name, the basename of that config's ``MODEL.WEIGHTS``; ``sha256``/``size``:
-    as the source publishes them (None: not published); ``box_ap``/``mask_ap``: the published COCO AP."""
-
-    name: str
-    url: str
-    filename: str
-    config: str
-    sha256: str | None = None
-    size: int | None = None
-    box_ap: float | None = None
-    mask_ap: float | None = None
-    source: str = ""
-
-    @property
-    def name_prefix(self) -> str | None:
-        """The digest prefix torchvision puts in its file names (``-bf2d0c1e.pth``), else None."""
-        return _url_prefix(self.url)
-
-
-def _url_prefix(url: str) -> str | None:
-    parts = urllib.parse.urlsplit(url)
-    if parts.hostname != "download.pytorch.org":
-        return None
-    m = _TV_PREFIX.search(PurePosixPath(parts.path).name)
-    return m[1] if m else None
-
-
-_TV_SOURCE = "torchvision's weights table (URL, AP); full SHA-256 and size as pinned for these URLs (weights/README.md)"
-_DT_SOURCE = "Detectron's MODEL_ZOO.md and projects/GN/README.md (URL, AP); Detectron publishes no digests"
-_D2_SOURCE = "detectron2's MODEL_ZOO.md (URL, AP); detectron2 publishes no digests"
-_MB_SOURCE = "maskrcnn-benchmark's MODEL_ZOO.md (URL, AP); maskrcnn-benchmark publishes no digests"
-_DT_URL = "https://dl.fbaipublicfiles.com/detectron/{}/output/train/coco_2014_train%3Acoco_2014_valminusminival/" \
-          "generalized_rcnn/model_final.pkl"
-_D2_URL = "https://dl.fbaipublicfiles.com/detectron2/COCO-InstanceSegmentation/{}"
-_MB_URL = "https://download.pytorch.org/models/maskrcnn/{}"
-
-
-def _entries() -> Iterator[WeightsEntry]:
-    tv = "https://download.pytorch.org/models/{}"
-    yield WeightsEntry("torchvision/maskrcnn_resnet50_fpn", tv.format("maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth"),
-                       "maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth", "torchvision/maskrcnn_resnet50_fpn",
-                       "bf2d0c1efbc936eeee2bc95a48e80ebc86b891f61b0106485937fc29f9315fc0", 178_090_079,
-                       37.9, 34.6, _TV_SOURCE)
-    yield WeightsEntry("torchvision/maskrcnn_resnet50_fpn_v2", tv.format("maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth"),
-                       "maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth", "torchvision/maskrcnn_resnet50_fpn_v2",
-                       "73cbd0190fcbe3ba339921fbce2c3a0b6bb9126c9a133c85e43a2a8e060a109e", 185_828_065,
-                       47.4, 41.8, _TV_SOURCE)
-    detectron = [  # config, URL part, box AP, mask AP
-        ("e2e_mask_rcnn_R-50-FPN_1x", "35858933/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_1x.yaml.01_48_14.DzEQe4wC",
-         37.7, 33.9),
-        ("e2e_mask_rcnn_R-50-FPN_2x", "35859007/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_2x.yaml.01_49_07.By8nQcCH",
-         38.6, 34.5),
-        ("e2e_mask_rcnn_R-101-FPN_1x", "35861795/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_1x.yaml.02_31_37.KqyEK4tT",
-         40.0, 35.9),
-        ("e2e_mask_rcnn_R-101-FPN_2x", "35861858/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_2x.yaml.02_32_51.SgT4y1cO",
-         40.9, 36.4),
-        ("e2e_mask_rcnn_X-101-64x4d-FPN_1x",
-         "36494496/12_2017_baselines/e2e_mask_rcnn_X-101-64x4d-FPN_1x.yaml.07_50_11.fkwVtEvg", 42.4, 37.5),
-        ("e2e_mask_rcnn_R-50-FPN_2x_gn",
-         "GN/48616381/04_2018_gn_baselines/e2e_mask_rcnn_R-50-FPN_2x_gn_0416.13_23_38.bTlTI97Q", 40.3, 35.7),
-        ("e2e_mask_rcnn_R-101-FPN_2x_gn",
-         "GN/48616724/04_2018_gn_baselines/e2e_mask_rcnn_R-101-FPN_2x_gn_0416.13_26_34.GLnri4GR", 41.8, 36.8),
-    ]
-    for config, part, box, mask in detectron:
-        name = f"detectron/{config}"
-        yield WeightsEntry(name, _DT_URL.format(part), f"{config}.pkl", name, None, None, box, mask, _DT_SOURCE)
-    detectron2 = [  # config, id, published file, box AP, mask AP
-        ("mask_rcnn_R_50_FPN_1x", 137260431, "model_final_a54504.pkl", 38.6, 35.2),
-        ("mask_rcnn_R_50_FPN_3x", 137849600, "model_final_f10217.pkl", 41.0, 37.2),
-        ("mask_rcnn_R_101_FPN_3x", 138205316, "model_final_a3ec72.pkl", 42.9, 38.6),
-    ]
-    for config, model_id, file, box, mask in detectron2:
-        name = f"detectron2/{config}"
-        yield WeightsEntry(name, _D2_URL.format(f"{config}/{model_id}/{file}"), f"{config}.pkl", name, None, None,
-                           box, mask, _D2_SOURCE)
-    benchmark = [  # config (= file name), box AP, mask AP
-        ("e2e_mask_rcnn_R_50_FPN_1x", 37.8, 34.2),
-        ("e2e_mask_rcnn_R_101_FPN_1x", 40.1, 36.1),
-        ("e2e_mask_rcnn_X_101_32x8d_FPN_1x", 42.2, 37.8),
-    ]
-    for config, box, mask in benchmark:
-        name = f"maskrcnn_benchmark/{config}"
-        yield WeightsEntry(name, _MB_URL.format(f"{config}.pth"), f"{config}.pth", name, None, None, box, mask,
-                           _MB_SOURCE)
-
-
-REGISTRY: dict[str, WeightsEntry] = {e.name: e for e in _entries()}
+# every family's published weights, by name
+REGISTRY: dict[str, WeightsEntry] = {e.name: e for f in FAMILIES.values() for e in f.weights}
 
 
 def home() -> Path:
@@ -311,7 +223,7 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, si
     dest = Path(dest).absolute()
     if sha256 is not None:
         sha256 = sha256.lower()
-        prefix = _url_prefix(url)
+        prefix = digest_prefix(url)
         if prefix is not None and not sha256.startswith(prefix):
             raise DownloadError(f"{url}: the expected SHA-256 {sha256} does not start with {prefix}, the prefix in "
                                 "the file name (registry error)")
@@ -434,7 +346,7 @@ def _verify_partial(url: str, dest: Path, partial: Path, sha256: str | None, siz
     else:
         expected, what = None, ""
     bad = expected is not None and actual != expected
-    prefix = _url_prefix(url)
+    prefix = digest_prefix(url)
     if not bad and prefix is not None and not actual.startswith(prefix):
         bad, expected, what = True, f"{prefix}...", "the prefix in the file name"
     if bad:

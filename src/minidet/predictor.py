@@ -91,13 +91,10 @@ class Predictor:
             if not (isinstance(im, np.ndarray) and im.ndim == 3 and im.shape[2] == 3 and im.dtype == np.uint8):
                 desc = f"{type(im).__name__} {getattr(im, 'shape', '')} {getattr(im, 'dtype', '')}".strip()
                 raise ValueError(f"image {i}: expected an HxWx3 uint8 BGR array, got {desc}")
-            h, w = im.shape[:2]
-            if h == 0 or w == 0:
-                raise ValueError(f"image {i}: empty ({w} x {h} pixels)")
-            cin = self.cfg.INPUT
-            if min(h, w) * min(cin.MIN_SIZE_TEST / min(h, w), cin.MAX_SIZE_TEST / max(h, w)) < 1:
-                raise ValueError(f"image {i}: {w} x {h} is too elongated: with its long side resized to at most "
-                                 f"INPUT.MAX_SIZE_TEST {cin.MAX_SIZE_TEST}, its short side would be under one pixel")
+            try:
+                self.model.transform.check_size(*im.shape[:2])
+            except ValueError as e:
+                raise ValueError(f"image {i}: {e}") from None
         self.model.timer.reset()
         outs = self.model(images)
         timings = dict(self.model.timer.times)

@@ -16,24 +16,16 @@ import zipfile
 import numpy as np
 import torch
 
+from .errors import CheckpointError
+
 WEIGHTS_HELP = "`minidet weights list` names the official weights; weights/README.md has their URLs and sha256"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable or does not fit the model (one-line message). ``refused``: the
-    global (``module.name``) a refused pickle asked for, else None; ``content``: a reader parsed the file and
-    what it holds is wrong."""
-
-    def __init__(self, message: str, refused: str | None = None, content: bool = False) -> None:
-        super().__init__(message)
-        self.refused = refused
-        self.content = content
-
-
 class StateDict(dict):
-    """A checkpoint's entries by name; ``author`` is the ``__author__`` of a detectron2 wrapper, else None."""
+    """A checkpoint's entries by name; ``meta``: what its wrapper holds beside them (``{"state_dict": ..., "meta":
+    {...}}`` gives ``{"meta": {...}}``; empty for a bare state dict)."""
 
-    author: str | None = None
+    meta: dict = {}
 
 
 def _zip_without_pickle(path: str) -> str | None:
@@ -82,7 +74,7 @@ def _check_file(path: str) -> bytes:
 
 
 def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
-    """The dict of weights in a loaded file: unwrap ``{wrapper: {...}}``; keep detectron2's ``__author__``."""
+    """The dict of weights in a loaded file: unwrap ``{wrapper: {...}}``, keeping the wrapper's other entries."""
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict of tensors, got {type(obj).__name__}", content=True)
     key = next((k for k in wrappers if isinstance(obj.get(k), dict)), None)
@@ -92,8 +84,8 @@ def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
             content=True,
         )
     out = StateDict(obj if key is None else obj[key])
-    if key == "model" and "__author__" in obj:  # detectron2: {'model': ..., '__author__': ...}
-        out.author = str(obj["__author__"])[:80]
+    if key is not None:
+        out.meta = {k: v for k, v in obj.items() if k != key}
     if not out:
         raise CheckpointError(f"{path}: holds no weights (an empty dict)", content=True)
     return out

@@ -203,6 +203,16 @@ class Transform(nn.Module):
     def device(self) -> torch.device:
         return self.pixel_mean.device
 
+    def check_size(self, height: int, width: int) -> None:
+        """ValueError (one line) when an image of this size cannot be resized: empty, or so elongated that its short
+        side would be under one pixel once its long side is at most ``max_size``."""
+        if height == 0 or width == 0:
+            raise ValueError(f"empty ({width} x {height} pixels)")
+        short, long = min(height, width), max(height, width)
+        if short * min(self.min_size / short, self.max_size / long) < 1:
+            raise ValueError(f"{width} x {height} is too elongated: with its long side resized to at most "
+                             f"INPUT.MAX_SIZE_TEST {self.max_size}, its short side would be under one pixel")
+
     def preprocess(self, images: list) -> ImageBatch:
         """HxWx3 uint8 arrays (or tensors) in the input's channel order -> the padded batch."""
         resized = [self.resize(self, img) for img in images]  # (image, scale) pairs

@@ -16,7 +16,6 @@ import cv2
 
 from ..imageio import native_messages
 from ..memory import keep_freed_memory
-from . import dist
 
 
 def fail(message: str, debug: bool) -> int:
@@ -49,4 +48,6 @@ def run_app(args, errors: tuple[type[BaseException], ...], folders: Callable[[],
         hint = "" if args.debug else " (rerun with --debug for the traceback)"
         return fail(f"{type(e).__name__}: {e}{hint}", args.debug)
     finally:
+        from . import dist  # torch.distributed: imported here, so that `minidet weights` needs no torch
+
         dist.shutdown()

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from .. import hub
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from . import fail
 
 

@@ -1,0 +1,47 @@
+"""Weight families: everything that one source of checkpoints (torchvision, Detectron, detectron2,
+maskrcnn-benchmark, ...) is, one module each, gathered in ``FAMILIES``.
+
+A family module defines one :class:`Family`: its inference arithmetic (a ``Convention``, built on first use), how
+its files are recognised from their key names, its rename table, the config values its format fixes, its checks,
+its published weights (``WeightsEntry``) and where its configs are (``configs/<name>/``). The rest of minidet asks
+this table and names no family. Importing it needs no torch: the arithmetic is imported when it is first asked for
+(``convention(name)``), so that the ``minidet`` command's help, ``configs`` and ``weights list`` start at once.
+
+A new family is one more module here (listed in ``_MODULES``), its configs and its tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from .base import Family, WeightsEntry, check_depth
+
+if TYPE_CHECKING:
+    from ..conventions import Convention
+
+__all__ = ["FAMILIES", "Family", "WeightsEntry", "check_depth", "convention", "recognize"]
+
+# the family modules, in the order of MODEL.CONVENTION's choices and of the weights registry
+_MODULES = ("torchvision", "detectron", "detectron2", "maskrcnn_benchmark")
+
+FAMILIES: dict[str, Family] = {
+    f.name: f for f in (importlib.import_module(f"{__name__}.{m}").FAMILY for m in _MODULES)
+}
+
+
+@functools.cache
+def convention(name: str) -> Convention:
+    """The arithmetic of the family ``name`` (``MODEL.CONVENTION``), built once."""
+    return FAMILIES[name].arithmetic()
+
+
+def recognize(keys: Collection[str]) -> tuple[Family, str] | None:
+    """``(family, key layout)`` of the family whose recogniser claims ``keys`` (the recognisers are written so that
+    no real file is claimed by two; the first in ``FAMILIES`` wins), else None."""
+    for family in FAMILIES.values():
+        if (layout := family.recognize(keys)) is not None:
+            return family, layout
+    return None

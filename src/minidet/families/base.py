@@ -1,0 +1,108 @@
+"""The parts of a weight family (``Family``, ``WeightsEntry``) and what several family modules share."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckpointError
+
+if TYPE_CHECKING:
+    from ..conventions import Convention
+
+# torch.hub's convention, which torchvision's and mmdetection's downloads follow: a file named ``...-<8 hex>.pth``
+# carries the first 8 hex digits of its SHA-256
+_DIGEST_IN_NAME = re.compile(r"-([0-9a-f]{8})\.pth$")
+_DIGEST_HOSTS = ("download.pytorch.org", "download.openmmlab.com")
+
+
+def digest_prefix(url: str) -> str | None:
+    """The SHA-256 prefix in the file name of a ``url`` of a host that names its files so, else None."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in _DIGEST_HOSTS:
+        return None
+    m = _DIGEST_IN_NAME.search(parts.path.rpartition("/")[2])
+    return m[1] if m else None
+
+
+Renamer = Callable[[str], "str | None"]  # checkpoint key -> minidet name; None: dropped by design (reported)
+
+
+@dataclass(frozen=True)
+class WeightsEntry:
+    """One downloadable checkpoint. ``config``: the config name it belongs to (``src/minidet/configs/<config>.yaml``);
+    ``filename``: the cached file's name, the basename of that config's ``MODEL.WEIGHTS``; ``sha256``/``size``:
+    as the source publishes them (None: not published); ``box_ap``/``mask_ap``: the published COCO AP."""
+
+    name: str
+    url: str
+    filename: str
+    config: str
+    sha256: str | None = None
+    size: int | None = None
+    box_ap: float | None = None
+    mask_ap: float | None = None
+    source: str = ""
+
+    @property
+    def name_prefix(self) -> str | None:
+        """The digest prefix in the file name (``-bf2d0c1e.pth``), else None."""
+        return digest_prefix(self.url)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One weight family. ``name`` is its ``MODEL.CONVENTION`` value, its format name in load reports and the folder
+    of its configs (``configs/<name>/``).
+
+    - ``arithmetic()``: its ``Convention`` (imports the engine's torch modules; see :func:`convention`);
+    - ``recognize(keys)``: the file's key layout (``""`` when the family has one layout) if the checkpoint keys are
+      this family's, else None;
+    - ``renamer(keys)``: the rename function for a file with these keys;
+    - ``fixed``: key layout -> {config key: the value the weights need} (beyond ``MODEL.CONVENTION`` = ``name``);
+    - ``check(model, tensors, path)``: raises ``CheckpointError`` naming the config key to change when the file
+      describes another architecture than the model (run before renaming);
+    - ``ignores_non_arrays``: entries that are not arrays are dropped by design (else the file is refused);
+    - ``weights``: its published checkpoints."""
+
+    name: str
+    arithmetic: Callable[[], Convention]
+    recognize: Callable[[Collection[str]], str | None]
+    renamer: Callable[[Collection[str]], Renamer]
+    fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    check: Callable[[Any, dict, str], None] | None = None
+    ignores_non_arrays: bool = False
+    weights: tuple[WeightsEntry, ...] = ()
+
+    def config_values(self, layout: str) -> dict[str, Any]:
+        """{config key: value} the weights of ``layout`` need, ``MODEL.CONVENTION`` first."""
+        return {"MODEL.CONVENTION": self.name, **self.fixed.get(layout, {})}
+
+
+def rename_by_rules(rules: list[tuple[str, str | Callable]], name: str) -> str:
+    """``name`` with what the first matching rule's pattern matches replaced (a template or a function of the
+    match); unchanged when no rule matches (the matcher reports it)."""
+    for pattern, rep in rules:
+        if m := re.match(pattern, name):
+            return (rep(m) if callable(rep) else m.expand(rep)) + name[m.end() :]
+    return name
+
+
+def check_depth(model, names: Collection[str], pattern: str, path: str) -> None:
+    """Fail naming MODEL.RESNETS.DEPTH when the checkpoint's res4 (the ``pattern``'s block index) has another number
+    of blocks than the model's."""
+    blocks = 1 + max((int(m[1]) for k in names if (m := re.match(pattern, k))), default=-1)
+    if blocks and blocks != len(model.backbone.res4):
+        depth = {6: 50, 23: 101}.get(blocks, "?")
+        raise CheckpointError(
+            f"{path}: ResNet-{depth} (res4 has {blocks} blocks) but the model has {len(model.backbone.res4)}; "
+            f"set MODEL.RESNETS.DEPTH {depth}"
+        )
+
+
+# output layer names shared by torchvision, maskrcnn-benchmark and Detectron
+RPN_OUT = {"cls_logits": "objectness_logits", "bbox_pred": "anchor_deltas"}
+MASK_OUT = {"conv5_mask": "deconv", "mask_fcn_logits": "predictor"}

@@ -1,0 +1,137 @@
+"""Detectron's (Caffe2) model-zoo ``model_final.pkl`` files: blob names, arithmetic and published weights."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection
+
+import numpy as np
+
+from ..errors import CheckpointError
+from .base import MASK_OUT, RPN_OUT, Family, WeightsEntry, check_depth
+
+
+def arithmetic():
+    """BGR minus the pixel mean, cv2 resizing, quantized anchors at fixed strides, +1 box sizes and NMS at
+    IoU >= thresh, proposals clipped to the padded input and filtered in original pixels, top-k per level, boxes
+    decoded in the original frame, score ties kept at the detection cap."""
+    from .. import poolers, rpn, transform
+    from ..boxes import BoxRule
+    from ..conventions import Convention
+
+    return Convention(
+        resize=transform.resize_cv2, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
+        box_rule=BoxRule(offset=1, inclusive_nms=True), clip_to_padded=True, proposal_filter=rpn.keep_original_pixels,
+        topk_per_level=True, aligned_roi=False, fpn_levels=poolers.detectron_levels, original_frame=True,
+        small_box_filter=False, ties_at_cap=True, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
+    )
+
+
+# blob name endings; a "bn" is an AffineChannel: an already folded frozen batch norm
+_PARAM = {
+    "w": "weight", "b": "bias", "bn_s": "norm.scale", "bn_b": "norm.shift", "gn_s": "norm.weight", "gn_b": "norm.bias"
+}
+_CONV = {"a": 1, "b": 2, "c": 3}
+
+# whole blob name (pattern, its last group the ending) -> module (template or function of the match)
+RULES: list[tuple[str, str | Callable]] = [
+    (r"conv1_(w|gn_[sb])", "backbone.stem.conv1"),
+    (r"res_conv1_(bn_[sb])", "backbone.stem.conv1"),
+    (r"res(\d)_(\d+)_branch2([abc])_(w|[bg]n_[sb])", lambda m: f"backbone.res{m[1]}.{m[2]}.conv{_CONV[m[3]]}"),
+    (r"res(\d)_0_branch1_(w|[bg]n_[sb])", r"backbone.res\1.0.shortcut"),
+    (r"fpn_inner_res(\d)_\d+_sum(?:_lateral)?_([wb]|gn_[sb])", r"fpn.lateral\1"),
+    (r"fpn_res(\d)_\d+_sum_([wb]|gn_[sb])", r"fpn.output\1"),
+    # the RPN head is defined on P2 and shared by all levels
+    (r"conv_rpn_fpn2_([wb])", "rpn.head.convs.0"),
+    (r"rpn_(cls_logits|bbox_pred)_fpn2_([wb])", lambda m: f"rpn.head.{RPN_OUT[m[1]]}"),
+    (r"fc([67])_([wb])", lambda m: f"box_head.fc{int(m[1]) - 5}"),
+    (r"head_conv(\d)_([wb]|gn_[sb])", r"box_head.conv\1"),
+    (r"(cls_score|bbox_pred)_([wb])", r"box_predictor.\1"),
+    # BN heads name the mask convs `_[mask]_fcn{j}`, GN heads `_mask_fcn{j}`
+    (r"_(?:\[mask\]|mask)_fcn(\d)_([wb])", r"mask_head.mask_fcn\1"),
+    (r"_mask_fcn(\d)_(gn_[sb])", r"mask_head.mask_fcn\1"),
+    (r"(conv5_mask|mask_fcn_logits)_([wb])", lambda m: f"mask_head.{MASK_OUT[m[1]]}"),
+]
+# preserved extras of real model-zoo files: the ImageNet classifier, and the zero biases that
+# Detectron's Caffe-to-pickle converter added to bias-less convs (the model never uses them)
+_EXTRAS = re.compile(r"(fc1000_[wb]|pred_[wb]|conv1_b|res\d_\d+_branch(?:1|2[abc])_b)$")
+
+
+def rename(name: str) -> str | None:
+    """Detectron blob name -> minidet name; None for ``*_momentum`` (SGD state) and the extras above;
+    unknown names come back unchanged for the matcher to report."""
+    if name.endswith("_momentum") or _EXTRAS.match(name):
+        return None
+    for pattern, rep in RULES:
+        if m := re.match(pattern + "$", name):
+            return f"{rep(m) if callable(rep) else m.expand(rep)}.{_PARAM[m.groups()[-1]]}"
+    return name
+
+
+def recognize(keys: Collection[str]) -> str | None:
+    """Caffe2 blob names: ``conv1_w`` and the ``res2_0_*`` blocks."""
+    return "" if "conv1_w" in keys and any(k.startswith("res2_0_") for k in keys) else None
+
+
+def check_variant(model, blobs: dict, path: str) -> None:
+    """Fail with the config key to change when the blobs describe another architecture."""
+    from torch import nn
+
+    stem_norm = getattr(model.backbone.stem.conv1, "norm", None)
+    if "conv1_gn_s" in blobs and not isinstance(stem_norm, nn.GroupNorm):
+        raise CheckpointError(
+            f"{path}: a GroupNorm model (conv1_gn_s) but MODEL.NORM is {type(stem_norm).__name__}; "
+            "use MODEL.NORM GN (configs/detectron/*_gn.yaml)"
+        )
+    if "res_conv1_bn_s" in blobs and isinstance(stem_norm, nn.GroupNorm):
+        raise CheckpointError(
+            f"{path}: a frozen-BN model (res_conv1_bn_s) but MODEL.NORM is GN; use MODEL.NORM Affine or FrozenBN"
+        )
+    check_depth(model, blobs, r"res4_(\d+)_", path)
+    convs, num_conv = "head_conv1_w" in blobs, model.box_head.num_conv
+    if convs != (num_conv > 0):
+        kind = "4conv1fc (head_conv1_w)" if convs else "2fc (fc7_w)"
+        raise CheckpointError(f"{path}: box head is {kind} but MODEL.ROI_BOX_HEAD.NUM_CONV is {num_conv}")
+    classes = model.box_predictor.cls_score.out_features
+    if "cls_score_w" in blobs and (n := int(np.shape(blobs["cls_score_w"])[0])) != classes:
+        raise CheckpointError(f"{path}: {n} classes (cls_score_w) but MODEL.ROI_HEADS.NUM_CLASSES is {classes}")
+    w, groups = blobs.get("res2_0_branch2b_w"), model.backbone.res2[0].conv2.groups
+    if w is not None and np.ndim(w) == 4 and (found := np.shape(w)[0] // np.shape(w)[1]) != groups:
+        raise CheckpointError(
+            f"{path}: grouped 3x3 convs with {found} groups (ResNeXt) but MODEL.RESNETS.NUM_GROUPS is {groups}"
+        )
+
+
+_SOURCE = "Detectron's MODEL_ZOO.md and projects/GN/README.md (URL, AP); Detectron publishes no digests"
+_URL = ("https://dl.fbaipublicfiles.com/detectron/{}/output/train/coco_2014_train%3Acoco_2014_valminusminival/"
+        "generalized_rcnn/model_final.pkl")
+_ZOO = [  # config, URL part, box AP, mask AP
+    ("e2e_mask_rcnn_R-50-FPN_1x", "35858933/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_1x.yaml.01_48_14.DzEQe4wC",
+     37.7, 33.9),
+    ("e2e_mask_rcnn_R-50-FPN_2x", "35859007/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_2x.yaml.01_49_07.By8nQcCH",
+     38.6, 34.5),
+    ("e2e_mask_rcnn_R-101-FPN_1x", "35861795/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_1x.yaml.02_31_37.KqyEK4tT",
+     40.0, 35.9),
+    ("e2e_mask_rcnn_R-101-FPN_2x", "35861858/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_2x.yaml.02_32_51.SgT4y1cO",
+     40.9, 36.4),
+    ("e2e_mask_rcnn_X-101-64x4d-FPN_1x",
+     "36494496/12_2017_baselines/e2e_mask_rcnn_X-101-64x4d-FPN_1x.yaml.07_50_11.fkwVtEvg", 42.4, 37.5),
+    ("e2e_mask_rcnn_R-50-FPN_2x_gn",
+     "GN/48616381/04_2018_gn_baselines/e2e_mask_rcnn_R-50-FPN_2x_gn_0416.13_23_38.bTlTI97Q", 40.3, 35.7),
+    ("e2e_mask_rcnn_R-101-FPN_2x_gn",
+     "GN/48616724/04_2018_gn_baselines/e2e_mask_rcnn_R-101-FPN_2x_gn_0416.13_26_34.GLnri4GR", 41.8, 36.8),
+]
+
+FAMILY = Family(
+    name="detectron",
+    arithmetic=arithmetic,
+    recognize=recognize,
+    renamer=lambda keys: rename,
+    check=check_variant,
+    ignores_non_arrays=True,  # real files carry None blobs (pred_b) and the config text beside the blobs
+    weights=tuple(
+        WeightsEntry(f"detectron/{config}", _URL.format(part), f"{config}.pkl", f"detectron/{config}", None, None,
+                     box, mask, _SOURCE)
+        for config, part, box, mask in _ZOO
+    ),
+)

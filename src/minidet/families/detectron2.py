@@ -1,0 +1,67 @@
+"""detectron2's model-zoo Mask R-CNN files (``.pkl`` / ``.pth``): keys, arithmetic and published weights."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from .base import Family, WeightsEntry, rename_by_rules
+
+
+def arithmetic():
+    """PIL resizing, exact-area anchors at fixed strides, proposals ranked by logit, aligned RoIAlign, boxes
+    clipped and empty ones dropped after rescaling, grid-sample mask paste."""
+    from .. import poolers, rpn, transform
+    from ..boxes import PLAIN_BOX_RULE
+    from ..conventions import Convention
+
+    return Convention(
+        resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, fixed_strides=True, rank_by_logit=True,
+        box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_above_min_size,
+        topk_per_level=False, aligned_roi=True, fpn_levels=poolers.detectron2_levels, original_frame=False,
+        small_box_filter=False, ties_at_cap=False, rescale=transform.rescale_clip_nonempty,
+        paste=transform.paste_masks_aligned,
+    )
+
+
+RULES: list[tuple[str, str]] = [
+    (r"^backbone\.bottom_up\.", "backbone."),
+    (r"^backbone\.fpn_(lateral|output)(\d)\.", r"fpn.\1\2."),
+    (r"^proposal_generator\.rpn_head\.conv\.", "rpn.head.convs.0."),
+    (r"^proposal_generator\.rpn_head\.", "rpn.head."),
+    (r"^roi_heads\.(box_head|box_predictor|mask_head)\.", r"\1."),
+]
+
+
+def rename(name: str) -> str | None:
+    """detectron2 ``GeneralizedRCNN`` state-dict key -> minidet name; None for what is not a weight
+    (``pixel_mean``/``pixel_std`` of old files, ``num_batches_tracked``); unknown keys come back unchanged."""
+    if name in ("pixel_mean", "pixel_std") or name.endswith("num_batches_tracked"):
+        return None
+    return rename_by_rules(RULES, name)
+
+
+def recognize(keys: Collection[str]) -> str | None:
+    """detectron2's module tree: ``backbone.bottom_up.`` (the ResNet) or ``proposal_generator.`` (the RPN)."""
+    return "" if any(k.startswith(("backbone.bottom_up.", "proposal_generator.")) for k in keys) else None
+
+
+_SOURCE = "detectron2's MODEL_ZOO.md (URL, AP); detectron2 publishes no digests"
+_URL = "https://dl.fbaipublicfiles.com/detectron2/COCO-InstanceSegmentation/{}"
+_ZOO = [  # config, id, published file, box AP, mask AP
+    ("mask_rcnn_R_50_FPN_1x", 137260431, "model_final_a54504.pkl", 38.6, 35.2),
+    ("mask_rcnn_R_50_FPN_3x", 137849600, "model_final_f10217.pkl", 41.0, 37.2),
+    ("mask_rcnn_R_101_FPN_3x", 138205316, "model_final_a3ec72.pkl", 42.9, 38.6),
+]
+
+FAMILY = Family(
+    name="detectron2",
+    arithmetic=arithmetic,
+    recognize=recognize,
+    renamer=lambda keys: rename,
+    ignores_non_arrays=True,
+    weights=tuple(
+        WeightsEntry(f"detectron2/{config}", _URL.format(f"{config}/{model_id}/{file}"), f"{config}.pkl",
+                     f"detectron2/{config}", None, None, box, mask, _SOURCE)
+        for config, model_id, file, box, mask in _ZOO
+    ),
+)
