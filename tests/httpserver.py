@@ -11,15 +11,22 @@ import threading
 import time
 
 
+def checkpoint_bytes(size: int) -> bytes:
+    """``size`` random bytes behind a pickle protocol 2 header: what a download of a checkpoint starts with (minidet
+    refuses a download that does not look like one), different at every call."""
+    return b"\x80\x02" + os.urandom(size - 2)
+
+
 class FileServer:
     """A threaded HTTP server serving ``files`` (URL path -> bytes), with ``Range: bytes=N-`` support. ``cut``:
     paths whose first request gets half of the bytes, then the connection closes; ``slow``: paths sent in small
-    pieces with pauses. ``requests``: (path, Range header or None) of every GET."""
+    pieces with pauses of ``pause`` seconds. ``requests``: (path, Range header or None) of every GET."""
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.cut: set[str] = set()
         self.slow: set[str] = set()
+        self.pause = 0.05
         self.requests: list[tuple[str, str | None]] = []
         self._lock = threading.Lock()
         server = self
@@ -65,7 +72,7 @@ class FileServer:
                     for i in range(0, len(body), len(body) // 8 + 1):
                         self.wfile.write(body[i : i + len(body) // 8 + 1])
                         self.wfile.flush()
-                        time.sleep(0.05)
+                        time.sleep(server.pause)
                     return
                 self.wfile.write(body)
 
@@ -76,8 +83,8 @@ class FileServer:
         self.thread.start()
 
     def add(self, path: str, size: int, seed: int = 0) -> tuple[str, bytes, str]:
-        """Serve ``size`` random bytes at ``path``: (URL, bytes, SHA-256)."""
-        data = os.urandom(size)
+        """Serve ``checkpoint_bytes(size)`` at ``path``: (URL, bytes, SHA-256)."""
+        data = checkpoint_bytes(size)
         self.files[path] = data
         return self.url + path, data, hashlib.sha256(data).hexdigest()
 

@@ -158,7 +158,15 @@ def test_relative_weights_of_a_shipped_config_outside_the_checkout(home, tv_file
         assert str(tried) in msg
     assert f"minidet weights get {TV}" in msg
     (home / "weights").mkdir(parents=True)
-    (home / cfg.MODEL.WEIGHTS).write_bytes(Path(tv_file).read_bytes())
+    data = Path(tv_file).read_bytes()
+    (home / cfg.MODEL.WEIGHTS).write_bytes(data)
+    # under a registry file's name, a file that is not the published one is refused before it is used
+    entry = hub.REGISTRY[TV]
+    with pytest.raises(minidet.CheckpointError, match=f"expected {entry.size} bytes and SHA-256 {entry.sha256} "):
+        minidet.Predictor(cfg)
+    # the registry entry publishing this synthetic file's digest and size (test data): found and used
+    digest = hashlib.sha256(data).hexdigest()
+    monkeypatch.setitem(hub.REGISTRY, TV, dataclasses.replace(entry, sha256=digest, size=len(data)))
     assert minidet.Predictor(cfg).load_report.path == str(home / cfg.MODEL.WEIGHTS)
 
 

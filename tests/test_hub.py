@@ -3,18 +3,26 @@ on 127.0.0.1 (started here, serving generated files with ``Range`` support), and
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
+import json
 import os
+import pickle
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from httpserver import FileServer
+from httpserver import FileServer, checkpoint_bytes
 from minidet import hub
 from minidet.apps import weights as weights_app
 from minidet.checkpoint import CheckpointError
@@ -83,7 +91,7 @@ def test_download_records_digest_when_none_published(server, minidet_home, capsy
     assert len(warning) == 1 and digest in warning[0] and "b.pkl.sha256" in warning[0]
     # a later download of the same file is checked against the recorded digest
     os.remove(path)
-    server.files["/b.pkl"] = os.urandom(1_200_000)
+    server.files["/b.pkl"] = checkpoint_bytes(1_200_000)
     with pytest.raises(hub.DownloadError) as e:
         hub.resolve_weights(url)
     text = _one_line(e)
@@ -169,20 +177,200 @@ def test_concurrent_downloads_write_once(server, minidet_home):
         if server.requests:
             break
         time.sleep(0.01)
-    second = threading.Thread(target=get)
-    second.start()
-    first.join(10)
-    second.join(10)
-    assert not errors and results == [dest, dest]
+    waiting = [threading.Thread(target=get) for _ in range(2)]  # both wait on the lock file the first removes
+    for t in waiting:
+        t.start()
+    for t in (first, *waiting):
+        t.join(10)
+    assert not errors and results == [dest, dest, dest]
     assert len(server.requests) == 1 and dest.read_bytes() == data
+    assert not list(dest.parent.glob("*.lock"))  # the cache keeps no lock file
+
+
+_GET = """import os, sys, time
+from minidet import hub
+print("ready", flush=True)
+while not os.path.exists(sys.argv[4]):
+    time.sleep(0.01)
+print(hub.download(sys.argv[1], sys.argv[2], sha256=sys.argv[3]))
+"""
+
+
+@pytest.mark.slow  # two processes importing torch: minutes on a busy machine
+def test_processes_downloading_the_same_file_take_turns(server, minidet_home, tmp_path):
+    """Two processes start the same download at once: one downloads, the other waits and uses its file; no lock
+    file stays."""
+    url, data, digest = server.add("/proc.pth", 2_000_000)
+    server.slow.add("/proc.pth")
+    server.pause = 0.5  # 4 s: the other process surely starts meanwhile, even on a busy machine
+    dest, go = minidet_home / "weights" / "proc.pth", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    procs = [subprocess.Popen([sys.executable, "-c", _GET, url, str(dest), digest, str(go)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    try:
+        assert [p.stdout.readline().strip() for p in procs] == ["ready"] * 2  # minidet imported by both
+        go.touch()
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [out.strip() for out, _ in outs] == [str(dest)] * 2
+    assert sum("waiting for another process downloading" in err for _, err in outs) == 1, outs
+    assert len(server.requests) == 1 and dest.read_bytes() == data
+    assert not list(dest.parent.glob("*.lock"))
+
+
+def test_lock_files_do_not_stay_behind(server, minidet_home):
+    """Every name ever fetched, downloaded or failed, leaves no ``.lock`` in the cache."""
+    url, data, digest = server.add("/l/a.pth", 100_000)
+    hub.resolve_weights(url)
+    with pytest.raises(hub.DownloadError):
+        hub.resolve_weights(server.url + "/l/missing.pth")
+    folder = minidet_home / "weights"
+    assert sorted(p.name for p in folder.iterdir()) == ["a.pth", "a.pth.sha256", "a.pth.url", "a.pth.verified"]
 
 
 def test_cached_file_from_another_url_is_refused(server, minidet_home):
     url, data, digest = server.add("/one/model_final.pkl", 1_000_000)
-    server.files["/two/model_final.pkl"] = os.urandom(1_000_000)
+    server.files["/two/model_final.pkl"] = checkpoint_bytes(1_000_000)
     hub.resolve_weights(url)
     with pytest.raises(CheckpointError, match="was downloaded from"):
         hub.resolve_weights(server.url + "/two/model_final.pkl")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what a download must be
+
+PAGE = (b"<!DOCTYPE html>\n<html><head><title>Sign in to continue</title></head><body>" + b"<p>please log in</p>" * 300
+        + b"</body></html>\n")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _refusal(value: str) -> str:
+    """The one line ``resolve_weights(value)`` is refused with."""
+    with pytest.raises(hub.DownloadError) as e:
+        hub.resolve_weights(value)
+    return _one_line(e)
+
+
+def test_html_page_with_status_200_is_refused(server, minidet_home):
+    """A source with no published digest: the first download is not trusted whatever it is."""
+    server.files["/models/model.pth"] = PAGE
+    url = server.url + "/models/model.pth"
+    text = _refusal(url)
+    assert text.startswith(f"{url}: the server sent an HTML page (\"Sign in to continue\", {len(PAGE)} bytes), "
+                           "not a checkpoint"), text
+    assert "deleted it, nothing recorded" in text and str(minidet_home / "weights" / "model.pth") in text
+    assert os.listdir(minidet_home / "weights") == []  # no file, no partial, no digest, no source, no lock
+    # a registry entry with a published size: the same line, not a size mismatch
+    with pytest.raises(hub.DownloadError, match="the server sent an HTML page"):
+        hub.download(url, minidet_home / "weights" / "model.pth", sha256="0" * 64, size=123_456)
+
+
+def _torch_files(folder: Path) -> list[Path]:
+    import torch
+
+    state = {"w": torch.arange(40_000, dtype=torch.float32)}
+    torch.save(state, folder / "zip.pth")
+    torch.save(state, folder / "legacy.pth", _use_new_zipfile_serialization=False)
+    (folder / "detectron.pkl").write_bytes(pickle.dumps({"blobs": {"w": np.zeros(40_000, np.float32)}}, protocol=2))
+    return [folder / "zip.pth", folder / "legacy.pth", folder / "detectron.pkl"]
+
+
+def _zip_of(names: list[str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name in names:
+            z.writestr(name, os.urandom(30_000))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("content, what", [
+    (b"", "an empty file"),
+    (b"Not Found\n", "10 bytes of text ('Not Found')"),
+    (b'{"error": "AccessDenied"}', "a JSON document ('{\"error\": \"AccessDenied\"}', 25 bytes)"),
+    (b"<?xml version='1.0'?><Error><Code>NoSuchKey</Code></Error>", "an XML document ("),
+    (PAGE, f'an HTML page ("Sign in to continue", {len(PAGE)} bytes)'),
+    (gzip.compress(os.urandom(100_000)), "a gzip file ("),
+    (_zip_of(["weights.bin", "config.json"]), "a zip archive that is no torch.save file (no data.pkl; it holds "
+                                              "weights.bin, config.json)"),
+    (b"\x80\x02" + os.urandom(1000), "a file of only 1002 bytes"),
+    (bytes(range(256)) * 400, "102400 bytes of binary data in no format minidet reads"),
+], ids=["empty", "text", "json", "xml", "html", "gzip", "zip", "small", "binary"])
+def test_not_a_checkpoint_says_what_arrived(content, what, tmp_path):
+    path = tmp_path / "download"
+    path.write_bytes(content)
+    assert hub.not_a_checkpoint(path).startswith(what)
+
+
+def test_checkpoint_formats_are_accepted(tmp_path):
+    for path in _torch_files(tmp_path):  # torch.save (zip and legacy) and a protocol-2 pickle, as written
+        assert hub.not_a_checkpoint(path) is None, path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a cached file before its use
+
+
+def test_cached_registry_file_is_checked_before_use(server, minidet_home, monkeypatch, tmp_path, capsys):
+    url, data, digest = server.add("/reg/model.pth", 1_000_000)
+    monkeypatch.setitem(hub.REGISTRY, "test/model", _test_entry(url, digest, len(data)))
+    path = Path(hub.resolve_weights("test/model"))
+    state = json.loads((path.parent / "model.pth.verified").read_text())  # remembered by the download itself
+    assert state == {"size": len(data), "mtime_ns": path.stat().st_mtime_ns, "sha256": digest}
+
+    # another file under the registry's name: refused by name, by path and by `minidet weights get`
+    monkeypatch.chdir(tmp_path)
+    bad = checkpoint_bytes(900_000)
+    path.write_bytes(bad)
+    fresh = f"for a fresh copy: rm {path} && minidet weights get test/model"
+    for value in ("test/model", "weights/model.pth"):
+        assert _refusal(value) == (f"{path}: the cached file has 900000 bytes and SHA-256 {_sha(bad)}, expected "
+                                   f"{len(data)} bytes and SHA-256 {digest} (published); {fresh}")
+    capsys.readouterr()
+    assert weights_app.main(["get", "test/model"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and fresh in err
+    # the same size: its digest
+    same = checkpoint_bytes(len(data))
+    path.write_bytes(same)
+    assert _refusal("test/model") == (f"{path}: the cached file has SHA-256 {_sha(same)}, expected {digest} "
+                                      f"(published); {fresh}")
+
+    # hashed once per file state (size, mtime): a change that keeps both is not seen until the mtime moves
+    path.write_bytes(data)
+    assert hub.resolve_weights("test/model") == str(path)
+    st = path.stat()
+    path.write_bytes(same)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert hub.resolve_weights("test/model") == str(path)  # not hashed again
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    with pytest.raises(hub.DownloadError, match="the cached file has SHA-256"):
+        hub.resolve_weights("test/model")
+    assert len(server.requests) == 1
+
+
+def test_cached_file_is_checked_against_its_recorded_digest(server, minidet_home):
+    url, data, digest = server.add("/rec/model_final.pkl", 1_000_000)
+    path = Path(hub.resolve_weights(url))
+    changed = checkpoint_bytes(len(data))
+    path.write_bytes(changed)
+    assert _refusal(url) == (f"{path}: the cached file has SHA-256 {_sha(changed)}, expected {digest} (recorded at "
+                             f"its first download in {path}.sha256); for a fresh copy: rm {path} && minidet weights "
+                             f"get {url}")
+    # an HTML page whose digest an older minidet recorded: deleting the record too is part of the fix
+    path.write_bytes(PAGE)
+    Path(f"{path}.sha256").write_text(f"{_sha(PAGE)}  {path.name}\n")
+    assert _refusal(url) == (f"{path}: the cached file is an HTML page (\"Sign in to continue\", {len(PAGE)} bytes), "
+                             f"not a checkpoint, and its digest was recorded from it; for a fresh copy: rm {path} "
+                             f"{path}.sha256 && minidet weights get {url}")
+    os.remove(path)
+    os.remove(f"{path}.sha256")
+    assert hub.resolve_weights(url) == str(path) and path.read_bytes() == data
 
 
 # ----------------------------------------------------------------------------------------------------------------

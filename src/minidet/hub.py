@@ -5,9 +5,11 @@ name of the config the file belongs to), an ``http(s)://`` URL, or a path. Names
 use into ``home() / "weights"`` (``$MINIDET_HOME``, default ``~/.cache/minidet``); a path is never downloaded.
 Downloads go to ``<file>.partial``, resume with an HTTP ``Range`` request (after a dropped connection, also
 within the same call), are checked against the published SHA-256 and size before the rename onto ``<file>``, and
-are serialized between processes (torchrun ranks) by a lock file. Files whose source publishes no digest get the
-digest of their first download recorded in ``<file>.sha256`` (``sha256sum -c`` format); later checks compare
-against it. See weights/README.md.
+are serialized between processes (torchrun ranks) by a lock file, removed when the download ends. A download must
+look like a checkpoint minidet reads (:func:`not_a_checkpoint`) before anything is recorded. Files whose source
+publishes no digest get the digest of their first download recorded in ``<file>.sha256`` (``sha256sum -c``
+format); later checks compare against it. A cached file is checked before each use (:func:`check_cached`: its
+size every time, its digest once per file state, remembered in ``<file>.verified``). See weights/README.md.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import contextlib
 import difflib
 import hashlib
 import http.client
+import json
 import os
 import re
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
@@ -42,6 +47,7 @@ RETRIES = 3  # automatic resumes after a connection dropped mid-file, per downlo
 RETRY_DELAY = 0.5  # seconds before the first resume; doubles with each further one
 TIMEOUT = 30.0  # seconds without an answer (connect or read) before the attempt fails
 CHUNK = 1 << 20
+MIN_CHECKPOINT_BYTES = 64 << 10  # far below any Mask R-CNN checkpoint (tens of MB): a stub, an error page
 
 
 class DownloadError(CheckpointError):
@@ -96,6 +102,7 @@ def fetch(value: str, *, progress: bool | None = None) -> str:
     url = entry.url if entry is not None else value
     if dest.is_file():
         _check_source(dest, url)
+        check_cached(dest, entry)
         return str(dest)
     sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
     return str(download(url, dest, sha256=sha256, size=size, progress=progress))
@@ -140,6 +147,8 @@ def resolve_weights(value: str, *, progress: bool | None = None) -> str:
         candidates = list(dict.fromkeys((b / path).absolute() for b in bases))
     for candidate in candidates:
         if candidate.is_file():
+            if candidate.parent.resolve() == weights_dir().resolve():  # a download, reached by its path
+                check_cached(candidate, next((e for e in REGISTRY.values() if e.filename == candidate.name), None))
             return str(candidate)
     tried = ", ".join(str(c) for c in candidates)
     owners = [e.name for e in REGISTRY.values() if e.filename == path.name]
@@ -188,21 +197,45 @@ def recorded_digest(dest: str | os.PathLike) -> str | None:
 
 @contextlib.contextmanager
 def _locked(dest: Path) -> Iterator[None]:
-    """Hold ``<dest>.lock`` exclusively (other processes downloading the same file wait). The lock file stays:
-    removing it would let a third process lock a new file while the second still holds the old one."""
+    """Hold ``<dest>.lock`` exclusively: other processes downloading the same file wait, then find it there. The
+    holder removes the lock file before it lets go, so none stays behind. A lock counts only on the file that is at
+    the path: a waiter whose file was removed meanwhile (by its holder, the only one that removes it) locks the
+    file now at the path instead, so two processes never hold the lock at once."""
     if fcntl is None:  # pragma: no cover
         yield
         return
-    with open(_sidecar(dest, ".lock"), "a+") as lock:
+    path, waited = _sidecar(dest, ".lock"), False
+    while True:
+        lock = open(path, "a+")
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"minidet: waiting for another process downloading {dest}", file=sys.stderr, flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not waited:
+                    print(f"minidet: waiting for another process downloading {dest}", file=sys.stderr, flush=True)
+                    waited = True
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            if _same_file(lock.fileno(), path):
+                break
+        except BaseException:
+            lock.close()
+            raise
+        lock.close()  # it was removed by the process that held it: lock the one at the path now
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still holding it
+        lock.close()  # lets go of the lock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 class _Dropped(Exception):
@@ -239,10 +272,11 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, si
         partial = _sidecar(dest, ".partial")
         print(f"minidet: downloading {url} to {dest}", file=sys.stderr, flush=True)
         _fetch_partial(url, dest, partial, progress)
-        _verify_partial(url, dest, partial, sha256, size)
+        digest = _verify_partial(url, dest, partial, sha256, size)
         with contextlib.suppress(OSError):
             _source_file(dest).write_text(url + "\n")
         os.replace(partial, dest)
+        _remember_verified(dest, dest.stat(), digest)  # the first use does not hash it again
     return dest
 
 
@@ -330,8 +364,14 @@ def _fetch_once(url: str, dest: Path, partial: Path, have: int, progress: bool) 
     return True
 
 
-def _verify_partial(url: str, dest: Path, partial: Path, sha256: str | None, size: int | None) -> None:
-    """Size and digest of the finished ``partial`` (deleted if wrong); a digest is recorded if none is known."""
+def _verify_partial(url: str, dest: Path, partial: Path, sha256: str | None, size: int | None) -> str:
+    """Format, size and digest of the finished ``partial`` (deleted if wrong); a digest is recorded if none is
+    known. Returns the digest."""
+    if (other := not_a_checkpoint(partial)) is not None:
+        partial.unlink(missing_ok=True)
+        raise DownloadError(f"{url}: the server sent {other}, not a checkpoint (minidet reads torch.save files and "
+                            f"pickles); deleted it, nothing recorded; check the URL (a login or error page can come "
+                            f"with status 200), or {_by_hand(dest)}")
     actual_size = partial.stat().st_size
     if size is not None and actual_size != size:
         partial.unlink(missing_ok=True)
@@ -363,6 +403,135 @@ def _verify_partial(url: str, dest: Path, partial: Path, sha256: str | None, siz
         else:
             print(f"minidet: warning: {url} publishes no SHA-256; recorded this first download's digest {actual} "
                   f"in {record} (later checks compare against it)", file=sys.stderr, flush=True)
+    return actual
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what a download is
+
+_MAGIC = (  # binary formats a wrong URL gives, by their first bytes
+    (b"\x1f\x8b", "a gzip file"), (b"BZh", "a bzip2 file"), (b"\xfd7zXZ\x00", "an xz file"),
+    (b"\x28\xb5\x2f\xfd", "a zstd file"), (b"7z\xbc\xaf\x27\x1c", "a 7z archive"), (b"%PDF", "a PDF document"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file"), (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
+)
+
+
+def not_a_checkpoint(path: str | os.PathLike) -> str | None:
+    """None if ``path`` starts like a checkpoint minidet reads and is not implausibly small (``MIN_CHECKPOINT_BYTES``):
+    a zip archive with a ``data.pkl`` record (``torch.save``) or a pickle of protocol 2 or later (a legacy
+    ``torch.save`` file, Detectron's and detectron2's ``.pkl``). Else what it is, for a message: ``an HTML page
+    ("Sign in", 1234 bytes)``, ``a gzip file (812 bytes)``, ``56 bytes of text ('Not Found')``, ..."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head[:4] == b"PK\x03\x04":
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (OSError, zipfile.BadZipFile):
+            return f"a damaged zip archive ({size} bytes)"
+        if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            return f"a zip archive that is no torch.save file (no data.pkl; it holds {', '.join(names[:3])}{more})"
+    elif not (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5):  # pickle: PROTO opcode, protocol 2..5
+        return _describe(head, size)
+    if size < MIN_CHECKPOINT_BYTES:
+        return f"a file of only {size} bytes (a checkpoint has megabytes)"
+    return None
+
+
+def _describe(head: bytes, size: int) -> str:
+    """What a file that is no checkpoint is, from its first bytes."""
+    if not size:
+        return "an empty file"
+    magic = next((what for sign, what in _MAGIC if head.startswith(sign)), None)
+    if magic is None and head[257:262] == b"ustar":
+        magic = "a tar archive"
+    if magic is None and len(head) > 8 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= size - 8:
+        magic = "a safetensors file (convert it with torch.save first)"
+    if magic is not None:
+        return f"{magic} ({size} bytes)"
+    text = head.decode("utf-8", "replace")
+    if "\x00" in text or text.count("\ufffd") > len(text) // 100:
+        return f"{size} bytes of binary data in no format minidet reads"
+    start = text.lstrip("\ufeff \t\r\n")
+    lower = start[:200].lower()
+    if lower.startswith(("<!doctype html", "<html")) or "<html" in lower:
+        title = re.search(r"<title[^>]*>([^<]*)</title>", start, re.I)
+        shown = f'"{" ".join(title[1].split())[:60]}", ' if title and title[1].strip() else ""
+        return f"an HTML page ({shown}{size} bytes)"
+    if start.startswith("<"):
+        return f"an XML document ({' '.join(start.split())[:80]!r}, {size} bytes)"
+    if start.startswith(("{", "[")):
+        return f"a JSON document ({' '.join(start.split())[:80]!r}, {size} bytes)"
+    return f"{size} bytes of text ({' '.join(start.split())[:60]!r})"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a cached file before its use
+
+
+def check_cached(path: Path, entry: WeightsEntry | None = None) -> None:
+    """Check a cached download before it is used: its size against ``entry``'s published size, every time; its
+    SHA-256 against the published digest (else the one recorded at its first download) and, for a recorded one, its
+    format, once per file state: a passed check is remembered beside the file in ``<file>.verified`` (size,
+    mtime_ns, digest), so that a 170 MB file is hashed again only after it changed. With no digest known (a file
+    put there by hand) only the size is checked. Raises ``DownloadError``: one line with both digests and the
+    command that fetches a fresh copy."""
+    st = path.stat()
+    published = entry.sha256 if entry is not None else None
+    expected = published or recorded_digest(path)
+    size = entry.size if entry is not None else None
+    if (size is None or st.st_size == size) and (expected is None or _verified(path, st) == expected):
+        return
+    actual = file_sha256(path)
+    what = "published" if published else f"recorded at its first download in {_digest_file(path)}"
+    if size is not None and st.st_size != size:
+        raise DownloadError(f"{path}: the cached file has {st.st_size} bytes and SHA-256 {actual}, expected {size} "
+                            f"bytes and SHA-256 {expected or '(not published)'} ({what}); {_fresh_copy(path, entry)}")
+    if actual != expected:
+        raise DownloadError(f"{path}: the cached file has SHA-256 {actual}, expected {expected} ({what}); "
+                            f"{_fresh_copy(path, entry)}")
+    if not published and (other := not_a_checkpoint(path)) is not None:  # recorded by an older minidet from it
+        raise DownloadError(f"{path}: the cached file is {other}, not a checkpoint, and its digest was recorded "
+                            f"from it; {_fresh_copy(path, entry, _digest_file(path))}")
+    _remember_verified(path, st, actual)
+
+
+def _fresh_copy(path: Path, entry: WeightsEntry | None, *also: Path) -> str:
+    """How to replace a bad cached file: ``for a fresh copy: rm FILE && minidet weights get NAME|URL``."""
+    source = entry.name if entry is not None else None
+    if source is None and _source_file(path).is_file():
+        source = _source_file(path).read_text().strip() or None
+    get = f" && minidet weights get {source}" if source else ", then download it again"
+    return f"for a fresh copy: rm {' '.join(map(str, (path, *also)))}{get}"
+
+
+def _verified(path: Path, st: os.stat_result) -> str | None:
+    """The digest ``<file>.verified`` remembers for the file as it is now (same size and mtime), else None."""
+    try:
+        state = json.loads(_sidecar(path, ".verified").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or (state.get("size"), state.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return None
+    return state.get("sha256")
+
+
+def _remember_verified(path: Path, st: os.stat_result, digest: str) -> None:
+    """Write ``<file>.verified`` (atomically) if the file is still as ``st`` saw it; a read-only cache is hashed
+    at every use instead."""
+    record = _sidecar(path, ".verified")
+    temp = record.with_name(f"{record.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        now = path.stat()
+        if (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+            return
+        temp.write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}) + "\n")
+        os.replace(temp, record)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
 
 
 def verify_file(path: str | os.PathLike, entry: WeightsEntry | None = None) -> str:

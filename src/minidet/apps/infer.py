@@ -68,7 +68,7 @@ from minidet.apps.data import ImageFiles
 from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, remove_temp_files
 from minidet.apps.inputs import describe_skipped, find_inputs
 from minidet.apps.rle import encode_masks, xyxy_to_xywh
-from minidet.apps.video import CODECS, VideoError, VideoReader, VideoWriter, is_video, working_codec
+from minidet.apps.video import CODECS, STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
 from minidet.apps.vis import draw_instances
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
 from minidet.checkpoint import CheckpointError
@@ -436,7 +436,10 @@ class Job:
 
     def _video(self, video_id: int, path: str, pool: ThreadPoolExecutor) -> None:
         """One video: frames decoded ahead in a thread, run ``TEST.IMS_PER_BATCH`` at a time, drawn in the writer
-        threads, records and drawn frames written in order; the outputs are kept only if both are whole."""
+        threads, records and drawn frames written in order; the outputs are kept only if both are whole. A damaged
+        video whose decoding stops before its announced frame count keeps the outputs of the frames read (valid
+        as far as they go) but is one ``error:`` line and counts as incomplete, not done: the run's exit status is
+        1 and ``--resume`` redoes it, as a failed input."""
         args = self.args
         stem = os.path.join(args.output, self.stems[video_id])
         writer = None
@@ -452,7 +455,7 @@ class Job:
                     raise VideoError(f"{stem}.mp4: no video codec works here (tried {', '.join(args.codecs)}); "
                                      "not written (--no-vis writes the records alone)")
                 writer = VideoWriter(stem, self.codec[key], fps, reader.size)
-            bar = tqdm(total=-(-reader.frames // args.every) or None, unit="frame", file=sys.stderr, leave=False,
+            bar = tqdm(total=-(-reader.frames // args.every) or None, unit="frame", file=STDERR, leave=False,
                        desc=os.path.basename(path), disable=not self.info.is_main or None)
             n_instances = 0
             with atomic_open(stem + ".jsonl") as f, bar:
@@ -490,6 +493,13 @@ class Job:
             known = isinstance(e, (VideoError, OutputError))
             self._skip(video_id, str(e) if known else f"{path}: {type(e).__name__}: {e}")
             return
+        if (warning := reader.warning()) is not None:
+            tqdm.write(f"warning: {warning}", file=sys.stderr)
+        if (short := reader.shortfall()) is not None:
+            kept = "records and drawing" if writer is not None else "records"
+            self._skip(video_id, f"{short}; the {kept} of the frames read are kept, --resume redoes it")
+            self.pending["skipped"][-1]["incomplete"] = True  # finish() counts it apart from the failed inputs
+            return
         self._done(video_id, n_instances)
 
     def _frame(self, index: int, seconds: float, frame: np.ndarray, out: dict, draw: bool):
@@ -522,7 +532,9 @@ class Job:
             print(format_table(stage_stats, title=f"timing per image{' (' + note + ')' if note else ''}:"))
         this_run = sum(t["n"] for t in timings if t["run"] == self.share.run_id)
         rate = this_run / t_loop if t_loop > 0 else 0.0
-        print(f"infer: {len(self.items)} inputs, {len(skipped)} failed, {sum(done.values())} instances, "
+        incomplete = sum(1 for s in skipped.values() if s.get("incomplete"))  # damaged videos, partly done
+        print(f"infer: {len(self.items)} inputs, {len(skipped) - incomplete} failed"
+              f"{f', {incomplete} incomplete' if incomplete else ''}, {sum(done.values())} instances, "
               f"output in {self.args.output}")
         print(f"infer: this run {this_run} images and video frames in {t_loop:.1f} s: {rate:.2f} per second "
               f"({self.info.world_size} process{'es' if self.info.distributed else ''})")
