@@ -26,6 +26,8 @@ from httpserver import FileServer, checkpoint_bytes
 from minidet import hub
 from minidet.apps import weights as weights_app
 from minidet.checkpoint import CheckpointError
+from minidet.families.base import digest_prefix
+from minidet.hub import downloads
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "src" / "minidet" / "configs"
@@ -36,7 +38,7 @@ README = ROOT / "weights" / "README.md"
 def minidet_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("MINIDET_HOME", str(home))
-    monkeypatch.setattr(hub, "RETRY_DELAY", 0.0)
+    monkeypatch.setattr(downloads, "RETRY_DELAY", 0.0)
     return home
 
 
@@ -189,6 +191,8 @@ def test_concurrent_downloads_write_once(server, minidet_home):
 
 _GET = """import os, sys, time
 from minidet import hub
+from minidet.families.base import digest_prefix
+from minidet.hub import downloads
 print("ready", flush=True)
 while not os.path.exists(sys.argv[4]):
     time.sleep(0.01)
@@ -462,7 +466,7 @@ def test_torchvision_digests_start_with_the_name_prefix(minidet_home):
     with pytest.raises(hub.DownloadError, match="does not start with 12345678"):
         hub.download("https://download.pytorch.org/models/x_coco-12345678.pth", minidet_home / "x.pth",
                      sha256="ab" * 32)
-    assert hub.digest_prefix("https://example.org/model-20240101.pth") is None
+    assert digest_prefix("https://example.org/model-20240101.pth") is None
 
 
 def test_readme_agrees_with_registry():

@@ -9,34 +9,31 @@ import numpy as np
 import torch
 
 from .categories import category_ids, class_names
-from .checkpoint import CheckpointError, LoadReport, load_checkpoint
+from .checkpoint import LoadReport, load_checkpoint
 from .config import CfgNode, ConfigError, get_cfg
 from .detector import MaskRCNN, build_model
-from .hub import REGISTRY, resolve_weights
 from .layers import fuse_convs, fuse_linears
 from .norm import fold_norms
 from .timing import StageTimer
 
 logger = logging.getLogger("minidet")
-NO_WEIGHTS = "none"  # MODEL.WEIGHTS value (any case) that runs the network with random weights
 
 
-def weights_path(cfg: CfgNode, weights: str | None = None) -> str | None:
-    """The absolute path of the checkpoint to load (``weights``, default ``MODEL.WEIGHTS``: a path, a registry name
-    or a URL, see ``hub.resolve_weights``; a name or URL is downloaded on first use); None for ``none``. An empty
-    value is an error: random weights give detections that look real."""
-    path = cfg.MODEL.WEIGHTS if weights is None else weights
-    if not str(path).strip():
-        raise CheckpointError("MODEL.WEIGHTS is empty; name a checkpoint file, or set MODEL.WEIGHTS none to run with "
-                              "random weights (e.g. for benchmarks)")
-    return None if str(path).strip().lower() == NO_WEIGHTS else resolve_weights(str(path))
+def checkpoint_file(cfg: CfgNode, weights: str | None = None) -> str | None:
+    """The checkpoint to load: ``weights`` when the caller resolved it (a path), else ``MODEL.WEIGHTS`` resolved by
+    ``hub.weights_path`` (a path, a registry name or a URL, downloaded on first use; None for ``none``)."""
+    if weights is not None:
+        return weights
+    from .hub import weights_path  # only where the caller did not resolve the weights itself
+
+    return weights_path(cfg.MODEL.WEIGHTS)
 
 
 def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
-    """Build the model, load ``weights`` (default ``MODEL.WEIGHTS``; ``none``: random weights, report None), fold
-    norms, move to the device, eval mode."""
+    """Build the model, load the checkpoint (``checkpoint_file``: ``weights``, a resolved path, or ``MODEL.WEIGHTS``;
+    ``none``: random weights, report None), fold norms, move to the device, eval mode."""
     model = build_model(cfg)
-    path = weights_path(cfg, weights)
+    path = checkpoint_file(cfg, weights)
     report = None if path is None else load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
                                                        convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:
@@ -55,12 +52,13 @@ class Predictor:
     """Built and loaded from a config, on ``MODEL.DEVICE``: ``predictor(image)`` takes an HxWx3 uint8 BGR array (as
     ``cv2.imread`` gives) and returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels``
     (N,) int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks`` (N, H, W) bool
-    (``MODEL.MASK_ON``) and ``timings`` (stage -> seconds). ``weights_summary`` names what was loaded."""
+    (``MODEL.MASK_ON``) and ``timings`` (stage -> seconds). ``weights_summary`` names what was loaded. ``weights``:
+    the checkpoint's path when the caller resolved ``MODEL.WEIGHTS`` already (see ``checkpoint_file``)."""
 
-    def __init__(self, cfg: CfgNode) -> None:
+    def __init__(self, cfg: CfgNode, weights: str | None = None) -> None:
         self.cfg = cfg.clone()
         self.cfg.freeze()
-        self.model, self.load_report = prepare_model(self.cfg)
+        self.model, self.load_report = prepare_model(self.cfg, weights)
         random = "none (random weights: MODEL.WEIGHTS none)"
         self.weights_summary: str = self.load_report.summary if self.load_report is not None else random
         # JSON widths as the weights' family counts them: pixel-inclusive (x2 - x1 + 1) for +1 box rules
@@ -74,6 +72,8 @@ class Predictor:
         """A Predictor for a registry name (``minidet weights list``; its config and its weights, downloaded and
         verified on first use) or a config name (its own ``MODEL.WEIGHTS``), on ``device``; ``overrides`` are
         config keys, ``**{"TEST.AMP": "bf16"}`` or with ``__`` for the dots: ``TEST__IMS_PER_BATCH=4``."""
+        from .hub import REGISTRY
+
         entry = REGISTRY.get(name)
         cfg = get_cfg(entry.config if entry is not None else name)
         file = os.path.basename(cfg.MODEL.WEIGHTS)  # a config name: the registry's file of the same name, if any

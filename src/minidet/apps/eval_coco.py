@@ -73,7 +73,7 @@ from minidet.apps.evaluation import (
 from minidet.apps.fileio import OutputDir, remove_temp_files, write_json
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError, validate_cfg
-from minidet.predictor import weights_path
+from minidet.hub import weights_path
 from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
@@ -183,7 +183,7 @@ class Run:
         self.coco_gt = load_coco_annotations(args.ann)
         check_categories(self.coco_gt, cfg.MODEL.CATEGORY_LAYOUT, args.ann)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
-        weights = weights_path(cfg)  # "" is an error; None for "none"; a name or URL may download
+        weights = weights_path(cfg.MODEL.WEIGHTS)  # "" is an error; None for "none"; a name or URL may download
         self.files = dict(files)
         manifest = {
             "annotations": os.path.abspath(args.ann),
@@ -205,7 +205,7 @@ class Run:
         if share.done and self.info.is_main:
             print(f"eval_coco: resuming: {len(share.done)} of {len(files)} images done, "
                   f"{len(files) - len(share.done)} to go")
-        self.predictor = minidet.Predictor(cfg)
+        self.predictor = minidet.Predictor(cfg, weights)
         if self.info.is_main:
             print(f"eval_coco: weights {self.predictor.weights_summary}")
         self.evaluator = COCOEvaluator(self.coco_gt, self.predictor.box_offset)

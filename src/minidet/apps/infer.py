@@ -73,7 +73,7 @@ from minidet.apps.vis import draw_instances
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError, validate_cfg
-from minidet.predictor import weights_path
+from minidet.hub import weights_path
 from minidet.timing import format_table
 
 CHUNKS = ".chunks"
@@ -276,7 +276,7 @@ class Job:
         self.guard.check_folder(args.output, names)  # before anything is created or loaded
         if args.results:
             _check_results_file(args.results, args.output, names, self.guard)
-        weights = weights_path(cfg)  # after the inputs and outputs are checked: a name or URL may download
+        weights = weights_path(cfg.MODEL.WEIGHTS)  # after the inputs and outputs are checked: a name or URL downloads
         options = {k: getattr(args, k) for k in _OUTPUT_KEYS}
         digest = hashlib.sha256("\n".join(self.paths).encode()).hexdigest()
         manifest = {
@@ -302,7 +302,7 @@ class Job:
         if self.share.done and self.info.is_main:
             print(f"infer: resuming: {len(self.share.done)} of {len(self.items)} inputs done, "
                   f"{len(self.items) - len(self.share.done)} to go")
-        self.predictor = minidet.Predictor(cfg)
+        self.predictor = minidet.Predictor(cfg, weights)
         if self.info.is_main:
             print(f"infer: weights {self.predictor.weights_summary}")
         self.written: list[str] = []

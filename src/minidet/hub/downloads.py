@@ -1,21 +1,16 @@
-"""The pre-trained weights registry, the download cache and verified, resumable downloads.
+"""Verified, resumable downloads and the files kept beside a download.
 
-``MODEL.WEIGHTS`` (and ``minidet weights get``) take a registry name (``torchvision/maskrcnn_resnet50_fpn``, the
-name of the config the file belongs to), an ``http(s)://`` URL, or a path. Names and URLs are downloaded on first
-use into ``home() / "weights"`` (``$MINIDET_HOME``, default ``~/.cache/minidet``); a path is never downloaded.
-Downloads go to ``<file>.partial``, resume with an HTTP ``Range`` request (after a dropped connection, also
-within the same call), are checked against the published SHA-256 and size before the rename onto ``<file>``, and
-are serialized between processes (torchrun ranks) by a lock file, removed when the download ends. A download must
-look like a checkpoint minidet reads (:func:`not_a_checkpoint`) before anything is recorded. Files whose source
-publishes no digest get the digest of their first download recorded in ``<file>.sha256`` (``sha256sum -c``
-format); later checks compare against it. A cached file is checked before each use (:func:`check_cached`: its
-size every time, its digest once per file state, remembered in ``<file>.verified``). See weights/README.md.
+A download goes to ``<file>.partial``, resumes with an HTTP ``Range`` request (after a dropped connection, also
+within the same call), must look like a checkpoint minidet reads (:func:`not_a_checkpoint`), is checked against the
+expected SHA-256 and size before the rename onto ``<file>``, and is serialized between processes (torchrun ranks)
+by a lock file that its holder removes. Beside a file: ``<file>.sha256`` (the digest recorded at the first download
+of a source that publishes none, ``sha256sum -c`` format), ``<file>.url`` (where it came from) and
+``<file>.verified`` (the file state whose digest was last checked).
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import http.client
 import json
@@ -26,17 +21,15 @@ import sys
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Iterable, Iterator
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterator
+from pathlib import Path
 
 from tqdm import tqdm
 
-from .errors import CheckpointError
-from .families import FAMILIES, WeightsEntry
-from .families.base import digest_prefix
+from ..errors import CheckpointError
+from ..families.base import digest_prefix
 
 try:
     import fcntl
@@ -54,118 +47,6 @@ class DownloadError(CheckpointError):
     """A download failed, or the downloaded file is not the expected one (one-line message)."""
 
 
-# every family's published weights, by name
-REGISTRY: dict[str, WeightsEntry] = {e.name: e for f in FAMILIES.values() for e in f.weights}
-
-
-def home() -> Path:
-    """minidet's cache folder: ``$MINIDET_HOME``, else ``~/.cache/minidet`` (absolute)."""
-    value = os.environ.get("MINIDET_HOME", "").strip()
-    return Path(os.path.expanduser(value) if value else os.path.expanduser("~/.cache/minidet")).absolute()
-
-
-def weights_dir() -> Path:
-    """Where downloads go: ``home() / "weights"``."""
-    return home() / "weights"
-
-
-def is_url(value: str) -> bool:
-    return value.strip().lower().startswith(("http://", "https://"))
-
-
-def entry_for(value: str) -> WeightsEntry | None:
-    """The registry entry named ``value``, or whose URL is ``value``; None if neither."""
-    value = value.strip()
-    if value in REGISTRY:
-        return REGISTRY[value]
-    return next((e for e in REGISTRY.values() if e.url == value), None)
-
-
-def cache_path(value: str) -> Path:
-    """Where the download of a registry name or URL is (or will be) kept."""
-    entry = entry_for(value)
-    if entry is not None:
-        return weights_dir() / entry.filename
-    if not is_url(value):
-        raise CheckpointError(f"{value} is neither a registry name (`minidet weights list`) nor an http(s) URL")
-    name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(value.strip()).path).name)
-    if not name or name in (".", ".."):
-        raise CheckpointError(f"{value}: the URL names no file (its path has no last part)")
-    return weights_dir() / name
-
-
-def fetch(value: str, *, progress: bool | None = None) -> str:
-    """The cached file of a registry name or URL, downloaded (and verified) first if it is not there yet."""
-    value = value.strip()
-    dest = cache_path(value)
-    entry = entry_for(value)
-    url = entry.url if entry is not None else value
-    if dest.is_file():
-        _check_source(dest, url)
-        check_cached(dest, entry)
-        return str(dest)
-    sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
-    return str(download(url, dest, sha256=sha256, size=size, progress=progress))
-
-
-def _check_source(dest: Path, url: str) -> None:
-    """A cached file recorded as downloaded from another URL (two URLs ending in ``model_final.pkl``) is refused."""
-    source = _source_file(dest)
-    if source.is_file():
-        recorded = source.read_text().strip()
-        if recorded and recorded != url:
-            raise CheckpointError(f"{dest} was downloaded from {recorded}, not from {url}; pass the file's path, or "
-                                  f"delete it (and {source.name}) to download {url}")
-
-
-def _close_names(text: str) -> str:
-    """`` (close: a, b)``: the registry names near ``text``, or '' if none is."""
-    close = difflib.get_close_matches(text, list(REGISTRY), n=3, cutoff=0.5)
-    return f" (close: {', '.join(close)})" if close else ""
-
-
-def _repo_root() -> Path | None:
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").is_file() else None
-
-
-def resolve_weights(value: str, *, progress: bool | None = None) -> str:
-    """The absolute path of an existing checkpoint file for ``value``: an http(s) URL or a registry name
-    (downloaded on first use), or a path. A relative path is tried against the current folder, then ``home()``
-    (``weights/x.pth`` finds ``~/.cache/minidet/weights/x.pth``), then the repository root of a checkout. Nothing
-    is downloaded for a path. Raises ``CheckpointError`` (one line) if nothing is found."""
-    text = str(value).strip()
-    if not text:
-        raise CheckpointError("no weights given (empty name / path)")
-    if is_url(text) or text in REGISTRY:
-        return fetch(text, progress=progress)
-    path = Path(os.path.expanduser(text))
-    if path.is_absolute():
-        candidates = [path]
-    else:
-        bases = [Path.cwd(), home()] + ([r] if (r := _repo_root()) is not None else [])
-        candidates = list(dict.fromkeys((b / path).absolute() for b in bases))
-    for candidate in candidates:
-        if candidate.is_file():
-            if candidate.parent.resolve() == weights_dir().resolve():  # a download, reached by its path
-                check_cached(candidate, next((e for e in REGISTRY.values() if e.filename == candidate.name), None))
-            return str(candidate)
-    tried = ", ".join(str(c) for c in candidates)
-    owners = [e.name for e in REGISTRY.values() if e.filename == path.name]
-    if owners:
-        hint = f"; `minidet weights get {owners[0]}` downloads it (or set MODEL.WEIGHTS {owners[0]})"
-    elif "/" in text and not path.suffix:
-        hint = f"; it is not a registry name either{_close_names(text)}; `minidet weights list` lists them"
-    else:
-        hint = "; `minidet weights list` names the official weights (weights/README.md: URLs and sha256)"
-    what = "directory, not a checkpoint file" if any(c.is_dir() for c in candidates) else "not found"
-    raise CheckpointError(f"weights {text}: {what} (tried {tried}){hint}")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# downloads
-
-
 def file_sha256(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -174,21 +55,21 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _sidecar(dest: Path, suffix: str) -> Path:
+def sidecar(dest: Path, suffix: str) -> Path:
     return dest.with_name(dest.name + suffix)
 
 
-def _digest_file(dest: Path) -> Path:
-    return _sidecar(dest, ".sha256")
+def digest_file(dest: Path) -> Path:
+    return sidecar(dest, ".sha256")
 
 
-def _source_file(dest: Path) -> Path:
-    return _sidecar(dest, ".url")
+def source_file(dest: Path) -> Path:
+    return sidecar(dest, ".url")
 
 
 def recorded_digest(dest: str | os.PathLike) -> str | None:
     """The digest recorded at the first download of a file whose source publishes none (``<file>.sha256``)."""
-    record = _digest_file(Path(dest))
+    record = digest_file(Path(dest))
     if not record.is_file():
         return None
     fields = record.read_text().split()
@@ -204,7 +85,7 @@ def _locked(dest: Path) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover
         yield
         return
-    path, waited = _sidecar(dest, ".lock"), False
+    path, waited = sidecar(dest, ".lock"), False
     while True:
         lock = open(path, "a+")
         try:
@@ -269,14 +150,14 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, si
     with _locked(dest):
         if dest.is_file():
             return dest
-        partial = _sidecar(dest, ".partial")
+        partial = sidecar(dest, ".partial")
         print(f"minidet: downloading {url} to {dest}", file=sys.stderr, flush=True)
         _fetch_partial(url, dest, partial, progress)
         digest = _verify_partial(url, dest, partial, sha256, size)
         with contextlib.suppress(OSError):
-            _source_file(dest).write_text(url + "\n")
+            source_file(dest).write_text(url + "\n")
         os.replace(partial, dest)
-        _remember_verified(dest, dest.stat(), digest)  # the first use does not hash it again
+        remember_verified(dest, dest.stat(), digest)  # the first use does not hash it again
     return dest
 
 
@@ -314,7 +195,7 @@ def _reason(e: BaseException) -> str:
 
 def _fetch_once(url: str, dest: Path, partial: Path, have: int, progress: bool) -> bool:
     """One request; True when the partial file is complete (as far as the server says)."""
-    from . import __version__
+    from .. import __version__
 
     headers = {"User-Agent": f"minidet/{__version__}", "Accept-Encoding": "identity"}
     if have:
@@ -382,7 +263,7 @@ def _verify_partial(url: str, dest: Path, partial: Path, sha256: str | None, siz
     if sha256 is not None:
         expected, what = sha256, "published"
     elif recorded is not None:
-        expected, what = recorded, f"recorded at its first download in {_digest_file(dest)}"
+        expected, what = recorded, f"recorded at its first download in {digest_file(dest)}"
     else:
         expected, what = None, ""
     bad = expected is not None and actual != expected
@@ -391,11 +272,11 @@ def _verify_partial(url: str, dest: Path, partial: Path, sha256: str | None, siz
         bad, expected, what = True, f"{prefix}...", "the prefix in the file name"
     if bad:
         partial.unlink(missing_ok=True)
-        hint = f"; if the source really changed, delete {_digest_file(dest)}" if recorded and not sha256 else ""
+        hint = f"; if the source really changed, delete {digest_file(dest)}" if recorded and not sha256 else ""
         raise DownloadError(f"{url}: the downloaded file {dest} has SHA-256 {actual}, expected {expected} ({what}); "
                             f"deleted it{hint}")
     if expected is None:
-        record = _digest_file(dest)
+        record = digest_file(dest)
         try:
             record.write_text(f"{actual}  {dest.name}\n")
         except OSError as e:
@@ -467,50 +348,10 @@ def _describe(head: bytes, size: int) -> str:
     return f"{size} bytes of text ({' '.join(start.split())[:60]!r})"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# a cached file before its use
-
-
-def check_cached(path: Path, entry: WeightsEntry | None = None) -> None:
-    """Check a cached download before it is used: its size against ``entry``'s published size, every time; its
-    SHA-256 against the published digest (else the one recorded at its first download) and, for a recorded one, its
-    format, once per file state: a passed check is remembered beside the file in ``<file>.verified`` (size,
-    mtime_ns, digest), so that a 170 MB file is hashed again only after it changed. With no digest known (a file
-    put there by hand) only the size is checked. Raises ``DownloadError``: one line with both digests and the
-    command that fetches a fresh copy."""
-    st = path.stat()
-    published = entry.sha256 if entry is not None else None
-    expected = published or recorded_digest(path)
-    size = entry.size if entry is not None else None
-    if (size is None or st.st_size == size) and (expected is None or _verified(path, st) == expected):
-        return
-    actual = file_sha256(path)
-    what = "published" if published else f"recorded at its first download in {_digest_file(path)}"
-    if size is not None and st.st_size != size:
-        raise DownloadError(f"{path}: the cached file has {st.st_size} bytes and SHA-256 {actual}, expected {size} "
-                            f"bytes and SHA-256 {expected or '(not published)'} ({what}); {_fresh_copy(path, entry)}")
-    if actual != expected:
-        raise DownloadError(f"{path}: the cached file has SHA-256 {actual}, expected {expected} ({what}); "
-                            f"{_fresh_copy(path, entry)}")
-    if not published and (other := not_a_checkpoint(path)) is not None:  # recorded by an older minidet from it
-        raise DownloadError(f"{path}: the cached file is {other}, not a checkpoint, and its digest was recorded "
-                            f"from it; {_fresh_copy(path, entry, _digest_file(path))}")
-    _remember_verified(path, st, actual)
-
-
-def _fresh_copy(path: Path, entry: WeightsEntry | None, *also: Path) -> str:
-    """How to replace a bad cached file: ``for a fresh copy: rm FILE && minidet weights get NAME|URL``."""
-    source = entry.name if entry is not None else None
-    if source is None and _source_file(path).is_file():
-        source = _source_file(path).read_text().strip() or None
-    get = f" && minidet weights get {source}" if source else ", then download it again"
-    return f"for a fresh copy: rm {' '.join(map(str, (path, *also)))}{get}"
-
-
-def _verified(path: Path, st: os.stat_result) -> str | None:
+def verified_digest(path: Path, st: os.stat_result) -> str | None:
     """The digest ``<file>.verified`` remembers for the file as it is now (same size and mtime), else None."""
     try:
-        state = json.loads(_sidecar(path, ".verified").read_text())
+        state = json.loads(sidecar(path, ".verified").read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(state, dict) or (state.get("size"), state.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
@@ -518,10 +359,10 @@ def _verified(path: Path, st: os.stat_result) -> str | None:
     return state.get("sha256")
 
 
-def _remember_verified(path: Path, st: os.stat_result, digest: str) -> None:
+def remember_verified(path: Path, st: os.stat_result, digest: str) -> None:
     """Write ``<file>.verified`` (atomically) if the file is still as ``st`` saw it; a read-only cache is hashed
     at every use instead."""
-    record = _sidecar(path, ".verified")
+    record = sidecar(path, ".verified")
     temp = record.with_name(f"{record.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         now = path.stat()
@@ -532,41 +373,3 @@ def _remember_verified(path: Path, st: os.stat_result, digest: str) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             temp.unlink(missing_ok=True)
-
-
-def verify_file(path: str | os.PathLike, entry: WeightsEntry | None = None) -> str:
-    """``ok``, ``ok (recorded digest)``, ``unverified`` (no digest known), ``missing`` or ``MISMATCH ...``."""
-    path = Path(path)
-    if not path.is_file():
-        return "missing"
-    if entry is not None and entry.sha256:
-        expected, status = entry.sha256, "ok"
-    else:
-        expected, status = recorded_digest(path), "ok (recorded digest)"
-    size = entry.size if entry is not None else None
-    if size is not None and path.stat().st_size != size:
-        return f"MISMATCH expected {size} bytes got {path.stat().st_size}"
-    if expected is None:
-        return "unverified"
-    actual = file_sha256(path)
-    prefix = entry.name_prefix if entry is not None else None
-    if actual != expected or (prefix is not None and not actual.startswith(prefix)):
-        recorded = " (recorded)" if status != "ok" else ""
-        return f"MISMATCH expected {expected}{recorded} got {actual}"
-    return status
-
-
-def verify_cached(names: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
-    """``(name, path, status)`` for the cache file of every registry entry (or of ``names``); status as
-    ``verify_file``. An unknown name raises ``CheckpointError``."""
-    names = list(REGISTRY) if names is None else list(names)
-    unknown = [n for n in names if n not in REGISTRY]
-    if unknown:
-        raise CheckpointError(f"{unknown[0]} is not a registry name{_close_names(unknown[0])}; "
-                              "`minidet weights list` lists them")
-    rows = []
-    for name in names:
-        entry = REGISTRY[name]
-        path = weights_dir() / entry.filename
-        rows.append((name, str(path), verify_file(path, entry)))
-    return rows
