@@ -302,18 +302,20 @@ def test_coco_tiny_annotations_crowd_rle_empty_images_no_info(tmp_path):
 
 def test_chunk_store_and_merge(tmp_path):
     store = ChunkStore(str(tmp_path / "chunks"))
-    manifest = {"annotations": "a.json", "config": "MODEL:\n  NORM: FrozenBN\n"}
-    assert store.open(manifest, resume=False) == 1
+    manifest = {"annotations": "a.json", "config": {"MODEL.NORM": "FrozenBN"}}
+    assert store.check(manifest, resume=False) == 1
+    store.begin(manifest, 1, resume=False)
     bad = {"image_id": 2, "file": "2.jpg", "error": "bad"}
     det = {"image_id": 1, "score": 0.5}
     store.write(1, 0, 0, {"image_ids": [1], "skipped": [bad], "dropped": 1, "detections": [det], "timings": [{}]})
     store.write(1, 1, 0, {"image_ids": [3], "skipped": [], "dropped": 0, "detections": [], "timings": []})
     assert store.done_ids() == {1, 3}  # the skipped image is retried by a resumed run
     with pytest.raises(ChunkError, match="holds 2 result chunks of an earlier run; rerun with --resume"):
-        store.open(manifest, resume=False)
-    with pytest.raises(ChunkError, match=r"differs: config: 'NORM: FrozenBN' then, 'NORM: Affine' now"):
-        store.open({**manifest, "config": "MODEL:\n  NORM: Affine\n"}, resume=True)
-    assert store.open(manifest, resume=True) == 2
+        store.check(manifest, resume=False)
+    with pytest.raises(ChunkError, match=r"differs: config MODEL.NORM: FrozenBN then, Affine now"):
+        store.check({**manifest, "config": {"MODEL.NORM": "Affine"}}, resume=True)
+    assert store.check(manifest, resume=True) == 2
+    store.begin(manifest, 2, resume=True)
     det = {"image_id": 2, "score": 0.9}
     store.write(2, 0, 0, {"image_ids": [2], "skipped": [], "dropped": 0, "detections": [det], "timings": [{}]})
     assert store.names() == ["run001-rank0000-00000.json", "run001-rank0001-00000.json", "run002-rank0000-00000.json"]

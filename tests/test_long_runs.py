@@ -128,7 +128,7 @@ def test_a_write_killed_midway_leaves_the_old_file_and_a_temp_that_nothing_reads
     folder = tmp_path / "chunks"
     store = ChunkStore(str(folder))
     manifest = {"config": "x"}
-    store.open(manifest, resume=False)
+    store.begin(manifest, store.check(manifest, resume=False), resume=False)
     store.write(1, 0, 0, {"image_ids": [7], "skipped": [], "dropped": 0, "detections": [], "timings": []})
     target = folder / "run001-rank0000-00001.json"  # the next chunk, and an older version of it in place
     write_json(str(target), {"run": 1, "rank": 0, "image_ids": [8], "skipped": [], "detections": []})
@@ -155,7 +155,8 @@ def test_a_write_killed_midway_leaves_the_old_file_and_a_temp_that_nothing_reads
         json.loads(temps[0].read_text())  # truncated: it must never be read as a chunk
     assert store.names() == ["run001-rank0000-00000.json", "run001-rank0000-00001.json"]
     assert sorted(merge_chunks(store.read_all()).image_ids) == [7, 8]
-    assert store.open(manifest, resume=True) == 2  # a resumed run clears what killed writers left
+    assert store.check(manifest, resume=True) == 2
+    store.begin(manifest, 2, resume=True)  # a resumed run clears what killed writers left
     assert not temps[0].exists()
     assert sorted(os.listdir(folder)) == ["manifest.json", "run001-rank0000-00000.json", "run001-rank0000-00001.json"]
 

@@ -96,8 +96,8 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
     res = _main(capfd, *args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     manifest = _load(out / "chunks" / "manifest.json")
-    assert manifest["checkpoint"] == {"path": str(ckpt), "size": ckpt.stat().st_size,
-                                      "mtime": ckpt.stat().st_mtime, "sha256": _sha256(ckpt)}
+    assert manifest["weights"] == {"path": str(ckpt), "size": ckpt.stat().st_size,
+                                   "mtime": ckpt.stat().st_mtime, "sha256": _sha256(ckpt)}
     final = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert set(final) == {"coco_instances_results.json", "metrics.json", "images.json", "timing.json"}
     for name in final:
@@ -112,8 +112,8 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
     res = _main(capfd, *args, "--resume", cwd=tmp_path)
     assert res.returncode == 2
     assert one_error_line(res.stderr) == (
-        f"error: cannot resume: the checkpoint {ckpt} changed since the earlier run "
-        f"(sha256 {before[:16]}... then, {_sha256(ckpt)[:16]}... now)"
+        f"error: cannot resume: the earlier run in {out / 'chunks'} differs: the weights {ckpt} changed since the "
+        f"earlier run (sha256 {before[:16]}... then, {_sha256(ckpt)[:16]}... now)"
     )
     assert not (out / "metrics.json").exists()
 
@@ -124,7 +124,7 @@ def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path
     assert "eval_coco: resuming: 1 of 2 images done, 1 to go" in res.stdout
     for name in ("coco_instances_results.json", "metrics.json", "images.json"):
         assert (out / name).read_bytes() == final[name], name
-    assert _load(out / "chunks" / "manifest.json")["checkpoint"]["mtime"] == ckpt.stat().st_mtime
+    assert _load(out / "chunks" / "manifest.json")["weights"]["mtime"] == ckpt.stat().st_mtime
 
 
 def test_file_identity(tmp_path):

@@ -61,18 +61,31 @@ restricted_pickle.load = lambda f, **kw: _Unpickler(f, **kw).load()
 
 def extract(path: str) -> tuple[dict[str, torch.Tensor], list[str]]:
     """The tensors of ``path``'s ``model`` entry (or of the file, if it is a dict of tensors), and the
-    names of the objects replaced by placeholders."""
+    names of the objects replaced by placeholders. ValueError says what is wrong (without the path)."""
     _Unpickler.refused = set()
     obj = torch.load(path, map_location="cpu", weights_only=False, pickle_module=restricted_pickle)
     if not isinstance(obj, dict):
-        raise ValueError(f"{path}: expected a dict, got {type(obj).__name__}")
+        raise ValueError(f"expected a dict, got {type(obj).__name__}")
     model = obj.get("model", obj)
     if not isinstance(model, dict):
-        raise ValueError(f"{path}: entry 'model' is a {type(model).__name__}, not a dict of tensors")
+        raise ValueError(f"entry 'model' is a {type(model).__name__}, not a dict of tensors")
     weights = {k: v for k, v in model.items() if isinstance(v, torch.Tensor)}
     if not weights:
-        raise ValueError(f"{path}: no tensors in {'its model entry' if 'model' in obj else 'the file'}")
+        raise ValueError(f"no tensors in {'its model entry' if 'model' in obj else 'the file'}")
     return weights, sorted(_Unpickler.refused)
+
+
+def _why(e: Exception) -> str:
+    """What went wrong, without the path (the error line names it once): an OSError's reason, else the first
+    line of the message."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _error(path: str, what: str) -> int:
+    print(f"error: {path}: {what}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,21 +94,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("output")
     args = ap.parse_args(argv)
     if os.path.abspath(args.output) == os.path.abspath(args.checkpoint):
-        print(f"error: {args.output}: would replace the input; choose another name", file=sys.stderr)
-        return 2
+        return _error(args.output, "would replace the input; choose another name")
     try:
         weights, refused = extract(args.checkpoint)
     except Exception as e:  # noqa: BLE001 - one line for any unreadable file
-        print(f"error: {args.checkpoint}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        return 2
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".tmp")
-    os.close(fd)
+        return _error(args.checkpoint, _why(e))
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.output)), suffix=".tmp")
+        os.close(fd)
         torch.save({"model": weights}, tmp)
         os.replace(tmp, args.output)
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+        return _error(args.output, f"cannot write ({_why(e)})")
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     skipped = f"; replaced by placeholders: {', '.join(refused)}" if refused else ""
     print(f"extract_weights: {len(weights)} tensors -> {args.output}{skipped}")

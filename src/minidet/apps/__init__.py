@@ -7,6 +7,9 @@ on the engine; nothing in the engine imports them."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -16,6 +19,43 @@ import cv2
 
 from ..imageio import native_messages
 from ..memory import keep_freed_memory
+
+_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)+$")  # a config key: MODEL.ROI_HEADS.SCORE_THRESH
+
+
+def _is_key(item: str) -> bool:
+    return bool(_KEY_RE.match(item)) and not os.path.exists(item)  # IMG_1.JPG may be a file
+
+
+def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str] | None,
+                         lists: tuple[str, ...] = ()) -> argparse.Namespace:
+    """``parser.parse_args`` for a program whose last positional, ``opts`` (``nargs=argparse.REMAINDER``), takes the
+    ``KEY VALUE`` config overrides as they are (a value such as ``-1e-5`` too). The overrides start at the first
+    config key; options among or after them (the last command, edited: ``... MODEL.DEVICE cuda --resume``) are
+    parsed as if given before them, and the overrides that a list option (``nargs="+"``, its dest in ``lists``,
+    e.g. ``input``) took are given back to ``opts``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    known = parser._option_string_actions  # argparse's table of option strings (--resume, --chunk-size, -h, ...)
+    start = next((k for k, item in enumerate(argv) if _is_key(item)), len(argv))
+    tail, overrides, moved, i = argv[start:], [], [], 0
+    while i < len(tail):
+        if tail[i].split("=", 1)[0] not in known:  # a KEY VALUE pair, the value as it is
+            overrides += tail[i : i + 2]
+            i += 2
+            continue
+        moved.append(tail[i])  # an option and its values, up to the next option or key
+        i += 1
+        while i < len(tail) and tail[i].split("=", 1)[0] not in known and not _is_key(tail[i]):
+            moved.append(tail[i])
+            i += 1
+    args = parser.parse_args(argv[:start] + moved + overrides)
+    for dest in lists:  # "--input a.jpg MODEL.DEVICE cuda": --input took the overrides; give them back
+        items = getattr(args, dest) or []
+        k = next((k for k, item in enumerate(items) if k > 0 and _is_key(item)), None)
+        if k is not None:
+            args.opts = items[k:] + args.opts
+            setattr(args, dest, items[:k])
+    return args
 
 
 def fail(message: str, debug: bool) -> int:

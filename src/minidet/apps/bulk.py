@@ -18,27 +18,34 @@ from ..timing import summarize
 from . import dist
 from .chunks import ChunkError, ChunkStore
 from .data import ImageFiles, collate, worker_init_fn
+from .fileio import no_space
 
 
 @dataclass
 class Share:
-    """What this process does: ``todo``, every ``world_size``-th ``(id, path)`` not ``done``, as run ``run_id``."""
+    """What this process does: ``todo``, every ``world_size``-th ``(id, path)`` not ``done``, as run ``run_id``;
+    ``manifest``: the run's identity (on rank 0)."""
 
     run_id: int
     todo: list[tuple[int, str]]
     done: set[int]
+    manifest: dict | None = None
 
 
 def open_share(store: ChunkStore, prepare: Callable[[], dict], items: list[tuple[int, str]], resume: bool,
-               info: dist.DistInfo, keep: Callable[[int], bool] | None = None) -> Share:
-    """Rank 0 calls ``prepare()`` for the run's manifest, opens ``store`` with it (see :meth:`ChunkStore.open`) and
-    reads which ids the chunks finished (those ``keep`` accepts, when given); every rank gets the same answer, or
-    the same :class:`ChunkError` for anything that failed on rank 0."""
+               info: dist.DistInfo, keep: Callable[[int], bool] | None = None, restart: bool = False) -> Share:
+    """Rank 0 calls ``prepare()`` for the run's manifest, checks ``store`` with it (see :meth:`ChunkStore.check`;
+    nothing is written) and, with ``resume``, reads which ids the chunks finished (those ``keep`` accepts, when
+    given); every rank gets the same answer, or the same :class:`ChunkError` for anything that failed on rank 0.
+    Once set up, :func:`begin_run` records the run."""
     state: dict = {}
+    manifest = None
     if info.is_main:  # one process decides, so that every rank shards the same list
         try:
-            run = store.open(prepare(), resume)
-            state = {"run": run, "done": sorted(i for i in store.done_ids() if keep is None or keep(i))}
+            manifest = prepare()
+            run = store.check(manifest, resume, restart)
+            done = store.done_ids() if resume else set()
+            state = {"run": run, "done": sorted(i for i in done if keep is None or keep(i))}
         except (ChunkError, OSError) as e:
             state = {"error": str(e)}
     state = dist.broadcast(state)
@@ -46,7 +53,27 @@ def open_share(store: ChunkStore, prepare: Callable[[], dict], items: list[tuple
         raise ChunkError(state["error"])
     done = set(state["done"])
     todo = [(i, path) for i, path in items if i not in done]
-    return Share(state["run"], todo[info.rank :: info.world_size], done)
+    return Share(state["run"], todo[info.rank :: info.world_size], done, manifest)
+
+
+def begin_run(store: ChunkStore, share: Share, resume: bool, info: dist.DistInfo,
+              clean: Callable[[], None] | None = None) -> None:
+    """Once the run is set up (the model loaded) and before any output: rank 0 calls ``clean()`` (temporary files
+    of a killed run) and records the run's identity (:meth:`ChunkStore.begin`); every rank waits for that, so that
+    no output exists without it, and raises what failed on rank 0."""
+    error = None
+    if info.is_main:
+        try:
+            if clean is not None:
+                clean()
+            store.begin(share.manifest, share.run_id, resume)
+        except OSError as e:
+            error = e
+    message = dist.broadcast(None if error is None else str(error))
+    if error is not None:
+        raise error
+    if message is not None:
+        raise ChunkError(message)
 
 
 @dataclass
@@ -118,30 +145,56 @@ def timing_summary(records: list[dict], warmup: int) -> tuple[dict, dict, list[d
     return (summarize(stages) if stages else {}), (summarize(pipeline) if pipeline else {}), timed
 
 
+_SIGNALLED: list[int] = []  # the signals that stopped this process's loop (SIGTERM)
+
+
 def _raise_exit(signum, frame):
+    _SIGNALLED.append(signum)  # the same SIGTERM to the process group may end a loader worker first
     raise SystemExit(128 + signum)  # unwinds like Ctrl-C: what is finished is saved on the way out
 
 
-def drive(job, fail: Callable[[str], int], folder_flag: str) -> tuple[int | None, float]:
-    """Run ``job.loop()`` (SIGTERM unwinds it like Ctrl-C), then learn which chunks every process wrote
-    (``job.written``, in ``job.store``). Returns ``(status, loop seconds)``: the exit status when this process is
-    done (stopped: 130 Ctrl-C, 128 + signal, or ``fail``'s for an error; 0 for a rank above 0; ``fail``'s when a
-    chunk of another process is not visible, i.e. ``folder_flag`` is not shared), None when rank 0 is to merge."""
+def stopped(e: BaseException, folder: str) -> str:
+    """The line a run stopped by ``e`` ends with: why (which process of the run died, an interruption, a full
+    disk naming the output folder, the error) and that the finished work in the chunk ``folder`` is kept."""
+    then = "rerun"
+    if dead := dist.dead_ranks():  # torchrun ends the other processes when one dies: say which
+        why = dist.describe_dead(dead)
+    elif isinstance(e, (KeyboardInterrupt, SystemExit)) or _SIGNALLED:  # not what a loader worker saw of it
+        why = "interrupted"
+    elif no_space(e):
+        writing = f" (writing {e.path})" if getattr(e, "path", None) else ""
+        why, then = f"{os.path.dirname(folder)}: {os.strerror(e.errno).lower()}{writing}", "make room, then rerun"
+    else:
+        why = str(e) if isinstance(e, dist.PeerError) else f"{type(e).__name__}: {e}".strip().rstrip(".")
+    return f"{why}; finished work is kept in {folder}: {then} the same command with --resume to do the rest"
+
+
+def drive(job, fail: Callable[[str], int], folder_flag: str, finish: Callable[[float], int]) -> int:
+    """Run ``job.loop()`` (SIGTERM unwinds it like Ctrl-C), learn which chunks every process wrote
+    (``job.written``, in ``job.store``), then on rank 0 ``finish(loop seconds)``. Returns the exit status: 130
+    (Ctrl-C), 128 + signal, or ``fail``'s for an error, a full disk or another process of the run that died, each
+    one :func:`stopped` line; 0 for a rank above 0; ``fail``'s when a chunk of another process is not visible
+    (``folder_flag`` is not shared); else ``finish``'s, or ``fail``'s when the disk is full for its files."""
     signal.signal(signal.SIGTERM, _raise_exit)
+    _SIGNALLED.clear()
     t0 = time.perf_counter()
     try:
         job.loop()
+        written = dist.all_gather(job.written)
     except (KeyboardInterrupt, SystemExit, Exception) as e:  # noqa: BLE001 - report, keep the chunks, stop
-        what = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else f"{type(e).__name__}: {e}"
-        rc = fail(f"{what.strip().rstrip('.')}; finished work is kept in {job.store.folder}: rerun the same command "
-                  "with --resume to do the rest")
-        return (130 if isinstance(e, KeyboardInterrupt) else e.code if isinstance(e, SystemExit) else rc), 0.0
-    written = dist.all_gather(job.written)
+        rc = fail(stopped(e, job.store.folder))
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        return e.code if isinstance(e, SystemExit) else 128 + _SIGNALLED[0] if _SIGNALLED else rc
     t_loop = time.perf_counter() - t0
     if not job.info.is_main:
-        return 0, t_loop
+        return 0
     unseen = [n for names in written for n in names if not os.path.exists(os.path.join(job.store.folder, n))]
     if unseen:
-        where = f"{job.store.folder}: {folder_flag} must be shared"
-        return fail(f"{unseen[0]} of another process is not in {where}"), t_loop
-    return None, t_loop
+        return fail(f"{unseen[0]} of another process is not in {job.store.folder}: {folder_flag} must be shared")
+    try:
+        return finish(t_loop)
+    except OSError as e:
+        if not no_space(e):
+            raise
+        return fail(stopped(e, job.store.folder))

@@ -1,21 +1,23 @@
 """A resumable store of per-image results: every few images a run writes ``<folder>/run<R>-rank<K>-<N>.json``
-atomically (the images it finished, those it skipped and why, detections, timings); the next run (``R + 1``)
-does only the images not done. ``manifest.json`` records what the chunks were made from (files by
-:func:`file_identity`), so that a resumed run cannot mix results of another model, config or dataset."""
+atomically and durably (the images it finished, those it skipped and why, detections, timings); the next run
+(``R + 1``) does only the images not done. ``manifest.json``, written when a run starts (before its first output),
+is the run's identity: config, weights file (by content, :func:`file_identity`), inputs and output options, so that
+a resumed run cannot mix results of another model, config or dataset, chunks or not."""
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .fileio import remove_temp_files, write_json
 
 MANIFEST = "manifest.json"
+FORMAT = 2  # of the manifest (1: the config as yacs text, the weights under "checkpoint")
 _CHUNK_RE = re.compile(r"^run(\d+)-rank(\d+)-(\d+)\.json$")
 
 
@@ -36,8 +38,70 @@ def file_identity(path: str) -> dict | None:
     return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime, "sha256": digest.hexdigest()}
 
 
-def _digest(v) -> str | None:  # the digest of a manifest value that is a file_identity, else None
-    return v.get("sha256") if isinstance(v, dict) else None
+def config_entries(cfg: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Every key of a (nested) config as ``{"MODEL.ROI_HEADS.SCORE_THRESH": 0.05, ...}`` (sequences as lists), the
+    form a manifest keeps it in, so that a difference names its key. ``MODEL.WEIGHTS`` is left out: the weights are
+    compared by content (:func:`file_identity`), so a copy of the file elsewhere is the same model."""
+    flat: dict[str, Any] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(config_entries(value, f"{name}."))
+        elif name != "MODEL.WEIGHTS":
+            flat[name] = list(value) if isinstance(value, tuple) else value
+    return flat
+
+
+def _is_file(v: Any) -> bool:  # a file_identity entry
+    return isinstance(v, dict) and "sha256" in v
+
+
+def _text(v: Any) -> str:
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+def _file_difference(key: str, old: dict | None, new: dict | None) -> str | None:
+    if (old or {}).get("sha256") == (new or {}).get("sha256"):
+        return None  # the same content, maybe touched or copied
+    then, now = (v["sha256"][:16] + "..." if v else "" for v in (old, new))
+    if old and new and old["path"] == new["path"]:
+        return f"the {key} {new['path']} changed since the earlier run (sha256 {then} then, {now} now)"
+    then, now = (f"{v['path']} (sha256 {d})" if v else "none" for v, d in ((old, then), (new, now)))
+    return f"it used {key} {then}, this run uses {now}"
+
+
+def _list_difference(key: str, old: list, new: list) -> str | None:
+    if old == new:
+        return None
+    seen_old, seen_new = set(map(_text, old)), set(map(_text, new))
+    added = [_text(v) for v in new if _text(v) not in seen_old]
+    gone = [_text(v) for v in old if _text(v) not in seen_new]
+    what = [f"{len(vs)} {word}, e.g. {vs[0]}" for word, vs in (("new", added), ("gone", gone)) if vs]
+    return f"{key}: {len(old)} then, {len(new)} now ({'; '.join(what) or 'another order'})"
+
+
+def identity_differences(old: Mapping, new: Mapping) -> list[str]:
+    """What differs between the manifests of an earlier run and this one, one phrase each: a file entry by its
+    path and digest, a mapping (config, options) by its keys, a list (inputs) by what is new and what is gone."""
+    if old.get("format") != new.get("format"):
+        return [f"its {MANIFEST} was written by another minidet version"]
+    found: list[str | None] = []
+    for key in new:  # the same keys in both (one format)
+        a, b = old.get(key), new[key]
+        if _is_file(a) or _is_file(b):
+            found.append(_file_difference(key, a, b))
+        elif isinstance(a, dict) and isinstance(b, dict):
+            found += [f"{key} {k}: {_text(a.get(k))} then, {_text(b.get(k))} now"
+                      for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif isinstance(a, list) and isinstance(b, list):
+            found.append(_list_difference(key, a, b))
+        elif a != b:
+            found.append(f"{key}: {_text(a)} then, {_text(b)} now")
+    return [d for d in found if d]
+
+
+def _run_of(name: str) -> int:
+    return int(_CHUNK_RE.match(name).group(1))
 
 
 class ChunkStore:
@@ -53,33 +117,44 @@ class ChunkStore:
         found = [(tuple(map(int, m.groups())), n) for n in os.listdir(self.folder) if (m := _CHUNK_RE.match(n))]
         return [n for _, n in sorted(found)]
 
-    def open(self, manifest: dict, resume: bool) -> int:
-        """Prepare the folder for a run made from ``manifest``; returns the new run's number. The folder must hold
-        no chunks, or with ``resume`` chunks made from an equal manifest; else :class:`ChunkError`."""
+    def check(self, manifest: dict, resume: bool, restart: bool = False) -> int:
+        """Whether a run made from ``manifest`` may write here (nothing is written yet); returns its number. With
+        ``resume`` the earlier run's manifest, if there is one, must equal it (chunks or not: the earlier run may
+        have been killed before its first); without, the folder must hold no chunks, unless ``restart`` (they are
+        then replaced, see :meth:`begin`). Else :class:`ChunkError` saying what differs."""
         names = self.names()
         path = os.path.join(self.folder, MANIFEST)
-        if names and not resume:
+        if names and not (resume or restart):
             raise ChunkError(f"{self.folder} holds {len(names)} result chunks of an earlier run; rerun with --resume "
                              "to finish that run, or remove the folder to start again")
-        if names:
+        if resume and (names or os.path.lexists(path)):
             try:
                 with open(path, encoding="utf-8") as f:
                     old = json.load(f)
             except (OSError, ValueError) as e:
                 raise ChunkError(f"{path}: cannot read the earlier run's manifest ({e})") from None
-            if changed := _changed_file(old, manifest):
-                raise ChunkError(f"cannot resume: {changed}")
-            if diff := _first_difference(old, manifest):
-                raise ChunkError(f"cannot resume: the earlier run in {self.folder} differs: {diff}")
+            if found := identity_differences(old, json.loads(json.dumps({"format": FORMAT, **manifest}))):
+                more = f"; and {len(found) - 3} more" if len(found) > 3 else ""
+                raise ChunkError(f"cannot resume: the earlier run in {self.folder} differs: {'; '.join(found[:3])}"
+                                 f"{more}")
+        return 1 + max(map(_run_of, names), default=0)
+
+    def begin(self, manifest: dict, run: int, resume: bool) -> None:
+        """Record run ``run`` (from :meth:`check`): the temporary files of a killed writer go, without ``resume``
+        the chunks of earlier runs too, then ``manifest`` is written durably. Call it before the run writes any
+        output, and on one process."""
         os.makedirs(self.folder, exist_ok=True)
         remove_temp_files(self.folder)  # half-written chunks of a killed run: never read, now gone
-        write_json(path, manifest, indent=1)
-        return 1 + max((int(_CHUNK_RE.match(n).group(1)) for n in names), default=0)
+        if not resume:  # before the new manifest: never an earlier run's chunks under this run's identity
+            for name in self.names():
+                if _run_of(name) < run:
+                    os.unlink(os.path.join(self.folder, name))
+        write_json(os.path.join(self.folder, MANIFEST), {"format": FORMAT, **manifest}, indent=1, durable=True)
 
     def write(self, run: int, rank: int, index: int, chunk: dict) -> str:
-        """Write one chunk atomically; returns its file name."""
+        """Write one chunk atomically and durably; returns its file name."""
         name = f"run{run:03d}-rank{rank:04d}-{index:05d}.json"
-        write_json(os.path.join(self.folder, name), {"run": run, "rank": rank, **chunk})
+        write_json(os.path.join(self.folder, name), {"run": run, "rank": rank, **chunk}, durable=True)
         return name
 
     def read(self, name: str) -> dict:
@@ -96,31 +171,6 @@ class ChunkStore:
     def done_ids(self) -> set[int]:
         """Ids of the images some chunk finished (skipped images are not done: a rerun retries them)."""
         return {i for c in self.read_all() for i in c["image_ids"]}
-
-
-def _changed_file(old: dict, new: dict) -> str:
-    """The first manifest entry that is a :func:`file_identity` whose content changed (or went)."""
-    for key in sorted(set(old) | set(new)):
-        a, b = _digest(old.get(key)), _digest(new.get(key))
-        if a == b:
-            continue
-        path = (new if b else old)[key]["path"]
-        then, now = (f"{d[:16]}..." if d else "(no file)" for d in (a, b))
-        return f"the {key} {path} changed since the earlier run (sha256 {then} then, {now} now)"
-    return ""
-
-
-def _first_difference(old: dict, new: dict) -> str:
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if a == b or (_digest(a) and _digest(a) == _digest(b)):  # the same file content, maybe touched
-            continue
-        if isinstance(a, str) and isinstance(b, str) and "\n" in a + b:
-            for la, lb in itertools.zip_longest(a.splitlines(), b.splitlines(), fillvalue=""):
-                if la != lb:
-                    return f"{key}: {la.strip()!r} then, {lb.strip()!r} now"
-        return f"{key}: {a!r} then, {b!r} now"
-    return ""
 
 
 @dataclass

@@ -13,6 +13,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ..imageio import DEFAULT_MAX_PIXELS, ImageReadError, read_image
+from .dist import process_alive
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -47,14 +48,6 @@ class ImageFiles(Dataset):
         return image_id, image
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # the state follows the (name)
-    except (OSError, IndexError):
-        return False
-
-
 def _die_with_parent(parent_pid: int, worker_id: int) -> None:
     if not sys.platform.startswith("linux"):
         return
@@ -63,7 +56,7 @@ def _die_with_parent(parent_pid: int, worker_id: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):  # no prctl to call: torch's own parent check remains
         return
-    if os.getppid() != parent_pid and not _alive(parent_pid):  # it died before prctl: no signal will come
+    if os.getppid() != parent_pid and not process_alive(parent_pid):  # it died before prctl: no signal will come
         os._exit(1)
 
 

@@ -23,9 +23,10 @@ Results are saved as the run goes in ``OUT/chunks/`` (every ``--chunk-size`` ima
 process). A run that stops (Ctrl-C, a crash, a killed worker) keeps them; the same command
 with ``--resume`` does only the missing images and writes the same results and metrics files
 (``timing.json`` then describes the images timed in all runs, and the wall time of the last).
-The chunks' manifest records the config, the dataset and the checkpoint file's size, mtime and
-SHA-256: a resumed run whose checkpoint has other content (a file replaced at the same path) is
-refused; one only touched or copied resumes. The DataLoader workers die with their process,
+The chunks' manifest, written when the run starts, records the config, the dataset (the annotation
+file by content, the images folder, the image ids) and the checkpoint file's size, mtime and SHA-256:
+a resumed run with another checkpoint (another file, or one replaced at the same path), config or
+dataset is refused with what differs; one only touched or copied resumes. The DataLoader workers die with their process,
 however it ends (on Linux, by ``PR_SET_PDEATHSIG``; SIGKILL included).
 
 An image that is missing, truncated, unreadable, not the annotated size or one the model cannot
@@ -56,9 +57,9 @@ import time
 from tqdm import tqdm
 
 import minidet
-from minidet.apps import dist, fail, run_app
-from minidet.apps.bulk import drive, open_share, run_batches, timing_summary
-from minidet.apps.chunks import ChunkError, ChunkStore, file_identity, merge_chunks
+from minidet.apps import dist, fail, parse_with_overrides, run_app
+from minidet.apps.bulk import begin_run, drive, open_share, run_batches, timing_summary
+from minidet.apps.chunks import ChunkError, ChunkStore, config_entries, file_identity, merge_chunks
 from minidet.apps.data import ImageFiles, coco_image_files
 from minidet.apps.evaluation import (
     IOU_TYPES,
@@ -77,7 +78,7 @@ from minidet.hub import weights_path
 from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
-SETUP_ERRORS = (ConfigError, CheckpointError, EvaluationError, ChunkError, OSError)
+SETUP_ERRORS = (ConfigError, CheckpointError, EvaluationError, ChunkError, OSError, dist.PeerError)
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> argparse.Namespace:
@@ -98,8 +99,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> arg
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
     p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="keep freed memory in the process for reuse (no page faults; it keeps its peak memory)")
-    p.add_argument("opts", nargs="*", metavar="KEY VALUE", help="config overrides")
-    args = p.parse_intermixed_args(argv)  # options may follow the overrides: "... MODEL.DEVICE cuda --resume"
+    p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
+    # overrides are taken as they are (e.g. MODEL.FROZEN_BN_EPS -1e-5), options may follow them
+    args = parse_with_overrides(p, argv, lists=("results",))
     if args.results:
         extra = [f for f, v in [("--config-file", args.config_file), ("--images", args.images),
                                 ("--max-images", args.max_images), ("--resume", args.resume),
@@ -185,27 +187,25 @@ class Run:
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
         weights = weights_path(cfg.MODEL.WEIGHTS)  # "" is an error; None for "none"; a name or URL may download
         self.files = dict(files)
-        manifest = {
-            "annotations": os.path.abspath(args.ann),
+        manifest = {  # the run's identity (the files' digests are added on rank 0)
             "images": os.path.abspath(args.images),
-            "image_ids": len(files),
-            "config": cfg.dump(),
+            "image ids": [i for i, _ in files],
+            "config": config_entries(cfg),
         }
         self.info, device = dist.init(cfg.MODEL.DEVICE)
         cfg.MODEL.DEVICE = device
         self.cfg = cfg
         self.store = ChunkStore(os.path.join(args.output, "chunks"))
-
-        def prepare() -> dict:  # rank 0 only
-            remove_temp_files(args.output)  # of a run killed while writing the final files
-            return {**manifest, "checkpoint": file_identity(weights)}  # a file replaced at the same path
-
-        share = open_share(self.store, prepare, files, args.resume, self.info)
+        identity = lambda: {"weights": file_identity(weights), "annotations": file_identity(args.ann),  # noqa: E731
+                            **manifest}
+        share = open_share(self.store, identity, files, args.resume, self.info)
         self.run_id, self.shard = share.run_id, share.todo
         if share.done and self.info.is_main:
             print(f"eval_coco: resuming: {len(share.done)} of {len(files)} images done, "
                   f"{len(files) - len(share.done)} to go")
         self.predictor = minidet.Predictor(cfg, weights)
+        # the temporary files of a run killed while writing the final files go
+        begin_run(self.store, share, args.resume, self.info, lambda: remove_temp_files(args.output))
         if self.info.is_main:
             print(f"eval_coco: weights {self.predictor.weights_summary}")
         self.evaluator = COCOEvaluator(self.coco_gt, self.predictor.box_offset)
@@ -326,8 +326,7 @@ def evaluate_model(args: argparse.Namespace) -> int:
     """The model form: set up, loop over this process's images, then rank 0 finishes."""
     t_start = time.perf_counter()  # wall time: model loading included, Python imports not
     run = Run(args)  # a set-up error is run_app's one line
-    status, t_loop = drive(run, lambda message: fail(message, args.debug), "OUT")
-    return status if status is not None else finish(run, t_start, t_loop)
+    return drive(run, lambda message: fail(message, args.debug), "OUT", lambda t_loop: finish(run, t_start, t_loop))
 
 
 def main(argv: list[str] | None = None, prog: str = "eval_coco.py") -> int:

@@ -4,6 +4,7 @@ leaves only a temp file), output folders checked before a run, and a lock agains
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -21,6 +22,8 @@ except ImportError:  # not on Linux/macOS: runs are not locked
 _TEMP_RE = re.compile(r"^\.(md-\d+-([0-9a-f]{8}|probe)|.+\.\d+\.[0-9a-f]{8})\.tmp(\.mp4|\.avi)?$")
 LOCK_NAME = ".minidet.lock"
 _LOCK_FDS: set[int] = set()  # the lock files this process holds
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # the file system is full: every later write would fail too
+_WRITE_ERRNOS = (*NO_SPACE, errno.EFBIG, errno.EIO, errno.EROFS)  # a write itself failed (not the caller's code)
 
 
 def _forget_locks() -> None:  # in a forked child (a DataLoader worker): the lock stays with the parent alone
@@ -35,11 +38,13 @@ if hasattr(os, "register_at_fork"):
 
 
 class OutputError(OSError):
-    """An output file or folder cannot be written; ``str(err)`` is one line naming it (never a temp file)."""
+    """An output file or folder cannot be written; ``str(err)`` is one line naming it (never a temp file), ``path``
+    the file when it is one."""
 
-    def __init__(self, message: str, errno: int | None = None) -> None:
+    def __init__(self, message: str, errno: int | None = None, path: str | None = None) -> None:
         super().__init__(" ".join(message.split()))
         self.errno = errno
+        self.path = path
 
 
 def _temp_name() -> str:
@@ -63,40 +68,73 @@ def remove_temp_files(folder: str) -> list[str]:
     return names
 
 
+def no_space(e: BaseException) -> bool:
+    """Whether ``e`` says the file system is full (or the user's quota is): a run stops, it cannot go on."""
+    return isinstance(e, OSError) and e.errno in NO_SPACE
+
+
+def _sync_folder(folder: str) -> None:
+    """Make the names in ``folder`` (a rename into it) durable; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a file system that cannot sync a folder: the file itself is synced
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w") -> Iterator[IO]:
+def atomic_open(path: str, mode: str = "w", durable: bool = False) -> Iterator[IO]:
     """Open a temporary file beside ``path`` (``mode`` ``"w"``: UTF-8 text, or ``"wb"``), renamed to ``path`` on a
-    clean exit; if the block raises, it is removed and ``path`` stays as it was. A failure to create or rename
-    it raises :class:`OutputError` naming ``path``."""
+    clean exit; if the block raises, it is removed and ``path`` stays as it was. With ``durable`` the file's data
+    and then its name are on the disk (``fsync``) when the block ends: a power cut cannot undo it. A failure to
+    create, write (disk full) or rename it raises :class:`OutputError` naming ``path``."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes only; mode must be 'w' or 'wb', got {mode!r}")
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), _temp_name())
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, _temp_name())
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours the umask
     except OSError as e:
-        raise OutputError(f"{path}: cannot write ({_why(e)})", e.errno) from None
+        raise OutputError(f"{path}: cannot write ({_why(e)})", e.errno, path) from None
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
+        try:
+            with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+                yield f
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError as e:  # the writes (or the caller's code: only the write errors are ours to name)
+            if isinstance(e, OutputError) or e.errno not in _WRITE_ERRNOS:
+                raise
+            raise OutputError(f"{path}: cannot write ({_why(e)})", e.errno, path) from None
         try:
             os.replace(tmp, path)
         except OSError as e:
-            raise OutputError(f"{path}: cannot write ({_why(e)})", e.errno) from None
+            raise OutputError(f"{path}: cannot write ({_why(e)})", e.errno, path) from None
+        if durable:
+            _sync_folder(folder)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    with atomic_open(path, "wb") as f:
+def atomic_write(path: str, data: bytes, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename (see :func:`atomic_open`
+    for ``durable``)."""
+    with atomic_open(path, "wb", durable) as f:
         f.write(data)
 
 
-def write_json(path: str, obj: Any, indent: int | None = None) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (streamed, no full copy in memory)."""
-    with atomic_open(path, "w") as f:
+def write_json(path: str, obj: Any, indent: int | None = None, durable: bool = False) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (streamed, no full copy in memory; see :func:`atomic_open` for
+    ``durable``)."""
+    with atomic_open(path, "w", durable) as f:
         json.dump(obj, f, indent=indent)
         f.write("\n")
 
@@ -104,7 +142,8 @@ def write_json(path: str, obj: Any, indent: int | None = None) -> None:
 class OutputDir:
     """An output folder, checked before a run (created if needed; files can be created and renamed in it), else
     :class:`OutputError` naming ``flag``. With ``lock``, :data:`LOCK_NAME` in it is ``flock``-ed until :meth:`close`
-    or the process ends, however: a second run is refused, a killed one blocks nothing, forked children hold none."""
+    or the process ends, however: a second run is refused, a killed one blocks nothing, forked children hold none.
+    :meth:`close` removes the folders created here again if the run left them empty (a failed set-up)."""
 
     def __init__(self, path: str, flag: str = "--output", lock: bool = True) -> None:
         self.path, self.flag = path, flag
@@ -122,9 +161,9 @@ class OutputDir:
         except OSError as e:
             what = "cannot create the folder" if missing and not os.path.isdir(path) else "cannot write in the folder"
             raise OutputError(f"{flag} {path}: {what} ({_why(e)})", e.errno) from None
+        self._created = missing
         if lock:
             self._lock()
-            self._created = missing
 
     def _probe(self) -> None:
         a, b = (os.path.join(self.path, _temp_name()) for _ in range(2))

@@ -26,11 +26,14 @@ detections kept are those of an unfiltered run). ``--results FILE``: ``.jsonl``,
 to ``FILE.partial`` as images finish and written in image order at the end; or ``.json`` in COCO results format
 with an ``images`` list (id, file name, size), which ``eval_coco.py --results`` evaluates against annotations.
 
-Finished inputs are recorded in ``DIR/.chunks/`` every ``--chunk-size`` images per process: after a crash, Ctrl-C
-or SIGKILL the same command with ``--resume`` skips the inputs whose outputs are complete and writes the same
-files as an uninterrupted run; it refuses chunks made with another config, checkpoint, input list or output
-options. Without ``--resume`` a run starts over. Under torchrun each process takes every N-th input and writes
-its own chunks; rank 0 writes the results file (``DIR`` on a file system all processes see).
+Finished inputs are recorded in ``DIR/.chunks/`` every ``--chunk-size`` images per process, as soon as their
+files are written (synced to the disk): after a crash, Ctrl-C, SIGKILL, a full disk or a dead torchrun process the
+same command with ``--resume`` (options may follow the ``KEY VALUE`` overrides) skips the inputs whose outputs are
+complete and writes the same files as an uninterrupted run. The run's identity (config, checkpoint by content,
+inputs, output options) is recorded when it starts: ``--resume`` with another one is refused, saying what differs,
+even when the earlier run was killed before its first chunk. Without ``--resume`` a run starts over. Under torchrun
+each process takes every N-th input and writes its own chunks; rank 0 writes the results file (``DIR`` on a file
+system all processes see).
 
 An input that cannot be read or run gets one ``error: <file>: <what>`` line and the run goes on (exit status 1);
 a folder's entries that are neither images nor videos are counted on one ``infer: skipped ...`` line. Bad configs,
@@ -45,13 +48,12 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import hashlib
 import heapq
 import itertools
 import json
 import os
-import re
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -61,11 +63,11 @@ import numpy as np
 from tqdm import tqdm
 
 import minidet
-from minidet.apps import dist, fail, run_app
-from minidet.apps.bulk import drive, open_share, run_batches, timing_summary
-from minidet.apps.chunks import ChunkError, ChunkStore, file_identity
+from minidet.apps import dist, fail, parse_with_overrides, run_app
+from minidet.apps.bulk import begin_run, drive, open_share, run_batches, timing_summary
+from minidet.apps.chunks import ChunkError, ChunkStore, config_entries, file_identity
 from minidet.apps.data import ImageFiles
-from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, remove_temp_files
+from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, no_space, remove_temp_files
 from minidet.apps.inputs import describe_skipped, find_inputs
 from minidet.apps.rle import encode_masks, xyxy_to_xywh
 from minidet.apps.video import CODECS, STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
@@ -77,8 +79,7 @@ from minidet.hub import weights_path
 from minidet.timing import format_table
 
 CHUNKS = ".chunks"
-SETUP_ERRORS = (ConfigError, CheckpointError, ChunkError, OSError, VideoError)
-_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)+$")
+SETUP_ERRORS = (ConfigError, CheckpointError, ChunkError, OSError, VideoError, dist.PeerError)
 _OUTPUT_KEYS = ("no_vis", "vis_thresh", "mask_alpha", "no_boxes", "no_labels", "classes", "every", "codecs")
 
 
@@ -106,20 +107,16 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
     p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="keep freed memory in the process for reuse (no page faults; it keeps its peak memory)")
-    p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides (last)")
-    args = p.parse_args(argv)  # overrides are taken as they are, e.g. MODEL.FROZEN_BN_EPS -1e-5
-    # "--input a.jpg MODEL.DEVICE cuda": --input swallowed the overrides; give them back.
-    for i, item in enumerate(args.input):
-        if i > 0 and _KEY_RE.match(item) and not os.path.exists(item):
-            args.opts = args.input[i:] + args.opts
-            args.input = args.input[:i]
-            break
+    p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
+    # overrides are taken as they are (e.g. MODEL.FROZEN_BN_EPS -1e-5), options may follow them
+    args = parse_with_overrides(p, argv, lists=("input",))
     if not (args.input or args.input_list):
         p.error("give --input PATH ... or --input-list FILE")
     if args.warmup < 0 or args.workers < 0 or args.chunk_size < 1 or args.every < 1:
         p.error("need --warmup >= 0, --workers >= 0, --chunk-size >= 1, --every >= 1")
-    if not 0.0 <= args.mask_alpha <= 1.0:
-        p.error("--mask-alpha must be between 0 and 1")
+    for flag, value in (("--vis-thresh", args.vis_thresh), ("--mask-alpha", args.mask_alpha)):
+        if not 0.0 <= value <= 1.0:
+            p.error(f"{flag} must be between 0 and 1")
     if args.results and os.path.splitext(args.results)[1] not in (".json", ".jsonl"):
         p.error(f"--results {args.results}: the name must end in .jsonl (a record per line) or .json (COCO)")
     args.codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
@@ -239,7 +236,8 @@ def parse_classes(text: str | None, names: list[str]) -> set[int] | None:
 
 
 def _check_results_file(path: str, output: str, names: list[str], guard: InputGuard) -> None:
-    """``--results`` must be neither an input nor one of the per-input outputs; its folder is created."""
+    """``--results`` must be neither an input nor one of the per-input outputs; its folder must be writable (it is
+    made when the run writes the file, not here: a run that fails during set-up leaves no empty folder)."""
     hit = guard.input_at(path)
     if hit is None and os.path.abspath(path) in {os.path.abspath(os.path.join(output, n)) for n in names}:
         hit = "an output of the run"
@@ -247,7 +245,7 @@ def _check_results_file(path: str, output: str, names: list[str], guard: InputGu
         hit = f"the input file {hit}"
     if hit is not None:
         raise OutputError(f"--results {path}: would replace {hit}; choose another name")
-    OutputDir(os.path.dirname(path) or ".", "--results", lock=False)
+    OutputDir(os.path.dirname(path) or ".", "--results", lock=False).close()
 
 
 class Job:
@@ -277,40 +275,43 @@ class Job:
         if args.results:
             _check_results_file(args.results, args.output, names, self.guard)
         weights = weights_path(cfg.MODEL.WEIGHTS)  # after the inputs and outputs are checked: a name or URL downloads
-        options = {k: getattr(args, k) for k in _OUTPUT_KEYS}
-        digest = hashlib.sha256("\n".join(self.paths).encode()).hexdigest()
-        manifest = {
-            "inputs": f"{len(self.paths)} paths (sha256 {digest[:16]})",
-            "config": cfg.dump(),
-            "outputs": {**options, "records": bool(args.results)},
+        manifest = {  # the run's identity (the weights' digest is added on rank 0)
+            "config": config_entries(cfg),
+            "options": {**{"--" + k.replace("_", "-"): getattr(args, k) for k in _OUTPUT_KEYS},
+                        "--results": bool(args.results)},  # whether the chunks hold the records
+            "inputs": self.paths,
         }
         self.info, device = dist.init(cfg.MODEL.DEVICE)
         cfg.MODEL.DEVICE = device
         self.cfg = cfg
         self.store = ChunkStore(os.path.join(args.output, CHUNKS))
-
-        def prepare() -> dict:  # rank 0 only
-            if not args.resume:
-                for name in self.store.names():  # a new run starts over
-                    os.unlink(os.path.join(self.store.folder, name))
-            for folder, subfolders, _ in os.walk(args.output):  # files a killed run was writing
-                subfolders[:] = [d for d in subfolders if d != CHUNKS]  # (the chunk store cleans its own)
-                remove_temp_files(folder)
-            return {**manifest, "checkpoint": file_identity(weights)}  # a file replaced at the same path
-
-        self.share = open_share(self.store, prepare, self.items, args.resume, self.info, keep=self.complete)
+        identity = lambda: {"weights": file_identity(weights), **manifest}  # noqa: E731 - rank 0 only
+        # a run without --resume starts anew: the chunks of an earlier one are replaced once this one begins
+        self.share = open_share(self.store, identity, self.items, args.resume, self.info, keep=self.complete,
+                                restart=True)
         if self.share.done and self.info.is_main:
             print(f"infer: resuming: {len(self.share.done)} of {len(self.items)} inputs done, "
                   f"{len(self.items) - len(self.share.done)} to go")
         self.predictor = minidet.Predictor(cfg, weights)
+        begin_run(self.store, self.share, args.resume, self.info, self._remove_temp_files)
         if self.info.is_main:
             print(f"infer: weights {self.predictor.weights_summary}")
         self.written: list[str] = []
         self.pending = self._empty()
-        self.inflight: collections.deque[tuple[int, Future]] = collections.deque()
+        self.lock = threading.RLock()  # pending, written and the order below: writer threads finish images
+        self.order: collections.deque[int] = collections.deque()  # images at the writers, in image order
+        self.finished: dict[int, dict | str | None] = {}  # their results, until the earlier ones are in
+        self.batch_timing: dict[int, dict] = {}  # a batch's timing, by the id of its last image
+        self.futures: collections.deque[Future] = collections.deque()
         self.stream = None
         self.seq = 0
         self.codec: dict[tuple, str | None] = {}
+
+    def _remove_temp_files(self) -> None:
+        """Remove the files a killed run was writing (the chunk store cleans its own)."""
+        for folder, subfolders, _ in os.walk(self.args.output):
+            subfolders[:] = [d for d in subfolders if d != CHUNKS]
+            remove_temp_files(folder)
 
     def complete(self, image_id: int) -> bool:
         """Whether an input's outputs are all there (they are written whole or not at all)."""
@@ -328,12 +329,14 @@ class Job:
 
     def loop(self) -> None:
         """This process's images (batched, decoded by the loader's workers, drawn and written by two threads while
-        the model runs), then its videos; a chunk is saved every ``--chunk-size`` finished images."""
+        the model runs), then its videos; a chunk is saved as soon as ``--chunk-size`` inputs are finished (their
+        files written, by whichever writer thread finishes the last of them)."""
         args, info = self.args, self.info
         images = [(i, p) for i, p in self.share.todo if not is_video(p)]
         videos = [(i, p) for i, p in self.share.todo if is_video(p)]
         if args.results and args.results.endswith(".jsonl"):
             suffix = f".rank{info.rank}.partial" if info.distributed else ".partial"
+            os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
             self.stream = open(args.results + suffix, "w", encoding="utf-8")  # closed at the end of the loop
         bar = tqdm(total=len(images), unit="img", file=sys.stderr, disable=(not info.is_main or not images) or None,
                    desc=f"rank 0 of {info.world_size}" if info.distributed else None)
@@ -345,14 +348,14 @@ class Job:
                     for batch in run_batches(self.predictor, files, bs, args.workers, args.debug):
                         for i, error in batch.errors:
                             self._skip(i, error)
+                        with self.lock:  # the batch's timing goes into the chunk of its last image
+                            self.order.extend(i for i, _, _ in batch.outputs)
+                            if batch.outputs:
+                                self.batch_timing[batch.outputs[-1][0]] = batch.timing
                         for i, image, out in batch.outputs:
-                            self.inflight.append((i, pool.submit(self._write_image, i, image, self._filter(out))))
-                        self._timing(batch.timing)
+                            self.futures.append(pool.submit(self._write_task, i, image, self._filter(out)))
                         self._drain(limit=2 * bs + 2)
                         bar.update(len(batch.outputs) + len(batch.errors))
-                        if len(self.pending["image_ids"]) + len(self.pending["skipped"]) >= args.chunk_size:
-                            self._drain(limit=0)
-                            self._save()
                     for i, path in videos:
                         self._drain(limit=0)
                         self._video(i, path, pool)
@@ -390,47 +393,77 @@ class Job:
         self.guard.write(stem + ".json", dumps_record(record).encode("utf-8"))
         return record
 
+    def _write_task(self, image_id: int, image: np.ndarray, out: dict) -> None:
+        """In a writer thread: one image's files, then its place in the chunks (:meth:`_finish`). A full disk
+        stops the run (raised here, to :meth:`_drain`); any other failure is this image's, reported."""
+        try:
+            result: dict | str | None = self._write_image(image_id, image, out)
+        except Exception as e:  # noqa: BLE001 - this image's problem: reported, the run goes on
+            if self.args.debug:
+                traceback.print_exception(e)
+            if no_space(e):
+                self._finish(image_id, None)
+                raise
+            result = str(e) if isinstance(e, OutputError) else f"{self.paths[image_id - 1]}: {type(e).__name__}: {e}"
+        self._finish(image_id, result)
+
+    def _finish(self, image_id: int, result: dict | str | None) -> None:
+        """An image's files are written (``result`` its record), failed (the message) or not done (None): record,
+        in image order, every image finished so far; a chunk is saved as soon as one is complete."""
+        with self.lock:
+            self.finished[image_id] = result
+            while self.order and self.order[0] in self.finished:
+                i = self.order.popleft()
+                result = self.finished.pop(i)
+                timing = self.batch_timing.pop(i, None)
+                if timing is not None and result is not None:
+                    self._timing(timing)
+                if isinstance(result, dict):
+                    self._done(i, len(result["instances"]), result)
+                elif result is not None:
+                    self._skip(i, result)
+
     def _drain(self, limit: int) -> None:
-        """Collect finished writes, oldest first, until at most ``limit`` are in flight."""
-        while len(self.inflight) > limit:
-            image_id, future = self.inflight.popleft()
-            try:
-                record = future.result()
-            except Exception as e:  # noqa: BLE001 - this image's problem: reported, the run goes on
-                if self.args.debug:
-                    traceback.print_exception(e)
-                what = str(e) if isinstance(e, OutputError) else f"{self.paths[image_id - 1]}: {type(e).__name__}: {e}"
-                self._skip(image_id, what)
-                continue
-            self._done(image_id, len(record["instances"]), record)
+        """Wait for the writes, oldest first, until at most ``limit`` are in flight (a full disk raises here)."""
+        while len(self.futures) > limit:
+            self.futures.popleft().result()
 
     def _done(self, image_id: int, n_instances: int, record: dict | None = None) -> None:
-        self.pending["image_ids"].append(image_id)
-        self.pending["instances"].append(n_instances)
-        if record is not None and self.args.results:
-            line = {"image_id": image_id, "name": self.rel[image_id], **record}
-            self.pending["detections"].append(line)
-            if self.stream is not None:
-                self.stream.write(json.dumps(line) + "\n")
-                self.stream.flush()
+        with self.lock:
+            self.pending["image_ids"].append(image_id)
+            self.pending["instances"].append(n_instances)
+            if record is not None and self.args.results:
+                line = {"image_id": image_id, "name": self.rel[image_id], **record}
+                self.pending["detections"].append(line)
+                if self.stream is not None:
+                    self.stream.write(json.dumps(line) + "\n")
+                    self.stream.flush()
+            self._save(full=True)
 
     def _skip(self, image_id: int, error: str) -> None:
         error = " ".join(error.split())
-        self.pending["skipped"].append({"image_id": image_id, "file": self.paths[image_id - 1], "error": error})
-        tqdm.write(f"error: {error}", file=sys.stderr)
+        with self.lock:
+            self.pending["skipped"].append({"image_id": image_id, "file": self.paths[image_id - 1], "error": error})
+            tqdm.write(f"error: {error}", file=sys.stderr)
+            self._save(full=True)
 
     def _timing(self, timing: dict) -> None:
-        if timing["n"]:
-            self.pending["timings"].append({"run": self.share.run_id, "rank": self.info.rank, "seq": self.seq,
-                                            **timing})
-            self.seq += 1
+        with self.lock:
+            if timing["n"]:
+                self.pending["timings"].append({"run": self.share.run_id, "rank": self.info.rank, "seq": self.seq,
+                                                **timing})
+                self.seq += 1
 
-    def _save(self) -> None:
-        """Write the finished and skipped inputs as a chunk; start anew (memory stays flat)."""
-        if self.pending["image_ids"] or self.pending["skipped"]:
+    def _save(self, full: bool = False) -> None:
+        """Write the finished and skipped inputs as a chunk (with ``full`` only once ``--chunk-size`` of them are
+        there); start anew (memory stays flat)."""
+        with self.lock:
+            n = len(self.pending["image_ids"]) + len(self.pending["skipped"])
+            if n == 0 or (full and n < self.args.chunk_size):
+                return
             index = len(self.written)
             self.written.append(self.store.write(self.share.run_id, self.info.rank, index, self.pending))
-        self.pending = self._empty()
+            self.pending = self._empty()
 
     # ------------------------------------------------------------------ videos
 
@@ -566,6 +599,7 @@ class Job:
     def _write_results(self, done: dict[int, int]) -> None:
         """``--results``: every done image's record, in image order, as JSON lines or one COCO results document."""
         path = self.args.results
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # checked, not made, at the start
         with atomic_open(path) as f:
             if path.endswith(".jsonl"):
                 for r in self._records():
@@ -597,8 +631,7 @@ class Job:
 def run(args: argparse.Namespace) -> int:
     """Set up, run this process's share, then rank 0 finishes (a set-up error is ``run_app``'s one line)."""
     job = Job(args)
-    status, t_loop = drive(job, lambda message: fail(message, args.debug), "--output")
-    return status if status is not None else job.finish(t_loop)
+    return drive(job, lambda message: fail(message, args.debug), "--output", job.finish)
 
 
 def main(argv: list[str] | None = None, prog: str = "infer.py") -> int:

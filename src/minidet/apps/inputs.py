@@ -4,6 +4,7 @@ run, in a stable order, with what was left out and why."""
 from __future__ import annotations
 
 import errno
+import fnmatch
 import glob
 import os
 from collections import Counter
@@ -19,11 +20,19 @@ def _has_extension(name: str, extensions: tuple[str, ...]) -> bool:
 # why a folder or glob entry is not listed ({s}: "s" for several); other entries are skipped for their extension
 _SKIP_LABELS = {"dangling": "dangling link{s}", "loop": "symlink loop{s}", "folder": "folder{s} named like an image",
                 "special": "special file{s} named like an image", "": "file{s} without extension",
-                "unreadable": "unreadable folder{s}"}
+                "unreadable": "unreadable folder{s}", "folder link": "link{s} to a folder (not followed)"}
 
 
-def _skip_reason(path: str, extensions: tuple[str, ...] = IMAGE_EXTENSIONS) -> str | None:
-    """Why ``path`` (a folder entry or glob match) is not listed; None for an input, hidden file, plain subfolder."""
+def _is_loop(link: str) -> bool:
+    """Whether the folder ``link`` points to holds the link itself (following it would never end)."""
+    target, here = os.path.realpath(link), os.path.realpath(os.path.dirname(link) or ".")
+    return here == target or here.startswith(target.rstrip(os.sep) + os.sep)
+
+
+def _skip_reason(path: str, extensions: tuple[str, ...] = IMAGE_EXTENSIONS, tree: bool = False) -> str | None:
+    """Why ``path`` (a folder entry or glob match) is not listed; None for an input, hidden file, plain subfolder.
+    With ``tree`` (a walk through sub-folders, which does not follow links to folders) a link to a folder is
+    counted too: a symlink loop or a folder link."""
     name = os.path.basename(path)
     ext = os.path.splitext(name)[1].lower()
     if ext not in extensions and name.startswith("."):
@@ -33,6 +42,8 @@ def _skip_reason(path: str, extensions: tuple[str, ...] = IMAGE_EXTENSIONS) -> s
             os.stat(path)
         except OSError as e:
             return "loop" if e.errno == errno.ELOOP else "dangling"
+    if tree and os.path.islink(path) and os.path.isdir(path):
+        return "loop" if _is_loop(path) else "folder link"
     if os.path.isdir(path):
         return "folder" if ext in extensions else None
     if ext not in extensions:
@@ -71,6 +82,38 @@ def _fixed_part(pattern: str) -> str:
     return pattern or "."
 
 
+def _matches(parts: list[str], pattern: list[str]) -> bool:
+    """Whether path components ``parts`` match glob components ``pattern`` (``**``: any number of folders; a
+    hidden name only where its component starts with a dot), as :func:`glob.glob` matches them."""
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        shown = next((k for k, p in enumerate(parts) if p.startswith(".")), len(parts))  # ** skips hidden names
+        return any(_matches(parts[k:], rest) for k in range(shown + 1))
+    return (bool(parts) and (head.startswith(".") or not parts[0].startswith("."))
+            and fnmatch.fnmatch(parts[0], head) and _matches(parts[1:], rest))
+
+
+def _glob(pattern: str) -> tuple[list[str], bool]:
+    """The matches of a glob pattern, sorted, and whether its folders were walked (a ``**`` pattern: like
+    ``--recursive``, links to folders are not followed, so that a symlink loop cannot repeat the tree without end;
+    those links come with the matches, for the skipped line)."""
+    if "**" not in pattern.split(os.sep):
+        return sorted(glob.glob(pattern)), False
+    root = _fixed_part(pattern)
+    if not os.path.isdir(root):
+        return [], True
+    prefix = root if pattern.startswith(root) else ""  # "**/x.jpg": matches named without "./"
+    want = os.path.relpath(pattern, root).split(os.sep)
+    found = []
+    for path in _entries(root, recursive=True)[0]:
+        rel = os.path.relpath(path, root)
+        if _matches(rel.split(os.sep), want) or (os.path.islink(path) and os.path.isdir(path)):
+            found.append(os.path.join(prefix, rel))
+    return sorted(found), True
+
+
 def _listed(path: str) -> list[str]:
     """The paths of an input list file: one a line, blank lines and ``#`` comments skipped, relative to its folder."""
     try:
@@ -104,10 +147,10 @@ def find_inputs(inputs: list[str], recursive: bool = False, list_file: str | Non
             continue
         unreadable: list[str] = []
         if os.path.isdir(item):
-            root = item
+            root, tree = item, recursive
             entries, unreadable = _entries(item, recursive)
         elif any(c in item for c in "*?["):  # a glob pattern
-            root, entries = _fixed_part(item), sorted(glob.glob(item, recursive=True))
+            root, (entries, tree) = _fixed_part(item), _glob(item)
         else:
             raise FileNotFoundError(f"no such file or folder: {item}")
         media = [p for p in entries if _has_extension(p, extensions) and os.path.isfile(p)]
@@ -116,7 +159,7 @@ def find_inputs(inputs: list[str], recursive: bool = False, list_file: str | Non
             raise FileNotFoundError(f"no {what} ({', '.join(extensions)}) in folder: {item}"
                                     if os.path.isdir(item) else f"no {what} match: {item}")
         found.extend([p, os.path.relpath(p, root)] for p in media)
-        gone = [(p, r) for p in entries if (r := _skip_reason(p, extensions)) is not None]
+        gone = [(p, r) for p in entries if (r := _skip_reason(p, extensions, tree)) is not None]
         if gone := gone + [(u, "unreadable") for u in unreadable]:
             skipped[item] = gone
     if list_file is not None:
