@@ -106,6 +106,12 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
     p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="keep freed memory in the process for reuse (no page faults; it keeps its peak memory)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this process (or torchrun's); ray: an actor pool on a Ray cluster (minidet[ray])")
+    p.add_argument("--ray-address", metavar="ADDR", help="--engine ray: the cluster (default: a local Ray instance)")
+    p.add_argument("--actors", type=int, default=1, metavar="N", help="--engine ray: model actors")
+    p.add_argument("--gpus-per-actor", type=float, metavar="G",
+                   help="--engine ray: GPUs per actor (default: 1 with MODEL.DEVICE cuda, else 0)")
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides (last)")
     args = p.parse_args(argv)  # overrides are taken as they are, e.g. MODEL.FROZEN_BN_EPS -1e-5
     # "--input a.jpg MODEL.DEVICE cuda": --input swallowed the overrides; give them back.
@@ -118,6 +124,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
         p.error("give --input PATH ... or --input-list FILE")
     if args.warmup < 0 or args.workers < 0 or args.chunk_size < 1 or args.every < 1:
         p.error("need --warmup >= 0, --workers >= 0, --chunk-size >= 1, --every >= 1")
+    if args.actors < 1 or (args.gpus_per_actor or 0) < 0:
+        p.error("need --actors >= 1, --gpus-per-actor >= 0")
     if not 0.0 <= args.mask_alpha <= 1.0:
         p.error("--mask-alpha must be between 0 and 1")
     if args.results and os.path.splitext(args.results)[1] not in (".json", ".jsonl"):
@@ -223,6 +231,35 @@ def to_record(path: str, image: np.ndarray, out: dict, class_names: list[str], b
             "instances": instances(out, class_names, box_offset)}
 
 
+def keep_classes(out: dict, keep: set[int] | None) -> dict:
+    """``out`` with only the detections whose class index is in ``keep`` (None: all)."""
+    if keep is None:
+        return out
+    sel = np.isin(out["labels"].numpy(), sorted(keep))
+    return {k: (v[sel] if k != "timings" else v) for k, v in out.items()}
+
+
+def draw(image: np.ndarray, out: dict, args: argparse.Namespace, class_names: list[str]) -> np.ndarray:
+    """The drawing of one image's detections as ``args`` asks (``no_labels``, ``vis_thresh``, ``mask_alpha``,
+    ``no_boxes``)."""
+    labels = None if args.no_labels else [class_names[int(k)] for k in out["labels"]]
+    masks = out["masks"].numpy() if "masks" in out else None
+    return draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, args.vis_thresh,
+                          args.mask_alpha, draw_boxes=not args.no_boxes)
+
+
+def render(path: str, image: np.ndarray, out: dict, args: argparse.Namespace, class_names: list[str],
+           box_offset: int = 0) -> tuple[dict, bytes | None]:
+    """One image's record (:func:`to_record`) and, unless ``args.no_vis``, its drawing as JPEG bytes."""
+    record = to_record(path, image, out, class_names, box_offset)
+    if args.no_vis:
+        return record, None
+    ok, jpg = cv2.imencode(".jpg", draw(image, out, args, class_names), [cv2.IMWRITE_JPEG_QUALITY, 90])
+    if not ok:
+        raise RuntimeError("cannot encode the visualization as JPEG")
+    return record, jpg.tobytes()
+
+
 def parse_classes(text: str | None, names: list[str]) -> set[int] | None:
     """The class indices ``--classes`` names (any case), None for all; ConfigError for a name the model lacks."""
     if text is None:
@@ -261,7 +298,7 @@ class Job:
         validate_cfg(cfg)  # every value in range before anything is read or loaded
         self.keep = parse_classes(args.classes, class_names(cfg.MODEL.CATEGORY_LAYOUT))
         self.info = dist.from_env()
-        inputs, skipped = find_inputs(args.input, args.recursive, args.input_list, videos=True)
+        inputs, skipped = self.find_inputs()
         if self.info.is_main:
             for source, entries in skipped.items():
                 what = describe_skipped([r for _, r in entries], videos=True)
@@ -302,15 +339,24 @@ class Job:
         if self.share.done and self.info.is_main:
             print(f"infer: resuming: {len(self.share.done)} of {len(self.items)} inputs done, "
                   f"{len(self.items) - len(self.share.done)} to go")
-        self.predictor = minidet.Predictor(cfg)
-        if self.info.is_main:
-            print(f"infer: weights {self.predictor.weights_summary}")
+        self.predictor = self.load_model(cfg)
         self.written: list[str] = []
         self.pending = self._empty()
         self.inflight: collections.deque[tuple[int, Future]] = collections.deque()
         self.stream = None
         self.seq = 0
         self.codec: dict[tuple, str | None] = {}
+
+    def find_inputs(self) -> tuple[list[tuple[str, str]], dict]:
+        """The inputs as ``(path, name)`` and what folders left out (see :func:`find_inputs`)."""
+        args = self.args
+        return find_inputs(args.input, args.recursive, args.input_list, videos=True)
+
+    def load_model(self, cfg) -> minidet.Predictor:
+        predictor = minidet.Predictor(cfg)
+        if self.info.is_main:
+            print(f"infer: weights {predictor.weights_summary}")
+        return predictor
 
     def complete(self, image_id: int) -> bool:
         """Whether an input's outputs are all there (they are written whole or not at all)."""
@@ -366,27 +412,22 @@ class Job:
 
     def _filter(self, out: dict) -> dict:
         """``out`` with only the ``--classes`` detections."""
-        if self.keep is None:
-            return out
-        sel = np.isin(out["labels"].numpy(), sorted(self.keep))
-        return {k: (v[sel] if k != "timings" else v) for k, v in out.items()}
+        return keep_classes(out, self.keep)
 
     def _draw(self, image: np.ndarray, out: dict) -> np.ndarray:
-        a = self.args
-        labels = None if a.no_labels else [self.predictor.class_names[int(k)] for k in out["labels"]]
-        masks = out["masks"].numpy() if "masks" in out else None
-        return draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, a.vis_thresh,
-                              a.mask_alpha, draw_boxes=not a.no_boxes)
+        return draw(image, out, self.args, self.predictor.class_names)
 
     def _write_image(self, image_id: int, image: np.ndarray, out: dict) -> dict:
         """In a writer thread: draw, encode and write one image's files; returns its record."""
-        path, stem = self.paths[image_id - 1], os.path.join(self.args.output, self.stems[image_id])
-        record = to_record(path, image, out, self.predictor.class_names, self.predictor.box_offset)
-        if not self.args.no_vis:
-            ok, jpg = cv2.imencode(".jpg", self._draw(image, out), [cv2.IMWRITE_JPEG_QUALITY, 90])
-            if not ok:
-                raise RuntimeError("cannot encode the visualization as JPEG")
-            self.guard.write(stem + ".jpg", jpg.tobytes())
+        p = self.predictor
+        return self._write_outputs(image_id, *render(self.paths[image_id - 1], image, out, self.args, p.class_names,
+                                                     p.box_offset))
+
+    def _write_outputs(self, image_id: int, record: dict, jpg: bytes | None) -> dict:
+        """Write one image's drawing (if any) and JSON document; returns its record."""
+        stem = os.path.join(self.args.output, self.stems[image_id])
+        if jpg is not None:
+            self.guard.write(stem + ".jpg", jpg)
         self.guard.write(stem + ".json", dumps_record(record).encode("utf-8"))
         return record
 
@@ -584,7 +625,12 @@ class Job:
 
 def run(args: argparse.Namespace) -> int:
     """Set up, run this process's share, then rank 0 finishes (a set-up error is ``run_app``'s one line)."""
-    job = Job(args)
+    if args.engine == "ray":
+        from minidet.apps.raydata import RayJob  # Ray itself is imported there, only when installed
+
+        job = RayJob(args)
+    else:
+        job = Job(args)
     status, t_loop = drive(job, lambda message: fail(message, args.debug), "--output")
     return status if status is not None else job.finish(t_loop)
 
