@@ -206,12 +206,13 @@ def _import_ray():
 
 
 def _cause(e: BaseException) -> str:
-    """One line for a Ray error: the exception an actor raised (e.g. a checkpoint it could not load), if any."""
+    """One line for a Ray error: the exception an actor raised (e.g. a checkpoint it could not load), which is the
+    last line of the traceback that Ray's message carries."""
     cause = getattr(e, "cause", None)
     if isinstance(cause, BaseException) and cause is not e:
         return _cause(cause)
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
 
 
 class RayJob(Job):
@@ -314,7 +315,7 @@ class RayJob(Job):
         else:  # Ray's own messages only with --debug (its errors reach the driver as exceptions)
             os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
             native_call(init)  # what its native code says on starting
-            logging.getLogger("ray.data").setLevel(logging.ERROR)
+            logging.getLogger("ray.data").setLevel(logging.CRITICAL)  # its errors are raised too
         try:
             ctx = ray.data.DataContext.get_current()
             ctx.enable_progress_bars = False  # minidet's bar instead
@@ -325,8 +326,11 @@ class RayJob(Job):
             opts = [*args.opts, *(["MODEL.DEVICE", "cuda"] if self.gpus else [])]  # the GPU Ray gives the actor
             options = {k: getattr(args, k) for k in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
                                                      "no_labels")}
+            # two tasks queued per actor: the next block is there when one ends, and the first actor to start
+            # does not take the blocks of those still starting
+            pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)
             ds = ray.data.from_arrow(self._blocks(images)).map_batches(
-                Detect, batch_size=self.cfg.TEST.IMS_PER_BATCH, compute=ray.data.ActorPoolStrategy(size=args.actors),
+                Detect, batch_size=self.cfg.TEST.IMS_PER_BATCH, compute=pool,
                 num_gpus=self.gpus or None,
                 fn_constructor_kwargs={"config_file": args.config_file, "opts": opts, "workdir": os.getcwd(),
                                        **options})
