@@ -294,3 +294,24 @@ def test_gpus_per_actor_must_fit_the_device(images, tv_file, tmp_path, capfd):
     assert res.returncode == 2
     assert one_error_line(res.stderr) == ("error: --gpus-per-actor 1 with MODEL.DEVICE cpu: add MODEL.DEVICE cuda "
                                           "to run on the GPUs")
+
+
+@needs_ray
+def test_uri_listing_and_reading(tmp_path):
+    """A folder URI lists its images (subfolders with ``recursive``; hidden entries left out, other files
+    counted), a file URI is kept as it is, a missing one is an error naming it; reading one that is gone is
+    an image error naming it."""
+    from minidet.apps.raydata import _fetch, find_uri_inputs
+    from minidet.imageio import ImageReadError
+
+    (tmp_path / "sub").mkdir()
+    for name in ("a.jpg", "sub/b.PNG", ".hidden.jpg", "notes.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    uri = tmp_path.as_uri()
+    assert find_uri_inputs([uri]) == ([(f"{uri}/a.jpg", "a.jpg")], {uri: [(f"{uri}/notes.txt", ".txt")]})
+    found, _ = find_uri_inputs([uri, f"{uri}/sub/b.PNG"], recursive=True)
+    assert found == [(f"{uri}/a.jpg", "a.jpg"), (f"{uri}/sub/b.PNG", "sub/b.PNG")]  # named twice: once
+    with pytest.raises(FileNotFoundError, match=f"no such file or folder: {uri}/gone"):
+        find_uri_inputs([f"{uri}/gone"])
+    with pytest.raises(ImageReadError, match=f"^{uri}/gone.jpg: cannot read"):
+        _fetch(f"{uri}/gone.jpg", 1000)

@@ -30,7 +30,8 @@ Finished inputs are recorded in ``DIR/.chunks/`` every ``--chunk-size`` images p
 or SIGKILL the same command with ``--resume`` skips the inputs whose outputs are complete and writes the same
 files as an uninterrupted run; it refuses chunks made with another config, checkpoint, input list or output
 options. Without ``--resume`` a run starts over. Under torchrun each process takes every N-th input and writes
-its own chunks; rank 0 writes the results file (``DIR`` on a file system all processes see).
+its own chunks; rank 0 writes the results file (``DIR`` on a file system all processes see). ``--engine ray`` runs
+the images on a pool of ``--actors`` actors of a Ray cluster instead, with the same outputs (``minidet.apps.raydata``).
 
 An input that cannot be read or run gets one ``error: <file>: <what>`` line and the run goes on (exit status 1);
 a folder's entries that are neither images nor videos are counted on one ``infer: skipped ...`` line. Bad configs,

@@ -26,7 +26,7 @@ import posixpath
 import re
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import cv2
@@ -84,8 +84,8 @@ def find_uri_inputs(uris: Sequence[str], recursive: bool = False
                     ) -> tuple[list[tuple[str, str]], dict[str, list[tuple[str, str]]]]:
     """Like :func:`minidet.apps.inputs.find_inputs` for URIs: a file's URI is kept (its name: the base name); a
     folder's gives its images (with ``recursive`` those of its subfolders too; hidden entries left out) named
-    relative to it, sorted, and its other files as skipped ``(uri, extension)``. FileNotFoundError names the first
-    URI that cannot be listed or yields nothing."""
+    relative to it, sorted, and its other files as skipped ``(uri, extension)``; repeats dropped. FileNotFoundError
+    names the first URI that cannot be listed or yields nothing."""
     import pyarrow.fs
 
     found: list[tuple[str, str]] = []
@@ -111,9 +111,27 @@ def find_uri_inputs(uris: Sequence[str], recursive: bool = False
             raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in folder: {uri}")
         base = uri.rstrip("/") + "/"
         found.extend((base + n, n) for n in images)
-        if other := [(base + n, posixpath.splitext(n)[1].lower()) for n in names if n not in set(images)]:
+        listed = set(images)
+        if other := [(base + n, posixpath.splitext(n)[1].lower()) for n in names if n not in listed]:
             skipped[uri] = other
-    return found, skipped
+    unique: dict[str, tuple[str, str]] = {}  # a URI named twice: the first
+    for item in found:
+        unique.setdefault(item[0], item)
+    return list(unique.values()), skipped
+
+
+def _reader(blobs: dict | None, warnings: dict[str, list[str]]) -> Callable[[str, int], np.ndarray]:
+    """``read(path, max_pixels)`` for :class:`ImageFiles`: the encoded bytes ``blobs[path]`` if given, else the URI
+    or file ``path``; the decoder's warnings kept in ``warnings[path]``."""
+    def read(path: str, max_pixels: int) -> np.ndarray:
+        warn = warnings.setdefault(path, []).append
+        if blobs is not None:
+            return read_image_bytes(blobs[path], path, max_pixels, warn)
+        if is_uri(path):
+            return read_image_bytes(_fetch(path, max_pixels), path, max_pixels, warn)
+        return read_image(path, max_pixels, warn)
+
+    return read
 
 
 class Detect:
@@ -153,22 +171,10 @@ class Detect:
         self.actor = f"{socket.gethostname()}:{os.getpid()}"
         self.seq = 0
 
-    def _read(self, blobs: dict | None, warnings: dict[str, list[str]]):
-        """``read(path, max_pixels)`` for :class:`ImageFiles`: the bytes given, a URI or a file; warnings kept."""
-        def read(path: str, max_pixels: int) -> np.ndarray:
-            warn = warnings.setdefault(path, []).append
-            if blobs is not None:
-                return read_image_bytes(blobs[path], path, max_pixels, warn)
-            if is_uri(path):
-                return read_image_bytes(_fetch(path, max_pixels), path, max_pixels, warn)
-            return read_image(path, max_pixels, warn)
-
-        return read
-
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         paths = [str(p) for p in batch["path"]]
         warnings: dict[str, list[str]] = {}
-        read = self._read(dict(zip(paths, batch["bytes"])) if "bytes" in batch else None, warnings)
+        read = _reader(dict(zip(paths, batch["bytes"])) if "bytes" in batch else None, warnings)
         files = ImageFiles(list(enumerate(paths)), self.predictor.cfg.INPUT.MAX_PIXELS, read=read)
         rows = [{"record": "", "error": "", "jpg": b"", "timing": ""} for _ in paths]
         p = self.predictor
@@ -331,7 +337,7 @@ class RayJob(Job):
             pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)
             ds = ray.data.from_arrow(self._blocks(images)).map_batches(
                 Detect, batch_size=self.cfg.TEST.IMS_PER_BATCH, compute=pool,
-                num_gpus=self.gpus or None,
+                num_gpus=self.gpus or None,  # an actor that dies is restarted, its task rerun (Ray Data's default)
                 fn_constructor_kwargs={"config_file": args.config_file, "opts": opts, "workdir": os.getcwd(),
                                        **options})
             try:
