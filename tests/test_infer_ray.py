@@ -287,13 +287,18 @@ def test_without_ray_one_line_names_the_extra(images, tv_file, tmp_path, capfd, 
 
 
 @needs_ray
-def test_gpus_per_actor_must_fit_the_device(images, tv_file, tmp_path, capfd):
+def test_gpus_per_actor_must_fit_the_device_and_videos_are_left_to_local(images, tv_file, tmp_path, capfd):
     res = call_tool(TOOL, *_args(tv_file, tmp_path / "out", str(images), extra=("--engine", "ray",
                                                                               "--gpus-per-actor", "1")),
                     capture=capfd)
     assert res.returncode == 2
     assert one_error_line(res.stderr) == ("error: --gpus-per-actor 1 with MODEL.DEVICE cpu: add MODEL.DEVICE cuda "
                                           "to run on the GPUs")
+    clip = tmp_path / "clip.mp4"  # never opened: no Ray either, with no image to run
+    clip.write_bytes(b"not read")
+    res = call_tool(TOOL, *_args(tv_file, tmp_path / "out", str(clip), extra=("--engine", "ray")), capture=capfd)
+    assert res.returncode == 1
+    assert _errors(res.stderr) == [f"error: {clip}: videos run with --engine local only"]
 
 
 @needs_ray
