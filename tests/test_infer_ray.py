@@ -91,7 +91,9 @@ def cluster(tmp_path_factory):
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     log = tmp_path_factory.mktemp("cluster") / "head.log"
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    # RAY_AUTH_MODE: the same cluster whether or not a Ray token is in ~/.ray (a `ray start` uses one found there)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}
     cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
            "--port", str(port), "--num-cpus", "2", "--object-store-memory", str(100 * 2**20),
            "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", temp]
@@ -117,7 +119,7 @@ def cluster(tmp_path_factory):
 
 
 # a driver process, like the cluster's workers, imports this checkout's minidet (not one installed elsewhere)
-DRIVER_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+DRIVER_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RAY_AUTH_MODE": "disabled"}
 
 
 def _driver(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
@@ -142,7 +144,9 @@ def _actors(head_pid: int) -> dict[int, str]:
 
 @pytest.fixture
 def driver_env(monkeypatch):
-    """For a driver run in this process: the environment it changes (Ray's log level) put back afterwards."""
+    """For a driver run in this process: the cluster's authentication mode; the environment it changes (Ray's log
+    level) put back afterwards."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.delenv("RAY_BACKEND_LOG_LEVEL", raising=False)
 
 
@@ -254,7 +258,7 @@ def test_uri_folder(reference, two, tv_file, cluster, tmp_path, capfd, driver_en
 
 
 @needs_ray
-def test_python_map_batches_on_bytes(reference, two, tv_file, cluster):
+def test_python_map_batches_on_bytes(reference, two, tv_file, cluster, driver_env):
     """The documented Python form: ``read_binary_files`` then ``map_batches(Detect)``; each row's record is the
     image's ``minidet infer`` document."""
     import ray
