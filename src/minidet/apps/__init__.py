@@ -2,8 +2,8 @@
 (``infer``: images and videos; ``eval_coco``: COCO AP and timing; ``benchmark``: against torchvision; ``weights``:
 the registry and cache), with what only they use: input listing (``inputs``), loader workers (``data``), sharding
 (``dist``), resumable chunks (``chunks``), safe outputs (``fileio``), COCO evaluation (``evaluation``, ``rle``),
-bulk runs (``bulk``), video (``video``) and drawing (``vis``); the role of torchvision's ``references/``. Built
-on the engine; nothing in the engine imports them."""
+bulk runs (``bulk``) and on a Ray cluster (``raydata``), video (``video``) and drawing (``vis``); the role of
+torchvision's ``references/``. Built on the engine; nothing in the engine imports them."""
 
 from __future__ import annotations
 

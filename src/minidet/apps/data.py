@@ -21,13 +21,16 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 class ImageFiles(Dataset):
     """``(image_id, path)`` pairs read as HxWx3 uint8 BGR arrays: ``dataset[i]`` is ``(image_id, image)``, the image
     being the array or, for a file that cannot be read or (``sizes``: id -> (height, width)) has another size than
-    the annotations say, a one-line ``"<path>: <what is wrong>"``, so that no exception crosses the worker boundary."""
+    the annotations say, a one-line ``"<path>: <what is wrong>"``, so that no exception crosses the worker boundary.
+    ``read(path, max_pixels)`` reads one image (default :func:`read_image`)."""
 
     def __init__(self, items: Sequence[tuple[int, str]], max_pixels: int = DEFAULT_MAX_PIXELS,
-                 sizes: Mapping[int, tuple[int, int]] | None = None) -> None:
+                 sizes: Mapping[int, tuple[int, int]] | None = None,
+                 read: Callable[[str, int], np.ndarray] = read_image) -> None:
         self.items = list(items)
         self.max_pixels = max_pixels
         self.sizes = dict(sizes) if sizes is not None else {}
+        self.read = read
 
     def __len__(self) -> int:
         return len(self.items)
@@ -35,7 +38,7 @@ class ImageFiles(Dataset):
     def __getitem__(self, index: int) -> tuple[int, np.ndarray | str]:
         image_id, path = self.items[index]
         try:
-            image = read_image(path, self.max_pixels)
+            image = self.read(path, self.max_pixels)
         except ImageReadError as e:
             return image_id, str(e)
         except Exception as e:  # noqa: BLE001 - anything else about this one file is reported the same way

@@ -33,7 +33,8 @@ complete and writes the same files as an uninterrupted run. The run's identity (
 inputs, output options) is recorded when it starts: ``--resume`` with another one is refused, saying what differs,
 even when the earlier run was killed before its first chunk. Without ``--resume`` a run starts over. Under torchrun
 each process takes every N-th input and writes its own chunks; rank 0 writes the results file (``DIR`` on a file
-system all processes see).
+system all processes see). ``--engine ray`` runs
+the images on a pool of ``--actors`` actors of a Ray cluster instead, with the same outputs (``minidet.apps.raydata``).
 
 An input that cannot be read or run gets one ``error: <file>: <what>`` line and the run goes on (exit status 1);
 a folder's entries that are neither images nor videos are counted on one ``infer: skipped ...`` line. Bad configs,
@@ -48,6 +49,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import heapq
 import itertools
 import json
@@ -56,6 +58,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import cv2
@@ -107,6 +110,12 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
     p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="keep freed memory in the process for reuse (no page faults; it keeps its peak memory)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this process (or torchrun's); ray: an actor pool on a Ray cluster (minidet[ray])")
+    p.add_argument("--ray-address", metavar="ADDR", help="--engine ray: the cluster (default: a local Ray instance)")
+    p.add_argument("--actors", type=int, default=1, metavar="N", help="--engine ray: model actors")
+    p.add_argument("--gpus-per-actor", type=float, metavar="G",
+                   help="--engine ray: GPUs per actor (default: 1 with MODEL.DEVICE cuda, else 0)")
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
     # overrides are taken as they are (e.g. MODEL.FROZEN_BN_EPS -1e-5), options may follow them
     args = parse_with_overrides(p, argv, lists=("input",))
@@ -117,6 +126,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
     for flag, value in (("--vis-thresh", args.vis_thresh), ("--mask-alpha", args.mask_alpha)):
         if not 0.0 <= value <= 1.0:
             p.error(f"{flag} must be between 0 and 1")
+    if args.actors < 1 or (args.gpus_per_actor or 0) < 0:
+        p.error("need --actors >= 1, --gpus-per-actor >= 0")
     if args.results and os.path.splitext(args.results)[1] not in (".json", ".jsonl"):
         p.error(f"--results {args.results}: the name must end in .jsonl (a record per line) or .json (COCO)")
     args.codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
@@ -220,6 +231,35 @@ def to_record(path: str, image: np.ndarray, out: dict, class_names: list[str], b
             "instances": instances(out, class_names, box_offset)}
 
 
+def keep_classes(out: dict, keep: set[int] | None) -> dict:
+    """``out`` with only the detections whose class index is in ``keep`` (None: all)."""
+    if keep is None:
+        return out
+    sel = np.isin(out["labels"].numpy(), sorted(keep))
+    return {k: (v[sel] if k != "timings" else v) for k, v in out.items()}
+
+
+def draw(image: np.ndarray, out: dict, args: argparse.Namespace, class_names: list[str]) -> np.ndarray:
+    """The drawing of one image's detections as ``args`` asks (``no_labels``, ``vis_thresh``, ``mask_alpha``,
+    ``no_boxes``)."""
+    labels = None if args.no_labels else [class_names[int(k)] for k in out["labels"]]
+    masks = out["masks"].numpy() if "masks" in out else None
+    return draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, args.vis_thresh,
+                          args.mask_alpha, draw_boxes=not args.no_boxes)
+
+
+def render(path: str, image: np.ndarray, out: dict, args: argparse.Namespace, class_names: list[str],
+           box_offset: int = 0) -> tuple[dict, bytes | None]:
+    """One image's record (:func:`to_record`) and, unless ``args.no_vis``, its drawing as JPEG bytes."""
+    record = to_record(path, image, out, class_names, box_offset)
+    if args.no_vis:
+        return record, None
+    ok, jpg = cv2.imencode(".jpg", draw(image, out, args, class_names), [cv2.IMWRITE_JPEG_QUALITY, 90])
+    if not ok:
+        raise RuntimeError("cannot encode the visualization as JPEG")
+    return record, jpg.tobytes()
+
+
 def parse_classes(text: str | None, names: list[str]) -> set[int] | None:
     """The class indices ``--classes`` names (any case), None for all; ConfigError for a name the model lacks."""
     if text is None:
@@ -259,7 +299,7 @@ class Job:
         validate_cfg(cfg)  # every value in range before anything is read or loaded
         self.keep = parse_classes(args.classes, class_names(cfg.MODEL.CATEGORY_LAYOUT))
         self.info = dist.from_env()
-        inputs, skipped = find_inputs(args.input, args.recursive, args.input_list, videos=True)
+        inputs, skipped = self.find_inputs()
         if self.info.is_main:
             for source, entries in skipped.items():
                 what = describe_skipped([r for _, r in entries], videos=True)
@@ -292,10 +332,8 @@ class Job:
         if self.share.done and self.info.is_main:
             print(f"infer: resuming: {len(self.share.done)} of {len(self.items)} inputs done, "
                   f"{len(self.items) - len(self.share.done)} to go")
-        self.predictor = minidet.Predictor(cfg, weights)
+        self.predictor = self.load_model(cfg, weights)
         begin_run(self.store, self.share, args.resume, self.info, self._remove_temp_files)
-        if self.info.is_main:
-            print(f"infer: weights {self.predictor.weights_summary}")
         self.written: list[str] = []
         self.pending = self._empty()
         self.lock = threading.RLock()  # pending, written and the order below: writer threads finish images
@@ -312,6 +350,17 @@ class Job:
         for folder, subfolders, _ in os.walk(self.args.output):
             subfolders[:] = [d for d in subfolders if d != CHUNKS]
             remove_temp_files(folder)
+
+    def find_inputs(self) -> tuple[list[tuple[str, str]], dict]:
+        """The inputs as ``(path, name)`` and what folders left out (see :func:`find_inputs`)."""
+        args = self.args
+        return find_inputs(args.input, args.recursive, args.input_list, videos=True)
+
+    def load_model(self, cfg, weights: str | None) -> minidet.Predictor:
+        predictor = minidet.Predictor(cfg, weights)
+        if self.info.is_main:
+            print(f"infer: weights {predictor.weights_summary}")
+        return predictor
 
     def complete(self, image_id: int) -> bool:
         """Whether an input's outputs are all there (they are written whole or not at all)."""
@@ -353,7 +402,8 @@ class Job:
                             if batch.outputs:
                                 self.batch_timing[batch.outputs[-1][0]] = batch.timing
                         for i, image, out in batch.outputs:
-                            self.futures.append(pool.submit(self._write_task, i, image, self._filter(out)))
+                            write = functools.partial(self._write_image, i, image, self._filter(out))
+                            self.futures.append(pool.submit(self._write_task, i, write))
                         self._drain(limit=2 * bs + 2)
                         bar.update(len(batch.outputs) + len(batch.errors))
                     for i, path in videos:
@@ -369,35 +419,31 @@ class Job:
 
     def _filter(self, out: dict) -> dict:
         """``out`` with only the ``--classes`` detections."""
-        if self.keep is None:
-            return out
-        sel = np.isin(out["labels"].numpy(), sorted(self.keep))
-        return {k: (v[sel] if k != "timings" else v) for k, v in out.items()}
+        return keep_classes(out, self.keep)
 
     def _draw(self, image: np.ndarray, out: dict) -> np.ndarray:
-        a = self.args
-        labels = None if a.no_labels else [self.predictor.class_names[int(k)] for k in out["labels"]]
-        masks = out["masks"].numpy() if "masks" in out else None
-        return draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, a.vis_thresh,
-                              a.mask_alpha, draw_boxes=not a.no_boxes)
+        return draw(image, out, self.args, self.predictor.class_names)
 
     def _write_image(self, image_id: int, image: np.ndarray, out: dict) -> dict:
         """In a writer thread: draw, encode and write one image's files; returns its record."""
-        path, stem = self.paths[image_id - 1], os.path.join(self.args.output, self.stems[image_id])
-        record = to_record(path, image, out, self.predictor.class_names, self.predictor.box_offset)
-        if not self.args.no_vis:
-            ok, jpg = cv2.imencode(".jpg", self._draw(image, out), [cv2.IMWRITE_JPEG_QUALITY, 90])
-            if not ok:
-                raise RuntimeError("cannot encode the visualization as JPEG")
-            self.guard.write(stem + ".jpg", jpg.tobytes())
+        p = self.predictor
+        return self._write_outputs(image_id, *render(self.paths[image_id - 1], image, out, self.args, p.class_names,
+                                                     p.box_offset))
+
+    def _write_outputs(self, image_id: int, record: dict, jpg: bytes | None) -> dict:
+        """Write one image's drawing (if any) and JSON document; returns its record."""
+        stem = os.path.join(self.args.output, self.stems[image_id])
+        if jpg is not None:
+            self.guard.write(stem + ".jpg", jpg)
         self.guard.write(stem + ".json", dumps_record(record).encode("utf-8"))
         return record
 
-    def _write_task(self, image_id: int, image: np.ndarray, out: dict) -> None:
-        """In a writer thread: one image's files, then its place in the chunks (:meth:`_finish`). A full disk
-        stops the run (raised here, to :meth:`_drain`); any other failure is this image's, reported."""
+    def _write_task(self, image_id: int, write: Callable[[], dict]) -> None:
+        """In a writer thread: one image's files (``write()``, which returns its record), then its place in the
+        chunks (:meth:`_finish`). A full disk stops the run (raised here, to :meth:`_drain`); any other failure is
+        this image's, reported."""
         try:
-            result: dict | str | None = self._write_image(image_id, image, out)
+            result: dict | str | None = write()
         except Exception as e:  # noqa: BLE001 - this image's problem: reported, the run goes on
             if self.args.debug:
                 traceback.print_exception(e)
@@ -630,7 +676,12 @@ class Job:
 
 def run(args: argparse.Namespace) -> int:
     """Set up, run this process's share, then rank 0 finishes (a set-up error is ``run_app``'s one line)."""
-    job = Job(args)
+    if args.engine == "ray":
+        from minidet.apps.raydata import RayJob  # Ray itself is imported there, only when installed
+
+        job = RayJob(args)
+    else:
+        job = Job(args)
     return drive(job, lambda message: fail(message, args.debug), "--output", job.finish)
 
 

@@ -1,0 +1,326 @@
+"""``minidet infer --engine ray`` on a real Ray cluster that this module starts on 127.0.0.1 (2 CPUs, a small object
+store): two actors write the same files as one process, byte for byte, a bad file being one error; an actor killed
+by PID while it works, or the driver killed by SIGKILL and rerun with ``--resume``, still give the same files (the
+finished images not run again); a ``file://`` URI folder; the Python form (``read_binary_files`` and
+``map_batches(Detect)``); without Ray, one line naming the extra. Every run uses one thread per model (the
+reference in this process, each actor by Ray's one CPU), the forwards two images each."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import call_tool, one_error_line
+from procs import descendants, survivors
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "infer.py"
+CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
+TINY = ROOT.parent / "shared" / "data" / "coco_tiny" / "val2017"
+FAST = [
+    "INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "320", "TEST.IMS_PER_BATCH", "2",
+    "MODEL.RPN.PRE_NMS_TOPK_TEST", "300", "MODEL.RPN.POST_NMS_TOPK_TEST", "100",
+    "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "20",
+]
+GOOD = 4  # coco_tiny images; a bad file sorts between the second and the third: forwards [1, 2], [bad, 3], [4]
+BAD = "000000020000_bad.jpg"
+
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the minidet[ray] extra")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")]
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("ray") / "images"
+    folder.mkdir()
+    for path in sorted(TINY.glob("*.jpg"))[:GOOD]:
+        shutil.copy(path, folder)
+    (folder / BAD).write_bytes(b"not a jpeg at all")
+    return folder
+
+
+def _args(weights: Path, out: Path, *inputs: str, extra: tuple[str, ...] = ()) -> list[str]:
+    return ["--config-file", str(CONFIG), "--input", *inputs, "--output", str(out), *extra,
+            "MODEL.WEIGHTS", str(weights), *FAST]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every output file under ``folder`` by relative path, the chunk store left out."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".chunks" not in p.parts and p.name != ".minidet.lock"}
+
+
+def _errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def reference(images, tv_file, tmp_path_factory) -> tuple[Path, str]:
+    """One single-process run (one thread) with drawings and a JSONL results file: (output folder, stderr)."""
+    out = tmp_path_factory.mktemp("ref") / "out"
+    res = call_tool(TOOL, *_args(tv_file, out, str(images), extra=("--workers", "0", "--results",
+                                                                   str(out / "all.jsonl"))), threads=1)
+    assert res.returncode == 1 and len(_errors(res.stderr)) == 1, res.stderr
+    return out, res.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Ray head on 127.0.0.1 with 2 CPUs and a 100 MB object store, its workers importing this checkout's
+    minidet with one thread each: yields (address, pid of ``ray start --block``); stopped at the end, and what it
+    started that is still running killed by pid."""
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    log = tmp_path_factory.mktemp("cluster") / "head.log"
+    port = _free_port()
+    # RAY_AUTH_MODE: the same cluster whether or not a Ray token is in ~/.ray (a `ray start` uses one found there)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}
+    cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+           "--port", str(port), "--num-cpus", "2", "--object-store-memory", str(100 * 2**20),
+           "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", temp]
+    with open(log, "wb") as f:
+        head = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while b"Ray runtime started" not in log.read_bytes():
+            assert head.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        yield f"127.0.0.1:{port}", head.pid
+    finally:
+        started = descendants(head.pid)
+        head.terminate()  # ray start --block stops what it started, gracefully: in up to half a minute
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=5)
+        head.kill()
+        head.wait()
+        for pid in survivors(started, wait_s=1):  # by pid: Ray's workers have process groups of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+# a driver process, like the cluster's workers, imports this checkout's minidet (not one installed elsewhere)
+DRIVER_ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RAY_AUTH_MODE": "disabled"}
+
+
+def _driver(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    """``tools/infer.py args`` started in a process of its own, output to ``log``."""
+    with open(log, "wb") as f:
+        return subprocess.Popen([sys.executable, str(TOOL), *args], cwd=cwd, env=DRIVER_ENV, stdout=f,
+                                stderr=subprocess.STDOUT)
+
+
+def _actors(head_pid: int) -> dict[int, str]:
+    """The Detect actors of the cluster now: pid -> process title (``...(Detect)).submit`` while running a task)."""
+    found = {}
+    for pid in descendants(head_pid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        if title.startswith("ray::MapWorker(MapBatches(Detect))"):
+            found[pid] = title
+    return found
+
+
+@pytest.fixture
+def driver_env(monkeypatch):
+    """For a driver run in this process: the cluster's authentication mode; the environment it changes (Ray's log
+    level) put back afterwards."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_BACKEND_LOG_LEVEL", raising=False)
+
+
+def _ray(capfd, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """A driver run in this process (its process is not what the test is about)."""
+    return call_tool(TOOL, *args, capture=capfd, cwd=cwd)
+
+
+@needs_ray
+def test_two_actors_write_what_one_process_writes(reference, images, tv_file, cluster, tmp_path, capfd, driver_env):
+    ref, ref_err = reference
+    out = tmp_path / "out"
+    res = _ray(capfd, *_args(tv_file, out, str(images), extra=("--engine", "ray", "--actors", "2", "--ray-address",
+                                                               cluster[0], "--results", str(out / "all.jsonl"))),
+               cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert _files(out) == _files(ref)  # the results file, every JSON document and every drawing
+    assert _errors(res.stderr) == _errors(ref_err) == [f"error: {images / BAD}: not a recognized image format"]
+    chunks = [json.loads(p.read_text()) for p in sorted((out / ".chunks").glob("run*.json"))]
+    assert [s["file"] for c in chunks for s in c["skipped"]] == [str(images / BAD)]
+    assert sorted(i for c in chunks for i in c["image_ids"]) == [1, 2, 4, 5]
+    assert "infer: 5 inputs, 1 failed" in res.stdout and "infer: ray: 2 actors with 0 GPU each" in res.stdout
+
+
+@needs_ray
+def test_an_actor_killed_while_it_works_is_replaced(reference, images, tv_file, cluster, tmp_path):
+    """SIGKILL to the actor while it runs a task: Ray restarts it and reruns the task; the files are the same."""
+    out = tmp_path / "out"
+    proc = _driver(_args(tv_file, out, str(images), extra=("--engine", "ray", "--actors", "1", "--ray-address",
+                                                           cluster[0], "--results", str(out / "all.jsonl"))),
+                   tmp_path, tmp_path / "log")
+    try:
+        deadline, victim = time.monotonic() + 300, None
+        while victim is None and proc.poll() is None and time.monotonic() < deadline:
+            victim = next((pid for pid, title in _actors(cluster[1]).items() if title.endswith(".submit")), None)
+            time.sleep(0.05)
+        assert victim is not None and proc.poll() is None, (tmp_path / "log").read_text()
+        os.kill(victim, signal.SIGKILL)
+        proc.wait(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, (tmp_path / "log").read_text()[-3000:]
+    assert victim not in _actors(cluster[1])
+    assert _files(out) == _files(reference[0])
+
+
+@needs_ray
+def test_a_killed_driver_resumes_without_redoing_finished_images(reference, images, tv_file, cluster, tmp_path, capfd,
+                                                                 driver_env):
+    """SIGKILL to the driver after its first chunk; ``--resume`` runs only the images not finished (counted) and
+    leaves the finished ones' files as they were; the files are the same as one process's."""
+    out = tmp_path / "out"
+    args = _args(tv_file, out, str(images), extra=("--engine", "ray", "--ray-address", cluster[0], "--chunk-size",
+                                                   "1", "--results", str(out / "all.jsonl")))
+    proc = _driver(args, tmp_path, tmp_path / "log")
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob(".chunks/run001-*.json")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "log").read_text()
+    assert not (out / "all.jsonl").exists()
+    done = {i for p in out.glob(".chunks/run001-*.json") for i in json.loads(p.read_text())["image_ids"]}
+    names = sorted(p.name for p in images.iterdir())
+    kept = {i: (out / names[i - 1]).with_suffix(".json").stat() for i in done}
+    assert 1 <= len(done) < GOOD
+
+    res = _ray(capfd, "--resume", *args, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert f"infer: resuming: {len(done)} of 5 inputs done, {5 - len(done)} to go" in res.stdout
+    ran = re.search(r"infer: this run (\d+) images", res.stdout)
+    assert ran and int(ran.group(1)) == GOOD - len(done), res.stdout
+    for i, st in kept.items():  # not written again
+        now = (out / names[i - 1]).with_suffix(".json").stat()
+        assert (now.st_ino, now.st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
+    assert _files(out) == _files(reference[0])
+
+
+@pytest.fixture(scope="module")
+def two(images, tmp_path_factory) -> Path:
+    """The first two images (the reference's first forward) in a folder of their own."""
+    folder = tmp_path_factory.mktemp("two")
+    for path in sorted(images.glob("*.jpg"))[:2]:
+        shutil.copy(path, folder)
+    return folder
+
+
+def _same_but_file(doc: dict, ref: dict) -> bool:
+    return {k: v for k, v in doc.items() if k != "file"} == {k: v for k, v in ref.items() if k != "file"}
+
+
+@needs_ray
+def test_uri_folder(reference, two, tv_file, cluster, tmp_path, capfd, driver_env):
+    """A ``file://`` folder URI is read through pyarrow: the same documents, the URI as the file."""
+    out = tmp_path / "out"
+    uri = two.as_uri()
+    res = _ray(capfd, *_args(tv_file, out, uri, extra=("--engine", "ray", "--ray-address", cluster[0], "--no-vis",
+                                                       "--results", str(out / "r.jsonl"))), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    names = sorted(p.name for p in two.iterdir())
+    assert sorted(_files(out)) == sorted([n.replace(".jpg", ".json") for n in names] + ["r.jsonl"])
+    lines = [json.loads(line) for line in (out / "r.jsonl").read_text().splitlines()]
+    refs = [json.loads(line) for line in (reference[0] / "all.jsonl").read_text().splitlines()][:2]
+    assert [r["file"] for r in lines] == [f"{uri}/{n}" for n in names]
+    assert all(_same_but_file(a, b) for a, b in zip(lines, refs)) and len(lines) == 2
+
+
+@needs_ray
+def test_python_map_batches_on_bytes(reference, two, tv_file, cluster, driver_env):
+    """The documented Python form: ``read_binary_files`` then ``map_batches(Detect)``; each row's record is the
+    image's ``minidet infer`` document."""
+    import ray
+
+    from minidet.apps.raydata import Detect
+
+    ray.init(address=cluster[0], logging_level="ERROR", log_to_driver=False)
+    try:
+        paths = [str(p) for p in sorted(two.iterdir())]
+        ds = ray.data.read_binary_files(paths, include_paths=True, override_num_blocks=1)
+        ds = ds.map_batches(Detect, fn_constructor_kwargs={"config_file": str(CONFIG),
+                                                           "opts": ["MODEL.WEIGHTS", str(tv_file), *FAST]},
+                            batch_size=2, compute=ray.data.ActorPoolStrategy(size=1))
+        rows = sorted(ds.take_all(), key=lambda r: r["path"])
+    finally:
+        ray.shutdown()
+    assert [r["path"] for r in rows] == paths and all(r["error"] == "" and r["jpg"] == b"" for r in rows)
+    for row, path in zip(rows, paths):
+        doc = json.loads(row["record"])
+        assert doc["file"] == path
+        ref = json.loads((reference[0] / Path(path).name).with_suffix(".json").read_text())
+        assert _same_but_file(doc, ref)
+
+
+def test_without_ray_one_line_names_the_extra(images, tv_file, tmp_path, capfd, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    res = call_tool(TOOL, *_args(tv_file, tmp_path / "out", str(images), extra=("--engine", "ray")), capture=capfd)
+    assert res.returncode == 2
+    assert "pip install 'minidet[ray]'" in one_error_line(res.stderr)
+
+
+@needs_ray
+def test_gpus_per_actor_must_fit_the_device_and_videos_are_left_to_local(images, tv_file, tmp_path, capfd):
+    res = call_tool(TOOL, *_args(tv_file, tmp_path / "out", str(images), extra=("--engine", "ray",
+                                                                              "--gpus-per-actor", "1")),
+                    capture=capfd)
+    assert res.returncode == 2
+    assert one_error_line(res.stderr) == ("error: --gpus-per-actor 1 with MODEL.DEVICE cpu: add MODEL.DEVICE cuda "
+                                          "to run on the GPUs")
+    clip = tmp_path / "clip.mp4"  # never opened: no Ray either, with no image to run
+    clip.write_bytes(b"not read")
+    res = call_tool(TOOL, *_args(tv_file, tmp_path / "out", str(clip), extra=("--engine", "ray")), capture=capfd)
+    assert res.returncode == 1
+    assert _errors(res.stderr) == [f"error: {clip}: videos run with --engine local only"]
+
+
+@needs_ray
+def test_uri_listing_and_reading(tmp_path):
+    """A folder URI lists its images (subfolders with ``recursive``; hidden entries left out, other files
+    counted), a file URI is kept as it is, a missing one is an error naming it; reading one that is gone is
+    an image error naming it."""
+    from minidet.apps.raydata import _fetch, find_uri_inputs
+    from minidet.imageio import ImageReadError
+
+    (tmp_path / "sub").mkdir()
+    for name in ("a.jpg", "sub/b.PNG", ".hidden.jpg", "notes.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    uri = tmp_path.as_uri()
+    assert find_uri_inputs([uri]) == ([(f"{uri}/a.jpg", "a.jpg")], {uri: [(f"{uri}/notes.txt", ".txt")]})
+    found, _ = find_uri_inputs([uri, f"{uri}/sub/b.PNG"], recursive=True)
+    assert found == [(f"{uri}/a.jpg", "a.jpg"), (f"{uri}/sub/b.PNG", "sub/b.PNG")]  # named twice: once
+    with pytest.raises(FileNotFoundError, match=f"no such file or folder: {uri}/gone"):
+        find_uri_inputs([f"{uri}/gone"])
+    with pytest.raises(ImageReadError, match=f"^{uri}/gone.jpg: cannot read"):
+        _fetch(f"{uri}/gone.jpg", 1000)
