@@ -124,6 +124,7 @@ def test_evaluator_on_perfect_detections(small_gt):
             "scores": torch.linspace(0.9, 0.5, len(anns)),
             "category_ids": torch.tensor([a["category_id"] for a in anns], dtype=torch.int64),
             "masks": torch.from_numpy(np.stack(masks)) if masks else torch.zeros((0, 40, 60), dtype=torch.bool),
+            "box_offset": 0,  # as a Predictor's detections carry their family's box rule
         })
     new = ev.process(ids, outputs)
     assert len(new) == 3 and ev.dropped == 0
@@ -367,3 +368,18 @@ def test_atomic_json_and_dist_env(tmp_path):
     info = from_env({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
     assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == (3, 4, 1, 2)
     assert info.distributed and not info.is_main
+
+
+def test_the_box_rule_travels_with_the_detections():
+    """Detections carry their family's box rule (``box_offset``); the conversion never assumes one."""
+    out = {"boxes": torch.tensor([[3.0, 2.0, 7.0, 5.0]]), "scores": torch.tensor([0.9]),
+           "category_ids": torch.tensor([1]), "labels": torch.tensor([1]), "class_names": ["bg", "person"]}
+    with pytest.raises(KeyError, match="box_offset"):
+        instances_to_coco(7, out)
+    res, _ = instances_to_coco(7, {**out, "box_offset": 1})
+    assert res[0]["bbox"] == [3.0, 2.0, 5.0, 4.0]
+    from minidet.apps.instances import record_instances
+
+    inst = record_instances({**out, "box_offset": 1})
+    assert inst == [{"bbox": [3.0, 2.0, 5.0, 4.0], "score": pytest.approx(0.9), "category_id": 1,
+                     "category_name": "person"}]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from pycocotools import mask as mask_utils
 
-from minidet.apps.rle import encode_mask, encode_masks, xyxy_to_xywh
+from minidet.apps.instances import coco_boxes
+from minidet.apps.rle import encode_mask, encode_masks
 from minidet.apps.vis import draw_instances, palette
 from minidet.testing.synthetic import structured_image
 
@@ -178,17 +179,17 @@ def test_rle_round_trip_property(masks):
         np.testing.assert_array_equal(mask_utils.decode(rle).astype(bool), m)
 
 
-def test_xyxy_to_xywh():
+def test_coco_boxes():
     boxes = np.array([[1.5, 2.0, 11.5, 7.25], [0, 0, 0, 0]], np.float32)
-    out = xyxy_to_xywh(boxes)
+    out = coco_boxes(boxes, 0)
     assert out == [[1.5, 2.0, 10.0, 5.25], [0.0, 0.0, 0.0, 0.0]]
     assert all(type(v) is float for row in out for v in row)
-    assert xyxy_to_xywh(np.zeros((0, 4))) == []
+    assert coco_boxes(np.zeros((0, 4)), 0) == []
     json.dumps(out)
 
 
 @given(st.lists(st.tuples(*[st.floats(-1e4, 1e4, width=32)] * 4), max_size=5))
-def test_xyxy_to_xywh_property(rows):
+def test_coco_boxes_property(rows):
     boxes = np.array(rows, np.float32).reshape(-1, 4)
-    for (x1, y1, x2, y2), (x, y, w, h) in zip(boxes.astype(np.float64), xyxy_to_xywh(boxes), strict=True):
+    for (x1, y1, x2, y2), (x, y, w, h) in zip(boxes.astype(np.float64), coco_boxes(boxes, 0), strict=True):
         assert (x, y) == (x1, y1) and x + w == pytest.approx(x2) and y + h == pytest.approx(y2)

@@ -52,7 +52,9 @@ class Predictor:
     """Built and loaded from a config, on ``MODEL.DEVICE``: ``predictor(image)`` takes an HxWx3 uint8 BGR array (as
     ``cv2.imread`` gives) and returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels``
     (N,) int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks`` (N, H, W) bool
-    (``MODEL.MASK_ON``) and ``timings`` (stage -> seconds). ``weights_summary`` names what was loaded. ``weights``:
+    (``MODEL.MASK_ON``), ``timings`` (stage -> seconds) and what turns them into COCO instances: ``box_offset``
+    (1 where the weights' family counts box sizes pixel-inclusively) and ``class_names`` (the name of each class
+    index; ``minidet.apps.instances``). ``weights_summary`` names what was loaded. ``weights``:
     the checkpoint's path when the caller resolved ``MODEL.WEIGHTS`` already (see ``checkpoint_file``)."""
 
     def __init__(self, cfg: CfgNode, weights: str | None = None) -> None:
@@ -102,4 +104,5 @@ class Predictor:
         for r in results:
             r["category_ids"] = self._cat_ids[r["labels"]] if len(r["labels"]) else r["labels"].clone()
             r["timings"] = timings
+            r["box_offset"], r["class_names"] = self.box_offset, self.class_names
         return results

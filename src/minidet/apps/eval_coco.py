@@ -208,7 +208,7 @@ class Run:
         begin_run(self.store, share, args.resume, self.info, lambda: remove_temp_files(args.output))
         if self.info.is_main:
             print(f"eval_coco: weights {self.predictor.weights_summary}")
-        self.evaluator = COCOEvaluator(self.coco_gt, self.predictor.box_offset)
+        self.evaluator = COCOEvaluator(self.coco_gt)
         self.written: list[str] = []
 
     def loop(self) -> None:
@@ -264,7 +264,7 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
     missing = set(run.files) - set(merged.image_ids) - set(merged.skipped)
     if missing:
         raise ChunkError(f"{len(missing)} images (e.g. id {min(missing)}) are in no result chunk; rerun with --resume")
-    evaluator = COCOEvaluator(run.coco_gt, run.predictor.box_offset)
+    evaluator = COCOEvaluator(run.coco_gt)
     evaluator.extend(merged.image_ids, merged.results, merged.dropped)
     results = evaluator.sorted_results()
     out = args.output

@@ -19,7 +19,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from ..categories import BACKGROUND, UNUSED, category_ids, class_names
-from .rle import encode_masks, xyxy_to_xywh
+from .instances import instances_to_coco
 
 IOU_TYPES = ("bbox", "segm")
 # COCOeval.stats, in order
@@ -126,23 +126,6 @@ def check_categories(coco_gt: COCO, layout: str, source: str) -> None:
         if name != known[cid]:
             raise EvaluationError(f"{source}: category {cid} is {name!r} in the dataset but {known[cid]!r} for the "
                                   f"checkpoint (MODEL.CATEGORY_LAYOUT {layout}); the dataset does not match the model")
-
-
-def instances_to_coco(image_id: int, output: Mapping, box_offset: int = 0,
-                      keep: Iterable[int] | None = None) -> tuple[list[dict], int]:
-    """One image's predictor output (``boxes`` (N, 4) xyxy, ``scores`` (N,), ``category_ids`` (N,), optional
-    ``masks`` (N, H, W) bool) as COCO result dicts in its order, masks as RLE; detections whose category id is
-    not in ``keep`` (coco91's unused slots, classes a dataset lacks) are dropped. Returns (results, number dropped)."""
-    cat = np.asarray(output["category_ids"]).reshape(-1)
-    idx = np.flatnonzero(np.isin(cat, np.fromiter(keep, dtype=np.int64))) if keep is not None else np.arange(len(cat))
-    boxes = xyxy_to_xywh(np.asarray(output["boxes"])[idx], box_offset)
-    scores = np.asarray(output["scores"])[idx]
-    results = [{"image_id": int(image_id), "category_id": int(cat[i]), "bbox": boxes[k], "score": float(scores[k])}
-               for k, i in enumerate(idx)]
-    if "masks" in output:
-        for r, rle in zip(results, encode_masks(np.asarray(output["masks"])[idx])):
-            r["segmentation"] = rle
-    return results, int(len(cat) - len(idx))
 
 
 def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
@@ -348,9 +331,8 @@ class COCOEvaluator:
     returns the metrics over the processed images (pycocotools' printouts in ``tables``). Detections of categories
     the annotation file lacks are dropped and counted in ``dropped``."""
 
-    def __init__(self, coco_gt: COCO, box_offset: int = 0) -> None:
+    def __init__(self, coco_gt: COCO) -> None:
         self.coco_gt = coco_gt
-        self.box_offset = box_offset
         self.category_ids = frozenset(coco_gt.getCatIds())
         self.reset()
 
@@ -364,7 +346,7 @@ class COCOEvaluator:
         """Convert and keep one batch; returns the new results."""
         new: list[dict] = []
         for image_id, out in zip(image_ids, outputs):
-            res, dropped = instances_to_coco(image_id, out, self.box_offset, self.category_ids)
+            res, dropped = instances_to_coco(image_id, out, keep=self.category_ids)
             new.extend(res)
             self.dropped += dropped
         self.extend(image_ids, new)

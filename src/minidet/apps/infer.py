@@ -63,6 +63,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import cv2
 import numpy as np
+import torch
 from tqdm import tqdm
 
 import minidet
@@ -72,7 +73,7 @@ from minidet.apps.chunks import ChunkError, ChunkStore, config_entries, file_ide
 from minidet.apps.data import ImageFiles
 from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, no_space, remove_temp_files
 from minidet.apps.inputs import describe_skipped, find_inputs
-from minidet.apps.rle import encode_masks, xyxy_to_xywh
+from minidet.apps.instances import record_instances
 from minidet.apps.video import CODECS, STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
 from minidet.apps.vis import draw_instances
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
@@ -211,24 +212,10 @@ def dumps_record(doc: dict) -> str:
     return f'{head}, "instances": {body}}}\n'
 
 
-def instances(out: dict, class_names: list[str], box_offset: int = 0) -> list[dict]:
-    """One image's detections as JSON instances: bbox [x, y, w, h], score, category id and name, RLE mask."""
-    scores, labels, cat_ids = out["scores"].numpy(), out["labels"].numpy(), out["category_ids"].numpy()
-    rles = encode_masks(out["masks"].numpy()) if "masks" in out else None
-    found = []
-    for i, box in enumerate(xyxy_to_xywh(out["boxes"].numpy(), box_offset)):
-        inst = {"bbox": box, "score": float(scores[i]), "category_id": int(cat_ids[i]),
-                "category_name": class_names[int(labels[i])]}
-        if rles is not None:
-            inst["segmentation"] = rles[i]
-        found.append(inst)
-    return found
-
-
-def to_record(path: str, image: np.ndarray, out: dict, class_names: list[str], box_offset: int = 0) -> dict:
+def to_record(path: str, image: np.ndarray, out: dict) -> dict:
     """The JSON document for one image's detections."""
     return {"file": path, "height": int(image.shape[0]), "width": int(image.shape[1]),
-            "instances": instances(out, class_names, box_offset)}
+            "instances": record_instances(out)}
 
 
 def keep_classes(out: dict, keep: set[int] | None) -> dict:
@@ -236,25 +223,24 @@ def keep_classes(out: dict, keep: set[int] | None) -> dict:
     if keep is None:
         return out
     sel = np.isin(out["labels"].numpy(), sorted(keep))
-    return {k: (v[sel] if k != "timings" else v) for k, v in out.items()}
+    return {k: (v[sel] if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
 
 
-def draw(image: np.ndarray, out: dict, args: argparse.Namespace, class_names: list[str]) -> np.ndarray:
+def draw(image: np.ndarray, out: dict, args: argparse.Namespace) -> np.ndarray:
     """The drawing of one image's detections as ``args`` asks (``no_labels``, ``vis_thresh``, ``mask_alpha``,
     ``no_boxes``)."""
-    labels = None if args.no_labels else [class_names[int(k)] for k in out["labels"]]
+    labels = None if args.no_labels else [out["class_names"][int(k)] for k in out["labels"]]
     masks = out["masks"].numpy() if "masks" in out else None
     return draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, args.vis_thresh,
                           args.mask_alpha, draw_boxes=not args.no_boxes)
 
 
-def render(path: str, image: np.ndarray, out: dict, args: argparse.Namespace, class_names: list[str],
-           box_offset: int = 0) -> tuple[dict, bytes | None]:
+def render(path: str, image: np.ndarray, out: dict, args: argparse.Namespace) -> tuple[dict, bytes | None]:
     """One image's record (:func:`to_record`) and, unless ``args.no_vis``, its drawing as JPEG bytes."""
-    record = to_record(path, image, out, class_names, box_offset)
+    record = to_record(path, image, out)
     if args.no_vis:
         return record, None
-    ok, jpg = cv2.imencode(".jpg", draw(image, out, args, class_names), [cv2.IMWRITE_JPEG_QUALITY, 90])
+    ok, jpg = cv2.imencode(".jpg", draw(image, out, args), [cv2.IMWRITE_JPEG_QUALITY, 90])
     if not ok:
         raise RuntimeError("cannot encode the visualization as JPEG")
     return record, jpg.tobytes()
@@ -422,13 +408,11 @@ class Job:
         return keep_classes(out, self.keep)
 
     def _draw(self, image: np.ndarray, out: dict) -> np.ndarray:
-        return draw(image, out, self.args, self.predictor.class_names)
+        return draw(image, out, self.args)
 
     def _write_image(self, image_id: int, image: np.ndarray, out: dict) -> dict:
         """In a writer thread: draw, encode and write one image's files; returns its record."""
-        p = self.predictor
-        return self._write_outputs(image_id, *render(self.paths[image_id - 1], image, out, self.args, p.class_names,
-                                                     p.box_offset))
+        return self._write_outputs(image_id, *render(self.paths[image_id - 1], image, out, self.args))
 
     def _write_outputs(self, image_id: int, record: dict, jpg: bytes | None) -> dict:
         """Write one image's drawing (if any) and JSON document; returns its record."""
@@ -583,7 +567,7 @@ class Job:
 
     def _frame(self, index: int, seconds: float, frame: np.ndarray, out: dict, draw: bool):
         record = {"frame": index, "time": round(seconds, 6),
-                  "instances": instances(out, self.predictor.class_names, self.predictor.box_offset)}
+                  "instances": record_instances(out)}
         return record, (self._draw(frame, out) if draw else None)
 
     # ------------------------------------------------------------------ rank 0, at the end

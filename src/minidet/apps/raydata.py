@@ -183,8 +183,7 @@ class Detect:
                 rows[k]["error"] = error
             for k, image, out in forward.outputs:
                 try:
-                    record, jpg = render(paths[k], image, keep_classes(out, self.keep), self.options, p.class_names,
-                                         p.box_offset)
+                    record, jpg = render(paths[k], image, keep_classes(out, self.keep), self.options)
                 except Exception as e:  # noqa: BLE001 - this image's problem: a row with an error
                     rows[k]["error"] = " ".join(f"{paths[k]}: {type(e).__name__}: {e}".split())
                     continue

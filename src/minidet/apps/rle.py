@@ -1,4 +1,4 @@
-"""COCO run-length encoding of masks and COCO box format, ready for JSON."""
+"""COCO run-length encoding of masks, ready for JSON."""
 
 from __future__ import annotations
 
@@ -24,10 +24,3 @@ def encode_masks(masks: np.ndarray) -> list[dict]:
     fortran = np.asfortranarray((masks != 0).astype(np.uint8).transpose(1, 2, 0))
     return [{"size": [int(r["size"][0]), int(r["size"][1])], "counts": r["counts"].decode("utf-8")}
             for r in mask_utils.encode(fortran)]
-
-
-def xyxy_to_xywh(boxes: np.ndarray, offset: int = 0) -> list[list[float]]:
-    """(N, 4) ``x1, y1, x2, y2`` boxes as COCO ``[x, y, width, height]`` lists; ``offset=1`` for
-    Detectron's pixel-inclusive boxes (width = x2 - x1 + 1)."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    return [[float(x1), float(y1), float(x2 - x1 + offset), float(y2 - y1 + offset)] for x1, y1, x2, y2 in b]

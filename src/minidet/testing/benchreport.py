@@ -510,8 +510,10 @@ def busy_line(check: dict) -> str | None:
 
 
 def _coco_output(d: dict) -> dict:
-    """A detector's output for one image (tensors) as ``minidet.apps.evaluation.instances_to_coco`` reads it."""
+    """A detector's output for one image (tensors) as ``minidet.apps.evaluation.instances_to_coco`` reads it (the
+    benchmark runs torchvision's weights: plain box sizes)."""
     out = {
+        "box_offset": 0,
         "boxes": d["boxes"].detach().float().cpu().numpy(),
         "scores": d["scores"].detach().float().cpu().numpy(),
         "category_ids": d["labels"].detach().cpu().numpy(),
