@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch.utils.data import DataLoader
 
+from ..config import CfgNode, get_cfg, validate_cfg
+from ..hub import weights_path
 from ..timing import summarize
 from . import dist
-from .chunks import ChunkError, ChunkStore
+from .chunks import ChunkError, ChunkStore, file_identity
 from .data import ImageFiles, collate, worker_init_fn
 from .fileio import no_space
 
@@ -74,6 +76,66 @@ def begin_run(store: ChunkStore, share: Share, resume: bool, info: dist.DistInfo
         raise error
     if message is not None:
         raise ChunkError(message)
+
+
+class BulkJob:
+    """The set-up that ``infer`` and ``eval`` share, in its order: the config (merged, every value checked before
+    anything is read), the inputs (:meth:`inputs`), the weights resolved once (a name or URL downloads), torchrun,
+    the chunk store and this process's share (resumed: what the chunks finished is not redone), the model
+    (:meth:`load_model`), then the run recorded before any output. A subclass gives ``name`` (its lines' prefix),
+    ``unit`` (what an input is called), ``chunks`` (the store's folder in ``--output``) and the hooks; its ``loop``
+    and ``finish`` run through :func:`drive`."""
+
+    name, unit, chunks = "bulk", "inputs", "chunks"
+    restart = False  # a run without --resume replaces the chunks of an earlier one (else it is refused)
+
+    def __init__(self, args) -> None:
+        self.args = args
+        cfg = get_cfg()
+        cfg.merge_from_file(args.config_file)
+        cfg.merge_from_list(args.opts)
+        validate_cfg(cfg)
+        self.info = dist.from_env()
+        self.items, manifest = self.inputs(cfg)
+        weights = weights_path(cfg.MODEL.WEIGHTS)  # after the inputs and outputs are checked
+        self.info, device = dist.init(cfg.MODEL.DEVICE)
+        cfg.MODEL.DEVICE = device
+        self.cfg = cfg
+        self.store = ChunkStore(os.path.join(args.output, self.chunks))
+        identity = lambda: {"weights": file_identity(weights), **self.input_files(), **manifest}  # noqa: E731
+        self.share = open_share(self.store, identity, self.items, args.resume, self.info, keep=self.complete,
+                                restart=self.restart)
+        if self.share.done and self.info.is_main:
+            n, done = len(self.items), len(self.share.done)
+            print(f"{self.name}: resuming: {done} of {n} {self.unit} done, {n - done} to go")
+        self.predictor = self.load_model(cfg, weights)
+        begin_run(self.store, self.share, args.resume, self.info, self.remove_temp_files)
+        self.written: list[str] = []  # this process's chunk files
+
+    def inputs(self, cfg: CfgNode) -> tuple[list[tuple[int, str]], dict]:
+        """The run's ``(id, path)`` inputs in id order (their outputs checked), and its identity beyond the config
+        file and weights (config entries, options, inputs) for the chunks' manifest."""
+        raise NotImplementedError
+
+    def input_files(self) -> dict:
+        """Files the run reads besides the weights, by content (:func:`file_identity`), for the manifest."""
+        return {}
+
+    def complete(self, image_id: int) -> bool:
+        """Whether a finished input's outputs are all there (a resumed run redoes those that are not)."""
+        return True
+
+    def load_model(self, cfg: CfgNode, weights: str | None):
+        """The Predictor (``weights``: the resolved checkpoint); rank 0 names what was loaded."""
+        from ..predictor import Predictor
+
+        predictor = Predictor(cfg, weights)
+        if self.info.is_main:
+            print(f"{self.name}: weights {predictor.weights_summary}")
+        return predictor
+
+    def remove_temp_files(self) -> None:
+        """Remove what a killed run left half-written (rank 0, before the run is recorded)."""
 
 
 @dataclass

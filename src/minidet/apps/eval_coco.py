@@ -56,10 +56,9 @@ import time
 
 from tqdm import tqdm
 
-import minidet
 from minidet.apps import dist, fail, parse_with_overrides, run_app
-from minidet.apps.bulk import begin_run, drive, open_share, run_batches, timing_summary
-from minidet.apps.chunks import ChunkError, ChunkStore, config_entries, file_identity, merge_chunks
+from minidet.apps.bulk import BulkJob, drive, run_batches, timing_summary
+from minidet.apps.chunks import ChunkError, config_entries, file_identity, merge_chunks
 from minidet.apps.data import ImageFiles, coco_image_files
 from minidet.apps.evaluation import (
     IOU_TYPES,
@@ -73,8 +72,7 @@ from minidet.apps.evaluation import (
 )
 from minidet.apps.fileio import OutputDir, remove_temp_files, write_json
 from minidet.checkpoint import CheckpointError
-from minidet.config import ConfigError, validate_cfg
-from minidet.hub import weights_path
+from minidet.config import ConfigError
 from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
@@ -171,53 +169,40 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
     return 0
 
 
-class Run:
-    """One process's share of a model evaluation: set-up, the image loop, the chunks."""
+class Run(BulkJob):
+    """One process's share of a model evaluation: the set-up (:class:`BulkJob`), the image loop, the chunks."""
+
+    name, unit, chunks = "eval_coco", "images", "chunks"
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
         if args.only_result_images:
             raise EvaluationError("--only-result-images applies to --results (a model run evaluates the images it ran)")
-        cfg = minidet.get_cfg()
-        cfg.merge_from_file(args.config_file)
-        cfg.merge_from_list(args.opts)
-        validate_cfg(cfg)  # every value in range before anything is read or loaded
+        super().__init__(args)
+        self.evaluator = COCOEvaluator(self.coco_gt)
+
+    def inputs(self, cfg) -> tuple[list[tuple[int, str]], dict]:
+        """The annotation file's images (the first ``--max-images`` by id), its categories checked."""
+        args = self.args
         self.coco_gt = load_coco_annotations(args.ann)
         check_categories(self.coco_gt, cfg.MODEL.CATEGORY_LAYOUT, args.ann)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
-        weights = weights_path(cfg.MODEL.WEIGHTS)  # "" is an error; None for "none"; a name or URL may download
         self.files = dict(files)
-        manifest = {  # the run's identity (the files' digests are added on rank 0)
-            "images": os.path.abspath(args.images),
-            "image ids": [i for i, _ in files],
-            "config": config_entries(cfg),
-        }
-        self.info, device = dist.init(cfg.MODEL.DEVICE)
-        cfg.MODEL.DEVICE = device
-        self.cfg = cfg
-        self.store = ChunkStore(os.path.join(args.output, "chunks"))
-        identity = lambda: {"weights": file_identity(weights), "annotations": file_identity(args.ann),  # noqa: E731
-                            **manifest}
-        share = open_share(self.store, identity, files, args.resume, self.info)
-        self.run_id, self.shard = share.run_id, share.todo
-        if share.done and self.info.is_main:
-            print(f"eval_coco: resuming: {len(share.done)} of {len(files)} images done, "
-                  f"{len(files) - len(share.done)} to go")
-        self.predictor = minidet.Predictor(cfg, weights)
-        # the temporary files of a run killed while writing the final files go
-        begin_run(self.store, share, args.resume, self.info, lambda: remove_temp_files(args.output))
-        if self.info.is_main:
-            print(f"eval_coco: weights {self.predictor.weights_summary}")
-        self.evaluator = COCOEvaluator(self.coco_gt)
-        self.written: list[str] = []
+        return files, {"images": os.path.abspath(args.images), "image ids": [i for i, _ in files],
+                       "config": config_entries(cfg)}
+
+    def input_files(self) -> dict:
+        return {"annotations": file_identity(self.args.ann)}
+
+    def remove_temp_files(self) -> None:
+        remove_temp_files(self.args.output)  # of a run killed while writing the final files
 
     def loop(self) -> None:
         """Run the model over this process's images, saving a chunk every ``--chunk-size`` images."""
         args, info = self.args, self.info
-        sizes = {i: (self.coco_gt.imgs[i]["height"], self.coco_gt.imgs[i]["width"]) for i, _ in self.shard}
-        files = ImageFiles(self.shard, self.cfg.INPUT.MAX_PIXELS, sizes)
+        sizes = {i: (self.coco_gt.imgs[i]["height"], self.coco_gt.imgs[i]["width"]) for i, _ in self.share.todo}
+        files = ImageFiles(self.share.todo, self.cfg.INPUT.MAX_PIXELS, sizes)
         bar = tqdm(
-            total=len(self.shard),
+            total=len(self.share.todo),
             unit="img",
             file=sys.stderr,
             disable=not info.is_main or None,
@@ -232,7 +217,7 @@ class Run:
                 if batch.outputs:
                     t0 = time.perf_counter()
                     self.evaluator.process([i for i, _, _ in batch.outputs], [o for _, _, o in batch.outputs])
-                    pending["timings"].append({"run": self.run_id, "rank": info.rank, "seq": seq, **batch.timing,
+                    pending["timings"].append({"run": self.share.run_id, "rank": info.rank, "seq": seq, **batch.timing,
                                                "encode": time.perf_counter() - t0})  # masks become RLE in process
                     seq += 1
                 bar.update(len(batch.outputs) + len(batch.errors))
@@ -252,7 +237,7 @@ class Run:
         if ev.image_ids or pending["skipped"]:
             chunk = {"image_ids": ev.image_ids, "skipped": pending["skipped"], "dropped": ev.dropped,
                      "detections": ev.results, "timings": pending["timings"]}
-            self.written.append(self.store.write(self.run_id, self.info.rank, len(self.written), chunk))
+            self.written.append(self.store.write(self.share.run_id, self.info.rank, len(self.written), chunk))
         ev.reset()  # the chunk file holds the results now: memory stays flat
         return {"skipped": [], "timings": []}
 
@@ -278,7 +263,7 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
 
     stage_stats, pipe_stats, timed = timing_summary(merged.timings, args.warmup)
     totals = {k: sum(r[k] for r in merged.timings) for k in ("data", "model", "encode")}
-    this_run = merged.images_per_run.get(run.run_id, 0)
+    this_run = merged.images_per_run.get(run.share.run_id, 0)
     wall = time.perf_counter() - t_start
     timing = {
         "device": cfg.MODEL.DEVICE,

@@ -66,10 +66,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import minidet
 from minidet.apps import dist, fail, parse_with_overrides, run_app
-from minidet.apps.bulk import begin_run, drive, open_share, run_batches, timing_summary
-from minidet.apps.chunks import ChunkError, ChunkStore, config_entries, file_identity
+from minidet.apps.bulk import BulkJob, drive, run_batches, timing_summary
+from minidet.apps.chunks import ChunkError, config_entries
 from minidet.apps.data import ImageFiles
 from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, no_space, remove_temp_files
 from minidet.apps.inputs import describe_skipped, find_inputs
@@ -78,8 +77,7 @@ from minidet.apps.video import CODECS, STDERR, VideoError, VideoReader, VideoWri
 from minidet.apps.vis import draw_instances
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
 from minidet.checkpoint import CheckpointError
-from minidet.config import ConfigError, validate_cfg
-from minidet.hub import weights_path
+from minidet.config import ConfigError
 from minidet.timing import format_table
 
 CHUNKS = ".chunks"
@@ -274,53 +272,15 @@ def _check_results_file(path: str, output: str, names: list[str], guard: InputGu
     OutputDir(os.path.dirname(path) or ".", "--results", lock=False).close()
 
 
-class Job:
-    """One process's share of an inference run: set-up, the image loop, the videos, the chunks."""
+class Job(BulkJob):
+    """One process's share of an inference run: the set-up (:class:`BulkJob`), the image loop, the videos, the
+    chunks."""
+
+    name, unit, chunks = "infer", "inputs", CHUNKS
+    restart = True
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        cfg = minidet.get_cfg()
-        cfg.merge_from_file(args.config_file)
-        cfg.merge_from_list(args.opts)
-        validate_cfg(cfg)  # every value in range before anything is read or loaded
-        self.keep = parse_classes(args.classes, class_names(cfg.MODEL.CATEGORY_LAYOUT))
-        self.info = dist.from_env()
-        inputs, skipped = self.find_inputs()
-        if self.info.is_main:
-            for source, entries in skipped.items():
-                what = describe_skipped([r for _, r in entries], videos=True)
-                print(f"infer: skipped {len(entries)} entries in {source}: {what}")
-        inputs.sort()  # ids, shards and the results file follow sorted path order
-        self.paths = [p for p, _ in inputs]
-        self.rel = {i: rel for i, (_, rel) in enumerate(inputs, 1)}
-        self.stems = dict(enumerate(unique_stems([rel for _, rel in inputs]), 1))
-        self.items = list(enumerate(self.paths, 1))  # image ids in sorted path order
-        self.guard = InputGuard(self.paths)
-        names = [f for i, p in self.items for f in output_files(self.stems[i], is_video(p), not args.no_vis)]
-        self.guard.check_folder(args.output, names)  # before anything is created or loaded
-        if args.results:
-            _check_results_file(args.results, args.output, names, self.guard)
-        weights = weights_path(cfg.MODEL.WEIGHTS)  # after the inputs and outputs are checked: a name or URL downloads
-        manifest = {  # the run's identity (the weights' digest is added on rank 0)
-            "config": config_entries(cfg),
-            "options": {**{"--" + k.replace("_", "-"): getattr(args, k) for k in _OUTPUT_KEYS},
-                        "--results": bool(args.results)},  # whether the chunks hold the records
-            "inputs": self.paths,
-        }
-        self.info, device = dist.init(cfg.MODEL.DEVICE)
-        cfg.MODEL.DEVICE = device
-        self.cfg = cfg
-        self.store = ChunkStore(os.path.join(args.output, CHUNKS))
-        identity = lambda: {"weights": file_identity(weights), **manifest}  # noqa: E731 - rank 0 only
-        # a run without --resume starts anew: the chunks of an earlier one are replaced once this one begins
-        self.share = open_share(self.store, identity, self.items, args.resume, self.info, keep=self.complete,
-                                restart=True)
-        if self.share.done and self.info.is_main:
-            print(f"infer: resuming: {len(self.share.done)} of {len(self.items)} inputs done, "
-                  f"{len(self.items) - len(self.share.done)} to go")
-        self.predictor = self.load_model(cfg, weights)
-        begin_run(self.store, self.share, args.resume, self.info, self._remove_temp_files)
-        self.written: list[str] = []
+        super().__init__(args)
         self.pending = self._empty()
         self.lock = threading.RLock()  # pending, written and the order below: writer threads finish images
         self.order: collections.deque[int] = collections.deque()  # images at the writers, in image order
@@ -331,7 +291,34 @@ class Job:
         self.seq = 0
         self.codec: dict[tuple, str | None] = {}
 
-    def _remove_temp_files(self) -> None:
+    def inputs(self, cfg) -> tuple[list[tuple[int, str]], dict]:
+        """The inputs in sorted path order (ids, shards and the results file follow it), their output names, and
+        the outputs checked before anything is created or loaded."""
+        args = self.args
+        self.keep = parse_classes(args.classes, class_names(cfg.MODEL.CATEGORY_LAYOUT))
+        inputs, skipped = self.find_inputs()
+        if self.info.is_main:
+            for source, entries in skipped.items():
+                what = describe_skipped([r for _, r in entries], videos=True)
+                print(f"infer: skipped {len(entries)} entries in {source}: {what}")
+        inputs.sort()
+        self.paths = [p for p, _ in inputs]
+        self.rel = {i: rel for i, (_, rel) in enumerate(inputs, 1)}
+        self.stems = dict(enumerate(unique_stems([rel for _, rel in inputs]), 1))
+        items = list(enumerate(self.paths, 1))
+        self.guard = InputGuard(self.paths)
+        names = [f for i, p in items for f in output_files(self.stems[i], is_video(p), not args.no_vis)]
+        self.guard.check_folder(args.output, names)
+        if args.results:
+            _check_results_file(args.results, args.output, names, self.guard)
+        return items, {
+            "config": config_entries(cfg),
+            "options": {**{"--" + k.replace("_", "-"): getattr(args, k) for k in _OUTPUT_KEYS},
+                        "--results": bool(args.results)},  # whether the chunks hold the records
+            "inputs": self.paths,
+        }
+
+    def remove_temp_files(self) -> None:
         """Remove the files a killed run was writing (the chunk store cleans its own)."""
         for folder, subfolders, _ in os.walk(self.args.output):
             subfolders[:] = [d for d in subfolders if d != CHUNKS]
@@ -341,12 +328,6 @@ class Job:
         """The inputs as ``(path, name)`` and what folders left out (see :func:`find_inputs`)."""
         args = self.args
         return find_inputs(args.input, args.recursive, args.input_list, videos=True)
-
-    def load_model(self, cfg, weights: str | None) -> minidet.Predictor:
-        predictor = minidet.Predictor(cfg, weights)
-        if self.info.is_main:
-            print(f"infer: weights {predictor.weights_summary}")
-        return predictor
 
     def complete(self, image_id: int) -> bool:
         """Whether an input's outputs are all there (they are written whole or not at all)."""
