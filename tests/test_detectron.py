@@ -133,12 +133,17 @@ def test_affine_channel_into_frozen_bn_is_identity_stats_eps0(pkl_files):
         ("R-50-FPN", ["MODEL.NORM", "GN"], "frozen-BN model .res_conv1_bn_s. but MODEL.NORM is GN"),
         ("R-101-FPN", ["MODEL.RESNETS.DEPTH", 50], r"ResNet-101 \(res4 has 23 blocks\).*MODEL.RESNETS.DEPTH 101"),
         ("R-50-FPN_gn", ["MODEL.ROI_BOX_HEAD.NUM_CONV", 0, "MODEL.ROI_BOX_HEAD.NUM_FC", 2], "4conv1fc"),
-        ("R-50-FPN", ["MODEL.ROI_HEADS.NUM_CLASSES", 91], "81 classes .cls_score_w. but MODEL.ROI_HEADS.NUM_CLASSES"),
     ],
 )
 def test_checkpoint_config_mismatch_is_named(pkl_files, variant, opts, match):
     with pytest.raises(CheckpointError, match=match):
         minidet.prepare_model(_cfg(variant, pkl_files[variant], *opts))
+
+
+def test_the_class_count_is_the_checkpoints(pkl_files):
+    """MODEL.ROI_HEADS.NUM_CLASSES belongs to the weights: the checkpoint's class logits decide it."""
+    model, _ = minidet.prepare_model(_cfg("R-50-FPN", pkl_files["R-50-FPN"], "MODEL.ROI_HEADS.NUM_CLASSES", 91))
+    assert model.box_predictor.cls_score.out_features == 81
 
 
 class _Payload:

@@ -124,7 +124,7 @@ def test_a_value_set_through_the_python_api_is_checked_too():
         ["INPUT.MIN_SIZE_TEST", 1, "INPUT.MAX_SIZE_TEST", 16, "MODEL.RPN.POST_NMS_TOPK_TEST", 1],
         ["MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 1, "MODEL.RPN.PRE_NMS_TOPK_TEST", 1],
         ["MODEL.FROZEN_BN_EPS", 0.0, "MODEL.DEVICE", "cuda:3"],
-        ["MODEL.CATEGORY_LAYOUT", "coco80", "MODEL.ROI_HEADS.NUM_CLASSES", 1],  # background not counted
+        ["MODEL.CONVENTION", "detectron2", "MODEL.ROI_HEADS.NUM_CLASSES", 1],  # background last: not counted
         ["MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO", 0, "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO", 0],
         ["MODEL.ANCHOR_GENERATOR.SIZES", [16.0, 32, 64, 128, 256], "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS", [1.0]],
         ["MODEL.NORM", "GN", "MODEL.GN_NUM_GROUPS", 16, "MODEL.ROI_BOX_HEAD.USE_NORM", True],
@@ -140,7 +140,7 @@ def test_every_key_has_a_rule():
     """A new key cannot be added without saying what it may hold (booleans: True or False)."""
     keys = _leaves(minidet.get_cfg())
     free = {k for k, v in keys.items() if k not in RULES and not isinstance(v, bool)}
-    assert free == {"MODEL.WEIGHTS"}
+    assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES"}  # CLASS_NAMES: distinct non-empty names (validate_cfg)
     assert set(RULES) <= set(keys)
     validate_cfg(minidet.get_cfg())
 

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 BACKGROUND = "__background__"
 UNUSED = "N/A"
 LAYOUTS = ("coco91", "coco81", "coco80")
@@ -43,3 +45,74 @@ def class_names(layout: str) -> list[str]:
 def category_ids(layout: str) -> list[int]:
     """COCO category id of each class index of ``layout``; -1 for background."""
     return [cid for cid, _ in _layout_table(layout)]
+
+
+def layout_count(layout: str) -> int:
+    """Classes of ``layout`` without the background (coco91: 90 slots, of which 10 unused)."""
+    return sum(1 for cid in category_ids(layout) if cid != -1)
+
+
+@dataclass(frozen=True)
+class Classes:
+    """What the model's class indices (its ``labels``) are: ``names`` and category ``ids`` per index (the background,
+    first or last as the weights' family has it, is named ``BACKGROUND`` with id -1 where it has an index); ``own``:
+    a checkpoint's own classes rather than a COCO layout (``MODEL.CATEGORY_LAYOUT``)."""
+
+    names: tuple[str, ...]
+    ids: tuple[int, ...]
+    own: bool = False
+
+    @property
+    def count(self) -> int:
+        """Classes without the background (and, in coco91, with its unused slots)."""
+        return sum(1 for i in self.ids if i != -1)
+
+    def real(self) -> list[tuple[int, int, str]]:
+        """``(index, category id, name)`` of each class a detection can have (no background, no unused slot)."""
+        return [(k, i, n) for k, (i, n) in enumerate(zip(self.ids, self.names)) if i != -1 and n != UNUSED]
+
+    def with_categories(self, ids: list[int], names: list[str]) -> Classes:
+        """These classes (own classes: every index but the background's) with other category ids and names."""
+        slots = [k for k, i in enumerate(self.ids) if i != -1]
+        new_ids, new_names = list(self.ids), list(self.names)
+        for k, i, n in zip(slots, ids, names, strict=True):
+            new_ids[k], new_names[k] = int(i), str(n)
+        return Classes(tuple(new_names), tuple(new_ids), self.own)
+
+
+def coco_classes(layout: str) -> Classes:
+    """The COCO layout ``layout``'s classes (``class_names``, ``category_ids``)."""
+    return Classes(tuple(class_names(layout)), tuple(category_ids(layout)))
+
+
+def own_classes(names: list[str], background_last: bool, ids: list[int] | None = None) -> Classes:
+    """A checkpoint's own classes, ``names`` in class order; ``ids`` their category ids (default 1, 2, ...); the
+    background index first or last."""
+    ids = list(range(1, len(names) + 1)) if ids is None else list(ids)
+    if background_last:
+        return Classes(tuple(names), tuple(ids), own=True)
+    return Classes((BACKGROUND, *names), (-1, *ids), own=True)
+
+
+def placeholder_names(count: int) -> list[str]:
+    """The names of classes nothing names: ``class_1``, ``class_2``, ... (never COCO's)."""
+    return [f"class_{k}" for k in range(1, count + 1)]
+
+
+def resolve_classes(layout: str, count: int, background_last: bool, *sources: tuple[str, list[str] | None]
+                    ) -> tuple[Classes, str]:
+    """The classes of a checkpoint with ``count`` classes (background excluded): the first of ``sources`` (``(what,
+    names)``: the config's ``MODEL.CLASS_NAMES``, the checkpoint's own, ...) that gives names names them; with none,
+    ``class_1`` ... A checkpoint of the config's COCO ``layout`` size whose names (if any) are COCO's keeps the COCO
+    layout. Returns the classes and where their names came from ("" for a COCO layout). ValueError (one line) when a
+    source gives another number of names than the checkpoint has classes."""
+    what, names = next(((w, list(n)) for w, n in sources if n), ("", None))
+    if names is not None and len(names) != count:
+        raise ValueError(f"{what} gives {len(names)} class names but the checkpoint has {count} classes "
+                         "(background excluded)")
+    coco = coco_classes(layout)
+    if count == layout_count(layout) and (names is None or names == [n for _, _, n in coco.real()]):
+        return coco, ""
+    if names is None:
+        return own_classes(placeholder_names(count), background_last), "none given: named by index"
+    return own_classes(names, background_last), what

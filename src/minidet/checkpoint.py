@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -200,31 +201,90 @@ def _renamed(src: dict[str, torch.Tensor], rename, report: LoadReport) -> tuple[
     return renamed, names
 
 
+@dataclass
+class Checkpoint:
+    """A checkpoint file read (safe readers) and identified: its ``family`` (None: a minidet state dict) and key
+    ``layout``, its array entries as tensors (under the file's names, ``module.`` stripped), the names of its entries
+    that are no arrays (``dropped``) and what its wrapper holds beside the weights (``meta``)."""
+
+    path: str
+    family: Family | None
+    layout: str
+    tensors: dict[str, torch.Tensor]
+    dropped: list[str]
+    meta: dict
+
+    @property
+    def format(self) -> str:
+        return self.family.name if self.family else "minidet"
+
+    def rename(self) -> Callable[[str], str | None]:
+        """The file's rename function (checkpoint key -> minidet name; None: dropped by design)."""
+        return self.family.renamer(list(self.tensors)) if self.family else (lambda k: k)
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of the tensor that becomes minidet's ``name``, if the file has it."""
+        rename = self.rename()
+        return next((tuple(v.shape) for k, v in self.tensors.items() if rename(k) == name), None)
+
+    def class_names(self) -> list[str] | None:
+        """The class names the file carries (in its ``meta``), in class order; None where its family stores none."""
+        return self.family.class_names(self.meta) if self.family and self.family.class_names else None
+
+
+def open_checkpoint(path: str) -> Checkpoint:
+    """Read ``path`` with the safe readers (:func:`read_checkpoint`; nothing in it is run) and ask the families which
+    one it is (``families.recognize``, from its key names). Refused: a file of no known layout, arrays that are not
+    dense real numbers, a file without weights."""
+    path = os.path.abspath(path)
+    src = read_checkpoint(path)
+    meta = src.meta
+    if all(k.startswith("module.") for k in src):  # saved from DistributedDataParallel
+        src = {k[len("module.") :]: v for k, v in src.items()}
+    keys = list(src)
+    tensors, dropped = _to_tensors(src, path)
+    if not tensors:
+        raise CheckpointError(f"{path}: holds no weights (no arrays among {len(keys)} entries)")
+    family, layout = _identify(keys, dropped, path)
+    return Checkpoint(path, family, layout, tensors, dropped, meta)
+
+
+def head_config(ckpt: Checkpoint, background_last: bool) -> dict[str, object]:
+    """What the checkpoint's predictor shapes fix in the config: ``MODEL.ROI_HEADS.NUM_CLASSES`` (counting the
+    background where it comes first, as the configs of those families do), class-agnostic box regression (4 deltas,
+    or Detectron's 8: background and foreground) and class-agnostic masks (one channel). Empty for a file without
+    a box predictor."""
+    logits = ckpt.shape("box_predictor.cls_score.weight")
+    if logits is None:
+        return {}
+    rows = logits[0]  # the classes and the background
+    specific = rows - 1 if background_last else rows  # class-specific deltas and masks: one per class (and bg)
+    out: dict[str, object] = {"MODEL.ROI_HEADS.NUM_CLASSES": specific}
+    if (deltas := ckpt.shape("box_predictor.bbox_pred.weight")) is not None:
+        out["MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG"] = deltas[0] // 4 in (1, 2) and deltas[0] // 4 != specific
+    if (masks := ckpt.shape("mask_head.predictor.weight")) is not None:
+        out["MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK"] = masks[0] == 1 and specific != 1
+    return out
+
+
 def load_checkpoint(
-    model: nn.Module, path: str, bn_eps: float, allow_missing: bool = False, *, convention: str
+    model: nn.Module, path: str | Checkpoint, bn_eps: float, allow_missing: bool = False, *, convention: str
 ) -> LoadReport:
-    """Load ``path`` into ``model``: read it (safe readers, :func:`read_checkpoint`), ask the families which one it
-    is (``families.recognize``), check it against the config and the model, rename, match and report. Raises
+    """Load ``path`` into ``model``: read it and ask the families which one it is (:func:`open_checkpoint`; or a
+    checkpoint opened already), check it against the config and the model, rename, match and report. Raises
     CheckpointError unless every weight is filled. ``bn_eps`` and ``convention`` are the config's
     ``MODEL.FROZEN_BN_EPS`` and ``MODEL.CONVENTION``, checked against what the file's family fixes. Also refused:
     arrays that are not dense real numbers, integer tensors for float weights, NaN or infinite weights, another
     ResNet depth."""
-    path = os.path.abspath(path)
-    src = read_checkpoint(path)
-    if all(k.startswith("module.") for k in src):  # saved from DistributedDataParallel
-        src = {k[len("module.") :]: v for k, v in src.items()}
-    keys = list(src)
-    src, dropped = _to_tensors(src, path)
-    if not src:
-        raise CheckpointError(f"{path}: holds no weights (no arrays among {len(keys)} entries)")
-    family, layout = _identify(keys, dropped, path)
-    report = LoadReport(path=path, format=family.name if family else "minidet", layout=layout, ignored=dropped)
+    ckpt = path if isinstance(path, Checkpoint) else open_checkpoint(path)
+    path, family, layout, src, dropped = ckpt.path, ckpt.family, ckpt.layout, ckpt.tensors, ckpt.dropped
+    report = LoadReport(path=path, format=ckpt.format, layout=layout, ignored=list(dropped))
     if family is not None:
         needs = family.config_values(layout)
         check_format_config(report, needs, {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps})
         if family.check is not None:
             family.check(model, src, path)
-    renamed, names = _renamed(src, family.renamer(keys) if family else lambda k: k, report)
+    renamed, names = _renamed(src, ckpt.rename(), report)
     families.check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
     match_state(model, renamed, report, bn_eps, names)
     logger.info("%s", report)

@@ -171,6 +171,8 @@ def _coerce(value: Any, original: Any, key: str) -> Any:
         return value
     if isinstance(original, (list, tuple)) and isinstance(value, (list, tuple)):
         return type(original)(value)
+    if isinstance(original, (list, tuple)) and isinstance(value, str):  # "cell,nucleus,debris" on a command line
+        return type(original)(v.strip() for v in value.split(",") if v.strip())
     if isinstance(original, float) and isinstance(value, str):
         with contextlib.suppress(ValueError):  # YAML 1.1 reads "1e-5" (no dot) as a string
             return float(value)
@@ -215,6 +217,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.PIXEL_MEAN": ([123.675, 116.28, 103.53], "3 x (-inf, inf)"),
     "MODEL.PIXEL_STD": ([58.395, 57.12, 57.375], "3 x (0, inf)"),
     "MODEL.CATEGORY_LAYOUT": ("coco91", CATEGORY_LAYOUTS),  # class index -> COCO id (categories.py)
+    "MODEL.CLASS_NAMES": ([], None),  # a checkpoint's own classes, in class order (else its own names, or class_N)
     "MODEL.CONVENTION": ("torchvision", tuple(FAMILIES)),  # the weights' family and its arithmetic (families/)
     "MODEL.RESNETS.DEPTH": (50, (50, 101)),
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
@@ -244,12 +247,14 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": (7, "[1, 32]"),
     "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": (2, "[0, 64]"),  # 0: adaptive
     "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": ([10.0, 10.0, 5.0, 5.0], "4 x (0, inf)"),
+    "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": (False, None),  # one set of deltas for every class (from the weights)
     "MODEL.ROI_MASK_HEAD.NUM_CONV": (4, "[0, 16]"),
     "MODEL.ROI_MASK_HEAD.CONV_DIM": (256, "[1, 4096]"),
     "MODEL.ROI_MASK_HEAD.USE_NORM": (False, None),
     "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": (14, "[1, 32]"),
     "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": (2, "[0, 64]"),
     "MODEL.ROI_MASK_HEAD.THRESHOLD": (0.5, "[0, 1]"),
+    "MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK": (False, None),  # one mask channel for every class (from the weights)
     "INPUT.MIN_SIZE_TEST": (800, "[1, 16384]"),
     "INPUT.MAX_SIZE_TEST": (1333, "[1, 16384]"),
     "INPUT.FORMAT": ("RGB", ("RGB", "BGR")),  # channel order the network expects
@@ -319,6 +324,11 @@ def _leaves(node: _YacsNode, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def cfg_value(cfg: _YacsNode, key: str) -> Any:
+    """The value of the dotted ``key`` (``MODEL.ROI_HEADS.NUM_CLASSES``) in ``cfg``."""
+    return reduce(lambda node, part: node[part], key.split("."), cfg)
+
+
 def _interval(rule: str) -> tuple[str, float, float, str]:
     """``"N x [lo, hi)"`` -> (``"N"`` or ``""``, lo, hi, the interval as written)."""
     count, _, interval = rule.rpartition(" x ")
@@ -380,9 +390,12 @@ def validate_cfg(cfg: CfgNode) -> None:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
     if m.ROI_BOX_HEAD.NORM_FC and m.NORM != "GN":
         raise ConfigError(f"MODEL.ROI_BOX_HEAD.NORM_FC needs MODEL.NORM GN (a norm after an fc); got {m.NORM}")
-    if m.ROI_HEADS.NUM_CLASSES < 2 and m.CATEGORY_LAYOUT != "coco80":
-        raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CATEGORY_LAYOUT "
-                          f"{m.CATEGORY_LAYOUT}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
+    if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:
+        raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CONVENTION "
+                          f"{m.CONVENTION}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
+    names = m.CLASS_NAMES
+    if not all(isinstance(n, str) and n.strip() for n in names) or len(set(names)) != len(names):
+        raise ConfigError(f"MODEL.CLASS_NAMES must be distinct, non-empty names; got {_short(list(names))}")
     if m.NORM == "GN":  # GroupNorm splits the channels of every normalized layer into equal groups
         normalized = {
             "the ResNet stem": 64,

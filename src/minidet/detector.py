@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .config import CfgNode, validate_cfg
-from .families import convention
+from .families import FAMILIES, convention
 from .fpn import FPN
 from .norm import NormFn, get_norm
 from .poolers import MultiScaleRoIAlign
@@ -155,10 +155,12 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         norm(bh.USE_NORM), norm() if bh.NORM_FC else None,
     )
     num_classes = rh.NUM_CLASSES
-    bg_last = m.CATEGORY_LAYOUT == "coco80"
-    # detectron2 counts classes without background; its logits have one more column
+    bg_last = FAMILIES[m.CONVENTION].background_last
+    # a family with the background last counts the classes without it: its logits have one more column. One set
+    # of class-agnostic deltas (background-last families), or two (background and foreground: Detectron's)
+    reg_classes = (1 if bg_last else 2) if bh.CLS_AGNOSTIC_BBOX_REG else num_classes
     predictor = BoxPredictor(
-        box_head.out_dim, num_classes + 1 if bg_last else num_classes, num_classes if bg_last else None,
+        box_head.out_dim, num_classes + 1 if bg_last else num_classes, reg_classes,
         bbox_reg_weights=tuple(bh.BBOX_REG_WEIGHTS), score_thresh=rh.SCORE_THRESH_TEST,
         nms_thresh=rh.NMS_THRESH_TEST, detections_per_image=rh.DETECTIONS_PER_IMAGE,
         min_box_size=rh.MIN_BOX_SIZE if conv.small_box_filter else None, bg_last=bg_last,
@@ -168,7 +170,8 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     if m.MASK_ON:
         mh = m.ROI_MASK_HEAD
         mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, **pool)
-        mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, num_classes, norm(mh.USE_NORM))
+        mask_classes = 1 if mh.CLS_AGNOSTIC_MASK else num_classes
+        mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, mask_classes, norm(mh.USE_NORM))
     amp_dtype = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP]
     parts = (transform, backbone, fpn, rpn, box_pooler, box_head, predictor, mask_pooler, mask_head)
     return MaskRCNN(*parts, amp_dtype=amp_dtype, chunk_images=cfg.TEST.CHUNK_IMAGES).eval()

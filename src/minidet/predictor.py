@@ -8,10 +8,11 @@ import os
 import numpy as np
 import torch
 
-from .categories import category_ids, class_names
-from .checkpoint import LoadReport, load_checkpoint
-from .config import CfgNode, ConfigError, get_cfg
+from .categories import Classes, resolve_classes
+from .checkpoint import Checkpoint, LoadReport, head_config, load_checkpoint, open_checkpoint
+from .config import CfgNode, ConfigError, cfg_value, get_cfg, validate_cfg
 from .detector import MaskRCNN, build_model
+from .families import FAMILIES
 from .layers import fuse_convs, fuse_linears
 from .norm import fold_norms
 from .timing import StageTimer
@@ -29,12 +30,32 @@ def checkpoint_file(cfg: CfgNode, weights: str | None = None) -> str | None:
     return weights_path(cfg.MODEL.WEIGHTS)
 
 
-def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
-    """Build the model, load the checkpoint (``checkpoint_file``: ``weights``, a resolved path, or ``MODEL.WEIGHTS``;
-    ``none``: random weights, report None), fold norms, move to the device, eval mode."""
-    model = build_model(cfg)
+def fit_to_checkpoint(cfg: CfgNode, ckpt: Checkpoint | None) -> tuple[CfgNode, dict[str, object]]:
+    """``cfg`` (a copy) with what the checkpoint's predictor shapes fix (``checkpoint.head_config``: the class
+    count, class-agnostic deltas and masks), so that a shipped config runs a fine-tuned checkpoint unedited; and the
+    keys that changed."""
+    if ckpt is None:
+        return cfg, {}
+    family = ckpt.family or FAMILIES[cfg.MODEL.CONVENTION]  # a minidet state dict: the config's family
+    fixed = head_config(ckpt, family.background_last)
+    changed = {k: v for k, v in fixed.items() if cfg_value(cfg, k) != v}
+    if changed:
+        cfg = cfg.clone()
+        cfg.defrost()
+        cfg.merge_from_list([x for kv in changed.items() for x in kv])
+        validate_cfg(cfg)
+    return cfg, changed
+
+
+def _load(cfg: CfgNode, weights: str | None) -> tuple[MaskRCNN, LoadReport | None, CfgNode, Checkpoint | None]:
+    """The model of ``cfg`` fitted to the checkpoint (:func:`fit_to_checkpoint`) and loaded (see
+    :func:`prepare_model`); also the fitted config and the opened checkpoint."""
+    validate_cfg(cfg)  # every value in range before anything is read
     path = checkpoint_file(cfg, weights)
-    report = None if path is None else load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
+    ckpt = open_checkpoint(path) if path is not None else None
+    cfg, _ = fit_to_checkpoint(cfg, ckpt)
+    model = build_model(cfg)
+    report = None if ckpt is None else load_checkpoint(model, ckpt, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
                                                        convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:
         logger.info("folded %d norm layers into their convs", fold_norms(model))
@@ -45,7 +66,43 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
         raise ConfigError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")
     model.to(device)
     model.set_runtime(timer=StageTimer(enabled=cfg.TEST.TIMING, device=device), channels_last=cfg.MODEL.CHANNELS_LAST)
-    return model.eval(), report
+    return model.eval(), report, cfg, ckpt
+
+
+def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
+    """Build the model (its class count and class-agnostic heads as the checkpoint has them), load the checkpoint
+    (``checkpoint_file``: ``weights``, a resolved path, or ``MODEL.WEIGHTS``; ``none``: random weights, report
+    None), fold norms, move to the device, eval mode."""
+    model, report, _, _ = _load(cfg, weights)
+    return model, report
+
+
+def checkpoint_classes(cfg: CfgNode, ckpt: Checkpoint | None) -> tuple[Classes, str]:
+    """The classes of the (fitted) ``cfg``'s model: COCO's for a checkpoint of its ``MODEL.CATEGORY_LAYOUT``'s size,
+    else the checkpoint's own, named by ``MODEL.CLASS_NAMES``, else by the names the file carries, else ``class_1``
+    ...; and, for own classes, the line that says so (else "")."""
+    m = cfg.MODEL
+    background_last = FAMILIES[m.CONVENTION].background_last
+    count = m.ROI_HEADS.NUM_CLASSES - (0 if background_last else 1)
+    sources = [("MODEL.CLASS_NAMES", list(m.CLASS_NAMES)),
+               (f"{ckpt.path if ckpt else ''} (its meta)", ckpt.class_names() if ckpt else None)]
+    try:
+        classes, where = resolve_classes(m.CATEGORY_LAYOUT, count, background_last, *sources)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not classes.own:
+        return classes, ""
+    shown = ", ".join(n for _, _, n in classes.real()[:12]) + (", ..." if count > 12 else "")
+    return classes, f"{count} classes (background excluded) from the checkpoint: {shown} (names: {where})"
+
+
+def classes_of(cfg: CfgNode, weights: str | None = None) -> tuple[Classes, str]:
+    """The classes a Predictor of ``cfg`` would have (:func:`checkpoint_classes`), from the checkpoint alone: no
+    model is built."""
+    validate_cfg(cfg)
+    path = checkpoint_file(cfg, weights)
+    ckpt = open_checkpoint(path) if path is not None else None
+    return checkpoint_classes(fit_to_checkpoint(cfg, ckpt)[0], ckpt)
 
 
 class Predictor:
@@ -58,16 +115,29 @@ class Predictor:
     the checkpoint's path when the caller resolved ``MODEL.WEIGHTS`` already (see ``checkpoint_file``)."""
 
     def __init__(self, cfg: CfgNode, weights: str | None = None) -> None:
-        self.cfg = cfg.clone()
-        self.cfg.freeze()
-        self.model, self.load_report = prepare_model(self.cfg, weights)
+        self.model, self.load_report, fitted, ckpt = _load(cfg.clone(), weights)
+        fitted.freeze()
+        self.cfg = fitted
         random = "none (random weights: MODEL.WEIGHTS none)"
         self.weights_summary: str = self.load_report.summary if self.load_report is not None else random
         # JSON widths as the weights' family counts them: pixel-inclusive (x2 - x1 + 1) for +1 box rules
         self.box_offset: int = self.model.box_predictor.box_rule.offset
-        layout = self.cfg.MODEL.CATEGORY_LAYOUT
-        self.class_names: list[str] = class_names(layout)
-        self._cat_ids = torch.tensor(category_ids(layout), dtype=torch.int64)
+        classes, self.classes_summary = checkpoint_classes(fitted, ckpt)
+        if self.classes_summary:
+            logger.info("%s", self.classes_summary)
+        self.classes = classes
+
+    @property
+    def classes(self) -> Classes:
+        """What the model's class indices are: names and category ids (``categories.Classes``). Set it to map them
+        to a dataset's categories (``minidet eval`` does)."""
+        return self._classes
+
+    @classes.setter
+    def classes(self, classes: Classes) -> None:
+        self._classes = classes
+        self.class_names: list[str] = list(classes.names)
+        self._cat_ids = torch.tensor(classes.ids, dtype=torch.int64)
 
     @classmethod
     def from_pretrained(cls, name: str, device: str = "cpu", **overrides) -> Predictor:

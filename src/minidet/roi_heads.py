@@ -62,7 +62,8 @@ class BoxHead(nn.Module):
 
 
 class BoxPredictor(nn.Module):
-    """Class logits (R, K) and class-specific box deltas (R, 4K); K includes background. ``inference`` turns them into
+    """Class logits (R, K) and box deltas (R, 4K') (K includes background; K' = K class-specific, K - 1 with the
+    background last, 1 or 2 (background and foreground) class-agnostic). ``inference`` turns them into
     detections: ``detections_per_image`` is the cap, ``min_box_size`` None: no small-box filter, ``bg_last``: background
     last (else first); ``box_rule``, ``ties_at_cap``, ``original_frame``: the weight family's (``conventions``)."""
 
@@ -105,9 +106,10 @@ class BoxPredictor(nn.Module):
             labels = cols + fg.start
             if reg_classes == 1:  # class-agnostic regression
                 d = dl[rows]
-            else:
-                reg_col = labels if reg_classes == num_classes else cols  # detectron2: no bg rows
-                d = dl.view(-1, reg_classes, 4)[rows, reg_col]
+            elif reg_classes == num_classes - self.bg_last:  # class-specific (no background rows when it is last)
+                d = dl.view(-1, reg_classes, 4)[rows, cols if self.bg_last else labels]
+            else:  # class-agnostic with background and foreground deltas (Detectron, maskrcnn-benchmark)
+                d = dl.view(-1, 2, 4)[rows, 1]
             boxes = rule.clip(rule.decode(d, props[rows], self.bbox_reg_weights), h, w)
             scores = scores[rows, cols]
             if self.min_box_size is not None:

@@ -132,6 +132,8 @@ class BulkJob:
         predictor = Predictor(cfg, weights)
         if self.info.is_main:
             print(f"{self.name}: weights {predictor.weights_summary}")
+            if predictor.classes_summary:
+                print(f"{self.name}: {predictor.classes_summary}")
         return predictor
 
     def remove_temp_files(self) -> None:

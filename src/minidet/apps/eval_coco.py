@@ -65,10 +65,10 @@ from minidet.apps.evaluation import (
     METRIC_NAMES,
     COCOEvaluator,
     EvaluationError,
-    check_categories,
     coco_metrics,
     load_coco_annotations,
     load_results,
+    match_dataset,
 )
 from minidet.apps.fileio import OutputDir, remove_temp_files, write_json
 from minidet.checkpoint import CheckpointError
@@ -184,7 +184,6 @@ class Run(BulkJob):
         """The annotation file's images (the first ``--max-images`` by id), its categories checked."""
         args = self.args
         self.coco_gt = load_coco_annotations(args.ann)
-        check_categories(self.coco_gt, cfg.MODEL.CATEGORY_LAYOUT, args.ann)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
         self.files = dict(files)
         return files, {"images": os.path.abspath(args.images), "image ids": [i for i, _ in files],
@@ -192,6 +191,12 @@ class Run(BulkJob):
 
     def input_files(self) -> dict:
         return {"annotations": file_identity(self.args.ann)}
+
+    def load_model(self, cfg, weights: str | None):
+        """The Predictor, its classes mapped to the dataset's categories (:func:`match_dataset`)."""
+        predictor = super().load_model(cfg, weights)
+        predictor.classes = match_dataset(predictor.classes, self.coco_gt, self.args.ann, cfg.MODEL.CATEGORY_LAYOUT)
+        return predictor
 
     def remove_temp_files(self) -> None:
         remove_temp_files(self.args.output)  # of a run killed while writing the final files

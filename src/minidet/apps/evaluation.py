@@ -18,7 +18,16 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from ..categories import BACKGROUND, UNUSED, category_ids, class_names
+from ..categories import (
+    BACKGROUND,
+    COCO_CATEGORIES,
+    UNUSED,
+    Classes,
+    category_ids,
+    class_names,
+    own_classes,
+    placeholder_names,
+)
 from .instances import instances_to_coco
 
 IOU_TYPES = ("bbox", "segm")
@@ -126,6 +135,32 @@ def check_categories(coco_gt: COCO, layout: str, source: str) -> None:
         if name != known[cid]:
             raise EvaluationError(f"{source}: category {cid} is {name!r} in the dataset but {known[cid]!r} for the "
                                   f"checkpoint (MODEL.CATEGORY_LAYOUT {layout}); the dataset does not match the model")
+
+
+def match_dataset(classes: Classes, coco_gt: COCO, source: str, layout: str = "") -> Classes:
+    """The model's ``classes`` with the dataset's category ids (and, where the model has none, its names). A COCO
+    layout is checked as it is (:func:`check_categories` with ``layout``). A checkpoint's own classes map to the
+    dataset's categories by name when they have names, else by order of increasing category id; another count or
+    a name the dataset lacks is one line listing both sides (:class:`EvaluationError`)."""
+    if not classes.own:
+        check_categories(coco_gt, layout, source)
+        return classes
+    cats = sorted(coco_gt.dataset["categories"], key=lambda c: c["id"])
+    model = [name for _, _, name in classes.real()]
+    named = model != placeholder_names(len(model))
+    theirs = ", ".join(f"{c['id']} {c['name']!r}" for c in cats)
+    both = f"the model's {len(model)}: {', '.join(map(repr, model))}; {source}'s {len(cats)}: {theirs}"
+    if named:
+        by_name = {c["name"]: c["id"] for c in cats}
+        unknown = [n for n in model if n not in by_name]
+        if unknown or len(cats) != len(model):
+            what = f"{unknown[0]!r} is not a category of the dataset" if unknown else "other counts"
+            raise EvaluationError(f"{source}: the model's classes do not match the dataset's ({what}): {both}")
+        return classes.with_categories([by_name[n] for n in model], model)
+    if len(cats) != len(model):
+        raise EvaluationError(f"{source}: the model has {len(model)} unnamed classes but the dataset {len(cats)} "
+                              f"categories (unnamed classes map by order of increasing id): {both}")
+    return classes.with_categories([c["id"] for c in cats], [c["name"] for c in cats])
 
 
 def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
@@ -260,8 +295,25 @@ def load_results(path: str, coco_gt: COCO) -> tuple[list[dict], tuple[str, ...]]
     IoU types."""
     results = _load_json(path, "results file")
     if isinstance(results, dict) and {"images", "annotations"} <= set(results):
-        results = _by_file_name(results, coco_gt, path)
+        results = _by_category(_by_file_name(results, coco_gt, path), results.get("categories"), coco_gt, path)
     return results, validate_results(results, coco_gt, path)
+
+
+def _by_category(dets: list, categories, coco_gt: COCO, source: str) -> list:
+    """Detections of a results document that lists its own ``categories`` (a model's own classes), their category
+    ids changed to the dataset's of the same name (else by order of increasing id: :func:`match_dataset`); a
+    document whose categories are the dataset's (or all COCO's) keeps its ids."""
+    if not (isinstance(categories, list) and all(isinstance(c, dict) and {"id", "name"} <= set(c) for c in categories)):
+        return dets
+    known = {c["id"]: c["name"] for c in coco_gt.dataset["categories"]}
+    pairs = {(c["id"], c["name"]) for c in categories}
+    if pairs <= set(known.items()) or pairs == set(COCO_CATEGORIES):  # the dataset's ids, or COCO's
+        return dets
+    ours = sorted(categories, key=lambda c: c["id"])
+    classes = own_classes([str(c["name"]) for c in ours], True, [c["id"] for c in ours])
+    mapped = match_dataset(classes, coco_gt, source)
+    ids = dict(zip(classes.ids, mapped.ids))
+    return [{**d, "category_id": ids.get(d.get("category_id"), d.get("category_id"))} for d in dets]
 
 
 def _by_file_name(doc: dict, coco_gt: COCO, source: str) -> list:

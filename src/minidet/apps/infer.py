@@ -75,7 +75,7 @@ from minidet.apps.inputs import describe_skipped, find_inputs
 from minidet.apps.instances import record_instances
 from minidet.apps.video import CODECS, STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
 from minidet.apps.vis import draw_instances
-from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, class_names
+from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, Classes
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError
 from minidet.timing import format_table
@@ -295,7 +295,6 @@ class Job(BulkJob):
         """The inputs in sorted path order (ids, shards and the results file follow it), their output names, and
         the outputs checked before anything is created or loaded."""
         args = self.args
-        self.keep = parse_classes(args.classes, class_names(cfg.MODEL.CATEGORY_LAYOUT))
         inputs, skipped = self.find_inputs()
         if self.info.is_main:
             for source, entries in skipped.items():
@@ -323,6 +322,17 @@ class Job(BulkJob):
         for folder, subfolders, _ in os.walk(self.args.output):
             subfolders[:] = [d for d in subfolders if d != CHUNKS]
             remove_temp_files(folder)
+
+    def load_model(self, cfg, weights: str | None):
+        """The Predictor; ``--classes`` named among its classes."""
+        predictor = super().load_model(cfg, weights)
+        self.use_classes(predictor.classes)
+        return predictor
+
+    def use_classes(self, classes: Classes) -> None:
+        """The model's classes (for the results file) and the ``--classes`` kept (names among them)."""
+        self.classes = classes
+        self.keep = parse_classes(self.args.classes, list(classes.names))
 
     def find_inputs(self) -> tuple[list[tuple[str, str]], dict]:
         """The inputs as ``(path, name)`` and what folders left out (see :func:`find_inputs`)."""
@@ -632,7 +642,8 @@ class Job(BulkJob):
                             det = {"image_id": r["image_id"], **{k: v for k, v in inst.items() if k != "category_name"}}
                             f.write(sep + "\n" + json.dumps(det))
                             sep = ","
-                cats = [{"id": i, "name": n} for i, n in COCO_CATEGORIES]
+                listed = COCO_CATEGORIES if not self.classes.own else [(i, n) for _, i, n in self.classes.real()]
+                cats = [{"id": i, "name": n} for i, n in listed]
                 f.write(f"\n],\n\"categories\": {json.dumps(cats)}}}\n")
         for name in os.listdir(os.path.dirname(os.path.abspath(path)) or "."):
             if name.startswith(os.path.basename(path) + ".") and name.endswith(".partial"):

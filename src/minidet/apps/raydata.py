@@ -45,6 +45,7 @@ from ..imageio import (
     read_image,
     read_image_bytes,
 )
+from ..predictor import classes_of
 from . import dist
 from .bulk import run_batches
 from .data import ImageFiles
@@ -241,13 +242,18 @@ class RayJob(Job):
         return found + more, {**skipped, **gone}
 
     def load_model(self, cfg, weights: str | None) -> None:
-        """Nothing here: each actor loads the model. Checks the GPUs asked for against ``MODEL.DEVICE``."""
+        """No model here: each actor loads it. Checks the GPUs asked for against ``MODEL.DEVICE``; reads the classes
+        from the checkpoint."""
         cuda = cfg.MODEL.DEVICE.startswith("cuda")
         asked = self.args.gpus_per_actor
         self.gpus = asked if asked is not None else (1.0 if cuda else 0.0)
         if cuda != (self.gpus > 0):
             raise ConfigError(f"--gpus-per-actor {self.gpus:g} with MODEL.DEVICE {cfg.MODEL.DEVICE}: "
                               + ("give the actors a GPU" if cuda else "add MODEL.DEVICE cuda to run on the GPUs"))
+        classes, summary = classes_of(cfg, weights)  # from the checkpoint alone, for the results file
+        if summary:
+            print(f"infer: {summary}")
+        self.use_classes(classes)
         return None
 
     def loop(self) -> None:

@@ -66,7 +66,11 @@ class Family:
     - ``check(model, tensors, path)``: raises ``CheckpointError`` naming the config key to change when the file
       describes another architecture than the model (run before renaming);
     - ``ignores_non_arrays``: entries that are not arrays are dropped by design (else the file is refused);
-    - ``weights``: its published checkpoints."""
+    - ``weights``: its published checkpoints;
+    - ``background_last``: the background is the last class index (detectron2, mmdetection), else the first; the
+      family's configs count ``MODEL.ROI_HEADS.NUM_CLASSES`` without it, else with it;
+    - ``class_names(meta)``: the class names a file carries beside its weights (its wrapper's other entries), or
+      None; None where the family's files carry none."""
 
     name: str
     arithmetic: Callable[[], Convention]
@@ -76,6 +80,8 @@ class Family:
     check: Callable[[Any, dict, str], None] | None = None
     ignores_non_arrays: bool = False
     weights: tuple[WeightsEntry, ...] = ()
+    background_last: bool = False
+    class_names: Callable[[dict], list[str] | None] | None = None
 
     def config_values(self, layout: str) -> dict[str, Any]:
         """{config key: value} the weights of ``layout`` need, ``MODEL.CONVENTION`` first."""

@@ -59,6 +59,7 @@ FAMILY = Family(
     recognize=recognize,
     renamer=lambda keys: rename,
     ignores_non_arrays=True,
+    background_last=True,
     weights=tuple(
         WeightsEntry(f"detectron2/{config}", _URL.format(f"{config}/{model_id}/{file}"), f"{config}.pkl",
                      f"detectron2/{config}", None, None, box, mask, _SOURCE)

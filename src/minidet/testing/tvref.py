@@ -31,28 +31,32 @@ def to_tv_input(img_bgr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(img_bgr[:, :, ::-1])).permute(2, 0, 1).float() / 255
 
 
-def tv_skeleton(version: int, min_size: int, max_size: int, depth: int = 50) -> nn.Module:
+def tv_skeleton(version: int, min_size: int, max_size: int, depth: int = 50, num_classes: int = 91) -> nn.Module:
     """torchvision's Mask R-CNN architecture with untouched initial weights, in eval mode.
 
     v1 is built the way torchvision builds it for its COCO_V1 weights: ResNet with
     ``FrozenBatchNorm2d``, then ``overwrite_eps(model, 0.0)``. ``depth`` 101 uses torchvision's
     own ``resnet101`` body in the same ``MaskRCNN`` class (torchvision publishes no R-101 Mask
-    R-CNN builder or weights). v2 is ``maskrcnn_resnet50_fpn_v2`` (ResNet-50 only).
+    R-CNN builder or weights). v2 is ``maskrcnn_resnet50_fpn_v2`` (ResNet-50 only). ``num_classes`` (background
+    included): a model fine-tuned on its own classes, as torchvision's tutorial makes one (the COCO model with
+    new predictors).
     """
     if version == 1:
         if depth not in (50, 101):
             raise ValueError(f"torchvision reference: depth {depth} not supported (50 or 101)")
         body = getattr(resnet, f"resnet{depth}")(weights=None, norm_layer=FrozenBatchNorm2d)
-        model = MaskRCNN(_resnet_fpn_extractor(body, 3), num_classes=91, min_size=min_size, max_size=max_size)
+        model = MaskRCNN(_resnet_fpn_extractor(body, 3), num_classes=num_classes, min_size=min_size, max_size=max_size)
         overwrite_eps(model, 0.0)
     elif version == 2 and depth == 50:
-        model = maskrcnn_resnet50_fpn_v2(weights=None, weights_backbone=None, min_size=min_size, max_size=max_size)
+        model = maskrcnn_resnet50_fpn_v2(weights=None, weights_backbone=None, min_size=min_size, max_size=max_size,
+                                         num_classes=num_classes)
     else:
         raise ValueError(f"torchvision reference: no v{version} model of depth {depth}")
     return model.eval()
 
 
-def build_tv(version: int, min_size: int, max_size: int, seed: int = 0, depth: int = 50) -> nn.Module:
+def build_tv(version: int, min_size: int, max_size: int, seed: int = 0, depth: int = 50,
+             num_classes: int = 91) -> nn.Module:
     """torchvision's own Mask R-CNN (``tv_skeleton``) with randomized norms and sharpened heads.
 
     Every batch norm gets non-trivial weight/bias and running statistics calibrated on its own
@@ -63,7 +67,7 @@ def build_tv(version: int, min_size: int, max_size: int, seed: int = 0, depth: i
     """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = tv_skeleton(version, min_size, max_size, depth)
+    model = tv_skeleton(version, min_size, max_size, depth, num_classes)
     randomize_affine(model, gen)
     with torch.no_grad():
         for name, mod in model.named_modules():
@@ -71,7 +75,7 @@ def build_tv(version: int, min_size: int, max_size: int, seed: int = 0, depth: i
                 mod.weight.mul_(0.3)
         p = model.roi_heads.box_predictor
         p.cls_score.weight.mul_(3.0)
-        p.cls_score.bias.copy_(torch.randn(91, generator=gen))
+        p.cls_score.bias.copy_(torch.randn(num_classes, generator=gen))
         model.roi_heads.mask_predictor.mask_fcn_logits.weight.mul_(8.0)
     calib = [to_tv_input(structured_image(256, 256, seed=100 + seed))]
     calibrate_norm_stats(model, lambda: model(calib), gen)

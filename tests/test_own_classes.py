@@ -1,0 +1,278 @@
+"""Fine-tuned checkpoints with their own classes: the class count (and class-agnostic heads) read from the
+checkpoint, names from MODEL.CLASS_NAMES / the file / the dataset / by index, category ids mapped to a dataset's.
+
+The references: torchvision's own ``MaskRCNN(num_classes=K)``; for Detectron, detectron2 and maskrcnn-benchmark,
+the family's COCO-sized model (whose arithmetic the family tests restate) with the same predictor rows and every
+other class made impossible (a logit bias of -1e4: probability exactly 0), so that only the class handling of a
+K-class model is under test (the background first or last, class-specific or agnostic deltas and masks).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+import minidet
+from helpers import ROOT, config, images_bgr, load_tool, one_error_line
+from minidet.config import ConfigError
+from minidet.testing.checkpoints import d2_weights, make_blobs, mb_state_shapes, mb_weights, write_detectron_pkl
+from minidet.testing.compare import assert_same_detections, compare_detections
+from minidet.testing.tvref import build_tv, run_tv
+
+SIZE = ["INPUT.MIN_SIZE_TEST", 240, "INPUT.MAX_SIZE_TEST", 400]
+SHAPES = [(200, 260), (240, 180)]
+TINY = ROOT.parent / "shared" / "data" / "coco_tiny"
+NAMES = ["cell", "nucleus", "debris"]
+
+
+# ----------------------------------------------------------------------------------------------- torchvision
+
+
+@pytest.fixture(scope="module")
+def tv_three(tmp_path_factory):
+    """torchvision's Mask R-CNN for 3 classes (+ background) as its tutorial fine-tunes one: its file, detections."""
+    model = build_tv(1, 240, 400, seed=3, num_classes=4)
+    path = tmp_path_factory.mktemp("tv3") / "model.pth"
+    torch.save(model.state_dict(), path)
+    return path, run_tv(model, images_bgr(SHAPES))
+
+
+def test_torchvision_fine_tuned_runs_unedited_and_equals_torchvision(tv_three):
+    path, ref = tv_three
+    p = minidet.Predictor(config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE, weights=path))
+    assert p.cfg.MODEL.ROI_HEADS.NUM_CLASSES == 4  # the shipped config says 91: the checkpoint decides
+    assert p.classes.own and p.class_names == ["__background__", "class_1", "class_2", "class_3"]
+    assert p.classes_summary.startswith("3 classes (background excluded) from the checkpoint: class_1, class_2")
+    outs = p.predict_batch(images_bgr(SHAPES))
+    assert sum(len(o["scores"]) for o in outs) > 0
+    for ours, theirs in zip(outs, ref):
+        assert_same_detections(ours, theirs)
+        assert ours["category_ids"].tolist() == ours["labels"].tolist()  # ids 1..3: the index
+
+
+def test_names_come_from_the_config_and_their_count_is_checked(tv_three):
+    path, _ = tv_three
+    cfg = config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE, "MODEL.CLASS_NAMES", ",".join(NAMES),
+                 weights=path)
+    p = minidet.Predictor(cfg)
+    assert p.class_names == ["__background__", *NAMES]
+    assert "cell, nucleus, debris (names: MODEL.CLASS_NAMES)" in p.classes_summary
+    with pytest.raises(ConfigError, match="MODEL.CLASS_NAMES gives 2 class names but the checkpoint has 3 classes"):
+        minidet.Predictor(config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE,
+                                 "MODEL.CLASS_NAMES", "cell,nucleus", weights=path))
+
+
+def test_infer_writes_the_own_names_and_ids(tv_three, tmp_path, capsys):
+    path, _ = tv_three
+    image = tmp_path / "a.jpg"
+    cv2.imwrite(str(image), images_bgr(SHAPES)[0])
+    out = tmp_path / "out"
+    argv = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--input", str(image), "--output", str(out),
+            "--results", str(tmp_path / "all.json"), "--classes", "cell,debris", "--vis-thresh", "0",
+            "MODEL.WEIGHTS", str(path), "MODEL.CLASS_NAMES", ",".join(NAMES), *map(str, SIZE)]
+    assert load_tool(Path("infer.py")).main(argv) == 0
+    stdout = capsys.readouterr().out
+    assert "infer: 3 classes (background excluded) from the checkpoint: cell, nucleus, debris" in stdout
+    insts = json.loads((out / "a.json").read_text())["instances"]
+    assert insts and {(i["category_id"], i["category_name"]) for i in insts} <= {(1, "cell"), (3, "debris")}
+    doc = json.loads((tmp_path / "all.json").read_text())
+    assert doc["categories"] == [{"id": k, "name": n} for k, n in enumerate(NAMES, 1)]
+    drawn = cv2.imread(str(out / "a.jpg"))
+    assert drawn is not None and drawn.shape[:2] == SHAPES[0]
+
+
+# ------------------------------------------------------------------ Detectron, detectron2, maskrcnn-benchmark
+
+
+def _rows(v, idx):
+    return v[idx] if isinstance(v, np.ndarray) else v[torch.as_tensor(idx)]
+
+
+def _impossible(v, keep, bias: bool):
+    """``v`` (rows = classes) with the rows not in ``keep`` impossible: zero weights, a -1e4 bias."""
+    out = v.copy() if isinstance(v, np.ndarray) else v.clone()
+    other = [k for k in range(len(out)) if k not in keep]
+    out[other] = -1e4 if bias else 0
+    return out
+
+
+def _tile(v, n: int):
+    """``v`` repeated ``n`` times along its first axis."""
+    if isinstance(v, np.ndarray):
+        return np.tile(v, (n,) + (1,) * (v.ndim - 1))
+    return v.repeat(n, *([1] * (v.ndim - 1)))
+
+
+def _blocks(rows: list[int]) -> list[int]:
+    """The 4 delta rows of each class in ``rows``."""
+    return [4 * k + j for k in rows for j in range(4)]
+
+
+FAMILIES = {  # config, the predictor's (class logits, deltas, mask logits) keys, background last, file writer
+    "detectron": ("configs/detectron/e2e_mask_rcnn_R-50-FPN_1x.yaml",
+                  ("cls_score_{}", "bbox_pred_{}", "mask_fcn_logits_{}"), False, ("w", "b")),
+    "detectron2": ("configs/detectron2/mask_rcnn_R_50_FPN_3x.yaml",
+                   ("roi_heads.box_predictor.cls_score.{}", "roi_heads.box_predictor.bbox_pred.{}",
+                    "roi_heads.mask_head.predictor.{}"), True, ("weight", "bias")),
+    "maskrcnn_benchmark": ("configs/maskrcnn_benchmark/e2e_mask_rcnn_R_50_FPN_1x.yaml",
+                           ("roi_heads.box.predictor.cls_score.{}", "roi_heads.box.predictor.bbox_pred.{}",
+                            "roi_heads.mask.predictor.mask_fcn_logits.{}"), False, ("weight", "bias")),
+}
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    """Each family's COCO-sized synthetic weights."""
+    return {
+        "detectron": make_blobs("R-50-FPN", seed=7),
+        "detectron2": d2_weights(50, seed=7),
+        "maskrcnn_benchmark": mb_weights(mb_state_shapes(50), seed=7),
+    }
+
+
+def _write(family: str, state: dict, path: Path) -> Path:
+    if family == "detectron":
+        write_detectron_pkl(str(path), state)
+    elif family == "detectron2":
+        path.write_bytes(pickle.dumps({"model": state, "__author__": "fine-tuned"}))
+    else:
+        torch.save({"model": state}, path)
+    return path
+
+
+def _variants(family: str, state: dict, picked: list[int], agnostic: bool) -> tuple[dict, dict]:
+    """(a checkpoint of the classes ``picked`` (indices into the zoo model's foreground), the zoo-sized reference
+    with the same rows and every other class impossible); ``agnostic``: one set of deltas and one mask channel
+    (the reference repeats them for every class)."""
+    _, (cls, box, mask), bg_last, (w, b) = FAMILIES[family]
+    total = len(state[cls.format(w)])  # classes + background
+    bg = total - 1 if bg_last else 0
+    fg = [k + (0 if bg_last else 1) for k in picked]  # their rows
+    rows = fg + [bg] if bg_last else [bg] + fg
+    small, ref = dict(state), dict(state)
+    for part in (w, b):
+        small[cls.format(part)] = _rows(state[cls.format(part)], rows)
+        ref[cls.format(part)] = _impossible(state[cls.format(part)], set(rows), bias=part == b)
+    own = fg if bg_last else [bg] + fg  # deltas and mask channels: detectron2 has none for the background
+    for part in (w, b):
+        deltas, masks = state[box.format(part)], state[mask.format(part)]
+        if not agnostic:
+            small[box.format(part)] = _rows(deltas, _blocks(own))
+            small[mask.format(part)] = _rows(masks, own)
+            continue
+        one = fg[0]  # the deltas and mask channel every class shares
+        small[box.format(part)] = _rows(deltas, _blocks([one] if bg_last else [bg, one]))  # Detectron: bg and fg
+        small[mask.format(part)] = _rows(masks, [one])
+        ref[box.format(part)] = _tile(_rows(deltas, _blocks([one])), len(deltas) // 4)
+        ref[mask.format(part)] = _tile(_rows(masks, [one]), len(masks))
+    return small, ref
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("picked,agnostic", [([0, 2, 16], False), ([5, 1], False), ([0, 2, 16], True)],
+                         ids=["3-classes", "2-classes", "3-classes-agnostic"])
+def test_each_family_runs_its_own_classes(zoo, tmp_path, family, picked, agnostic):
+    config_file, _, bg_last, _ = FAMILIES[family]
+    small, ref = _variants(family, zoo[family], picked, agnostic)
+    fine = minidet.Predictor(config(config_file, *SIZE, weights=_write(family, small, tmp_path / "fine.bin")))
+    coco = minidet.Predictor(config(config_file, *SIZE, weights=_write(family, ref, tmp_path / "ref.bin")))
+    k = len(picked)
+    assert fine.classes.own and fine.classes.count == k and not coco.classes.own
+    assert fine.cfg.MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG == agnostic
+    assert fine.cfg.MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK == agnostic
+    # the fine-tuned model's label of each zoo label it keeps
+    label = {z + (0 if bg_last else 1): j + (0 if bg_last else 1) for j, z in enumerate(picked)}
+    n = 0
+    for image in images_bgr(SHAPES, seed=5):
+        ours, theirs = fine(image), coco(image)
+        theirs = {**theirs, "labels": torch.tensor([label[int(t)] for t in theirs["labels"]], dtype=torch.int64)}
+        # the two predictors are layers of other widths (K vs 81 outputs), whose sums BLAS may order otherwise: a
+        # mask probability at the threshold can flip one pixel, which the "same detections" rule counts on a
+        # small mask; nothing else may differ
+        m = compare_detections(ours, theirs)
+        assert not m.problem() or (m.problem().startswith("mask IoU") and m.worst_pixels <= 1), m.problem()
+        n += len(ours["scores"])
+    assert n > 0
+
+
+# ----------------------------------------------------------------------------- evaluation on a dataset of its own
+
+
+@pytest.fixture(scope="module")
+def own_dataset(tmp_path_factory):
+    """4 coco_tiny images with persons, cups and chairs as a dataset of its own: ids 7, 9, 12, other names."""
+    if not TINY.is_dir():
+        pytest.skip(f"needs ../shared/data/coco_tiny ({TINY} is absent)")
+    src = json.loads((TINY / "annotations" / "instances_val2017.json").read_text())
+    mapping = {1: (7, "walker"), 47: (9, "mug"), 62: (12, "seat")}
+    anns = [a for a in src["annotations"] if a["category_id"] in mapping]
+    ids = sorted({a["image_id"] for a in anns})[:4]
+    folder = tmp_path_factory.mktemp("own")
+    (folder / "images").mkdir()
+    images = [im for im in src["images"] if im["id"] in ids]
+    for im in images:
+        (folder / "images" / im["file_name"]).write_bytes((TINY / "val2017" / im["file_name"]).read_bytes())
+    doc = {
+        "images": images,
+        "annotations": [{**a, "category_id": mapping[a["category_id"]][0]} for a in anns if a["image_id"] in ids],
+        "categories": [{"id": i, "name": n, "supercategory": "x"} for i, n in mapping.values()],
+    }
+    (folder / "ann.json").write_text(json.dumps(doc))
+    return folder
+
+
+def _eval(capsys, own_dataset, tv_three, out: Path, *opts: str) -> tuple[int, str, str]:
+    path, _ = tv_three
+    argv = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--ann", str(own_dataset / "ann.json"),
+            "--images", str(own_dataset / "images"), "--output", str(out), "--workers", "0",
+            "MODEL.WEIGHTS", str(path), *map(str, SIZE), *opts]
+    rc = load_tool(Path("eval_coco.py")).main(argv)
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def test_eval_maps_named_classes_by_name(capsys, own_dataset, tv_three, tmp_path):
+    rc, out, err = _eval(capsys, own_dataset, tv_three, tmp_path / "named", "MODEL.CLASS_NAMES", "seat,walker,mug")
+    assert rc == 0, err
+    results = json.loads((tmp_path / "named" / "coco_instances_results.json").read_text())
+    assert results and {r["category_id"] for r in results} <= {7, 9, 12}
+    # the model's classes 1, 2, 3 are seat, walker, mug: the dataset's 12, 7, 9
+    p = minidet.Predictor(config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE, weights=tv_three[0]))
+    image = cv2.imread(str(next((own_dataset / "images").iterdir())))
+    labels = set(p(image)["labels"].tolist())
+    assert labels  # some detections, of model labels that must map as named
+    metrics = json.loads((tmp_path / "named" / "metrics.json").read_text())
+    assert set(metrics) == {"bbox", "segm"}
+    # evaluating the infer results file of the same model: the same metrics (its categories map by name)
+    infer_out = tmp_path / "infer"
+    argv = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--input", str(own_dataset / "images"),
+            "--output", str(infer_out), "--no-vis", "--results", str(tmp_path / "all.json"),
+            "MODEL.WEIGHTS", str(tv_three[0]), "MODEL.CLASS_NAMES", "seat,walker,mug", *map(str, SIZE)]
+    assert load_tool(Path("infer.py")).main(argv) == 0
+    capsys.readouterr()
+    argv = ["--ann", str(own_dataset / "ann.json"), "--results", str(tmp_path / "all.json"),
+            "--output", str(tmp_path / "files")]
+    assert load_tool(Path("eval_coco.py")).main(argv) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "files" / "metrics.json").read_text()) == metrics
+
+
+def test_eval_maps_unnamed_classes_by_order_and_names_them(capsys, own_dataset, tv_three, tmp_path):
+    rc, out, err = _eval(capsys, own_dataset, tv_three, tmp_path / "order")
+    assert rc == 0, err
+    results = json.loads((tmp_path / "order" / "coco_instances_results.json").read_text())
+    assert results and {r["category_id"] for r in results} <= {7, 9, 12}
+
+
+def test_eval_mismatch_is_one_line_with_both_sides(capsys, own_dataset, tv_three, tmp_path):
+    rc, _, err = _eval(capsys, own_dataset, tv_three, tmp_path / "bad", "MODEL.CLASS_NAMES", "seat,walker,cup")
+    assert rc == 2
+    line = one_error_line(err)
+    assert "'cup' is not a category of the dataset" in line and "the model's 3: 'seat', 'walker', 'cup'" in line
+    assert "7 'walker', 9 'mug', 12 'seat'" in line
+    assert not (tmp_path / "bad").exists()
