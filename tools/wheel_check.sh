@@ -44,6 +44,8 @@ step "minidet weights list"; minidet weights list > weights.txt && grep -q '^tor
 step "minidet bench (quick, weight-free)"
 minidet bench --quick --size 160 --image 120x160 --iters 1 --warmup 0 --no-memory --peak-seconds 0 > bench.txt
 grep -q 'Affine' bench.txt
+tail -n 1 bench.txt | grep -q '^verdict: '  # the quick run ends with its verdict
+if grep -q '^steps where' bench.txt; then echo "[wheel] the quick run printed the full benchmark's step table" >&2; exit 1; fi
 step "minidet infer on a synthetic checkpoint"
 python - <<'EOF'
 import cv2, torch
