@@ -125,8 +125,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "benchmark.py") -> arg
     p.add_argument("--memory-probe", help=argparse.SUPPRESS)  # internal: one model's memory, in a child
     p.add_argument(
         "--quick", action="store_true",
-        help=f"the quick run of tools/quickstart.sh (about a minute on 2 cores): {' '.join(QUICK)} (options given "
-        "too win)",
+        help=f"the quick run of tools/quickstart.sh (minutes on 2 cores; ends with one verdict line, no step "
+        f"table): {' '.join(QUICK)} (options given too win)",
     )
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
     argv = sys.argv[1:] if argv is None else list(argv)
