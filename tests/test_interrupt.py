@@ -140,6 +140,7 @@ def test_ctrl_c_while_torch_loads_in_the_minidet_command(inputs, tmp_path):
     assert_one_interrupted_line(*run.finish())
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_benchmark_runs(tmp_path):
     """`minidet bench` interrupted as its timing begins."""
     run = Started([*MINIDET, "bench", *BENCH], tmp_path)
