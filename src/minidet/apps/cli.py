@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(app: str, argv: list[str], prog: str) -> int:
     """The exit status of ``minidet.apps.<app>.main(argv, prog=prog)`` (``app`` "": ``configs``), the module
-    imported here: Ctrl-C at any point, while torch loads too, is the one line ``error: interrupted`` (with
-    ``--debug`` the traceback first) and status 130, as the applications' own handling (``run_app``) has it;
-    output piped into `head` and the like stops quietly (141). ``tools/*.py`` run their program through here."""
+    imported here: Ctrl-C at any point from here on, while the application's modules (torch) load too, is the
+    one line ``error: interrupted`` (with ``--debug`` the traceback first) and status 130, as the applications'
+    own handling (``run_app``) has it; output piped into `head` and the like stops quietly (141).
+    ``tools/*.py`` run their program through here."""
     try:
         main = importlib.import_module(f"minidet.apps.{app}").main if app else configs
         return main(argv, prog=prog)
