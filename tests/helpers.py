@@ -121,3 +121,14 @@ def call_tool(
         text = capture.readouterr()
         return subprocess.CompletedProcess([str(tool), *args], rc, text.out, text.err)
     return subprocess.CompletedProcess([str(tool), *args], rc, out.getvalue(), err.getvalue())
+
+
+def needs_extra(module: str, extra: str):
+    """A skip marker for tests of an optional extra (``minidet[extra]``) that is not installed; where
+    ``MINIDET_REQUIRE_EXTRAS`` is set (CI), a missing extra is an error instead: its tests must run."""
+    import pytest
+
+    missing = importlib.util.find_spec(module) is None
+    if missing and os.environ.get("MINIDET_REQUIRE_EXTRAS"):
+        raise RuntimeError(f"MINIDET_REQUIRE_EXTRAS is set but {module} (pip install 'minidet[{extra}]') is missing")
+    return pytest.mark.skipif(missing, reason=f"needs the minidet[{extra}] extra")

@@ -145,6 +145,7 @@ def test_corrupt_and_empty_files(tmp_path, tv_file):
     assert "backbone.body.conv1.weight holds NaN or infinite values" in _load_error(tmp_path / "nan.pth")
 
 
+@pytest.mark.slow
 def test_file_content_decides_the_reader(tmp_path, tv_file):
     """A torch archive named .pkl and a numpy pickle named .pth both load, by their content."""
     model = _model()
@@ -158,6 +159,7 @@ def test_file_content_decides_the_reader(tmp_path, tv_file):
                          "see configs/detectron2/")
 
 
+@pytest.mark.slow
 def test_architecture_mismatches_name_the_key_to_change(tmp_path, tv_state):
     torch.save(tv_state, tmp_path / "r50.pth")
     text = _load_error(tmp_path / "r50.pth", TV_CONFIG, "MODEL.RESNETS.DEPTH", 101)

@@ -88,6 +88,7 @@ def test_norm_statistics_loaded_with_the_config_eps(tv_stats_file, norm, eps):
         torch.testing.assert_close(n.shift.view(-1), b - m * scale)
 
 
+@pytest.mark.slow
 def test_missing_and_mismatched_are_errors(tv_stats_file, tmp_path):
     path, sd = tv_stats_file
     sd = dict(sd)

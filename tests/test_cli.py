@@ -95,6 +95,7 @@ def test_configs_by_name(tmp_path, monkeypatch, capsys):
     assert "close names: torchvision/maskrcnn_resnet50_fpn," in msg and "`minidet configs`" in msg
 
 
+@pytest.mark.slow
 def test_a_clone_in_the_current_folder_does_not_shadow_the_package(tmp_path):
     """From the folder that holds a clone named minidet/ (its top folder has no __init__.py), ``import minidet``
     is the real package, not the clone's top folder as a namespace package."""
@@ -108,6 +109,7 @@ def test_a_clone_in_the_current_folder_does_not_shadow_the_package(tmp_path):
     assert Path(r.stdout.strip()) == Path(minidet.__file__)
 
 
+@pytest.mark.slow
 def test_from_pretrained_downloads_once_and_matches_the_file(home, tv_served, tv_file, server, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     pred = minidet.Predictor.from_pretrained(TV, device="cpu", **SMALL)

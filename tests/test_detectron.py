@@ -97,6 +97,7 @@ def test_renaming_agrees_with_detectron2(variant):
     assert n > 200
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(CONFIGS))
 def test_synthetic_checkpoints_load_completely(pkl_files, variant):
     model, report = minidet.prepare_model(_cfg(variant, pkl_files[variant]))
@@ -117,6 +118,7 @@ def test_synthetic_checkpoints_load_completely(pkl_files, variant):
         assert torch.equal(norm.shift.view(-1), torch.from_numpy(blobs["res4_2_branch2b_bn_b"]))
 
 
+@pytest.mark.slow
 def test_affine_channel_into_frozen_bn_is_identity_stats_eps0(pkl_files):
     model, _ = minidet.prepare_model(_cfg("R-50-FPN", pkl_files["R-50-FPN"], "MODEL.NORM", "FrozenBN"))
     n = model.backbone.stem.conv1.norm
@@ -194,6 +196,7 @@ def test_bn_checkpoint_same_detections_for_every_frozen_norm(pkl_files):
             assert_same_detections(out, r)
 
 
+@pytest.mark.slow
 def test_gn_model_runs_and_maps_categories(pkl_files):
     p = minidet.Predictor(_cfg("R-50-FPN_gn", pkl_files["R-50-FPN_gn"]))
     out = p(structured_image(200, 260, 4))
@@ -315,6 +318,7 @@ def test_preprocess_is_detectrons_blob():
     assert batch.shape[-2:] == (800, 1088) and batch[0, :, :, 1067:].abs().max() == 0
 
 
+@pytest.mark.slow
 def test_resnext_grouped_convs_load(tmp_path):
     """ResNeXt files use the same blob names; the 3x3 convs are grouped (32 groups of width 2
     here, so the R-101 blob list keeps its other shapes)."""

@@ -33,6 +33,7 @@ def d2_file(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_every_name_maps_and_loads(d2_file):
     model, report = minidet.prepare_model(_cfg("R_50_FPN_3x", d2_file))
     assert report.format == "detectron2" and not report.missing and not report.unexpected
@@ -43,6 +44,7 @@ def test_every_name_maps_and_loads(d2_file):
     assert model.box_pooler.aligned and model.box_pooler.sampling_ratio == 0
 
 
+@pytest.mark.slow
 def test_pth_with_model_key_and_r101(tmp_path):
     sd = {k: torch.from_numpy(v) for k, v in d2_weights(101, seed=1).items()}
     path = tmp_path / "r101.pth"
@@ -62,6 +64,7 @@ def test_rename_examples():
     assert rename_detectron2("pixel_mean") is None
 
 
+@pytest.mark.slow
 def test_end_to_end_categories_and_boxes(d2_file):
     p = minidet.Predictor(_cfg("R_50_FPN_3x", d2_file))
     img = structured_image(230, 310, 2)

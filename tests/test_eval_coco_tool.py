@@ -161,6 +161,7 @@ def test_run_writes_results_metrics_timing(reference):
         assert any(line.startswith(f"{stage:<11}: ") and line.rstrip().endswith("%") for line in lines), stage
 
 
+@pytest.mark.slow
 def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path, capfd):
     """Ground truth = the reference run's detections on its N images, the real annotations on the
     others: with --max-images N the same model must score box AP 1 (the evaluation covers the
@@ -192,6 +193,7 @@ def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path, cap
     assert ref == {t: metrics[t]["stats"] for t in ("bbox", "segm")}
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path, capfd):
     ref_out, _ = reference
     out = tmp_path / "out"
@@ -227,6 +229,7 @@ def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path,
     assert "cannot resume: the earlier run in" in res.stderr and "MIN_SIZE_TEST: 160" in res.stderr
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path, capfd):
     """SIGKILL (no handler runs, nothing is saved on the way out) after the first chunk: no process
     of the run survives it (its DataLoader worker included), the chunks written so far are whole,
@@ -263,6 +266,7 @@ def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path, capf
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_equal_one(reference, weights, tmp_path):
     ref_out, _ = reference
     out = tmp_path / "out"
@@ -279,6 +283,7 @@ def test_torchrun_two_processes_equal_one(reference, weights, tmp_path):
     assert res.stdout.count("eval_coco: images ") == 1  # rank 0 alone reports
 
 
+@pytest.mark.slow
 def test_bad_files_are_reported_counted_skipped(weights, tmp_path, capfd):
     pil = pytest.importorskip("PIL.Image")
     src = _load(ANN)

@@ -89,6 +89,7 @@ def reference(tmp_path_factory, tree, tv_file) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path, capfd):
     names = sorted(str(p.relative_to(tree).with_suffix("")) for p in tree.rglob("*.png"))
     assert names == ["a/deep/img", "a/img", "b/deep/img", "b/img", "c/deep/img", "c/img"]
@@ -126,6 +127,7 @@ def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path, capfd):
     assert f"infer: skipped 1 entries in {tree / 'a'}: 1 .txt (not an image or video extension: .jpg," in res.stdout
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_equal_one(reference, tree, tv_file, tmp_path):
     out = tmp_path / "out"
     launcher = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
@@ -138,6 +140,7 @@ def test_torchrun_two_processes_equal_one(reference, tree, tv_file, tmp_path):
     assert res.stdout.count("infer: 6 inputs") == 1  # rank 0 alone reports
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_files(reference, tree, tv_file, tmp_path, capfd):
     """SIGKILL after the first chunk (nothing runs on the way out): ``--resume`` finishes with the same bytes in
     every per-image file and in the results file as an uninterrupted run; another config is refused."""
@@ -194,6 +197,7 @@ def _write_video(path: Path, frames: int, size=(160, 120), fps: float = 10.0) ->
     writer.release()
 
 
+@pytest.mark.slow
 def test_video(tv_file_init, tmp_path, capfd):
     clip, broken = tmp_path / "clip.avi", tmp_path / "broken.mp4"
     _write_video(clip, 7)
@@ -227,6 +231,7 @@ def test_video(tv_file_init, tmp_path, capfd):
     assert sorted(os.listdir(out)) == [".chunks"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)")
 def test_coco_results_file_is_evaluated_as_eval_coco_does(tv_file, tmp_path, capfd):
     """``--results x.json`` (COCO results with an images list) evaluated by ``eval_coco.py --results`` gives the

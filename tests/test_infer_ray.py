@@ -8,7 +8,6 @@ reference in this process, each actor by Ray's one CPU), the forwards two images
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import call_tool, one_error_line
+from helpers import call_tool, needs_extra, one_error_line
 from procs import descendants, survivors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +37,7 @@ FAST = [
 GOOD = 4  # coco_tiny images; a bad file sorts between the second and the third: forwards [1, 2], [bad, 3], [4]
 BAD = "000000020000_bad.jpg"
 
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the minidet[ray] extra")
+needs_ray = needs_extra("ray", "ray")
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")]
 
 

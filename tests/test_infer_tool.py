@@ -42,6 +42,7 @@ def _run(capfd, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 # tv_file_init (conftest.py): torchvision's Mask R-CNN as initialized, no trained weights
 
 
+@pytest.mark.slow
 def test_end_to_end(tmp_path, capfd, tv_file_init):
     (tmp_path / "sub").mkdir()
     a = tmp_path / "scene.png"
@@ -94,6 +95,7 @@ def test_end_to_end(tmp_path, capfd, tv_file_init):
             assert mask.shape == (h, w) and mask.dtype == np.uint8
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init):
     images = []  # enough inputs that the run is still going when the SIGINT comes, even on a loaded machine
     for k in range(24):

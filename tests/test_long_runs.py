@@ -121,6 +121,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_write_killed_midway_leaves_the_old_file_and_a_temp_that_nothing_reads(tmp_path):
     """SIGKILL while a large JSON is being written: the target keeps its previous complete
     content, the partial data is only in a temporary file, which the chunk store never reads and

@@ -345,7 +345,8 @@ def _sorted_rows(t: torch.Tensor) -> list:
 # ------------------------------------------------------------------------------- files and names
 
 
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if v in LARGE else v for v in VARIANTS])
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_every_mb_name_loads_where_mb_has_it(mb_files, tmp_path, variant):
     if variant in LARGE:  # written here, not kept for the module
         state = mb_weights(mb_state_shapes(**VARIANTS[variant]), seed=7)
@@ -405,6 +406,7 @@ def test_stored_anchors_are_mbs_and_minidets(mb_model):
         assert torch.equal(mb_model.rpn.cell_anchors[j], torch.from_numpy(mb_cell_anchors(4 * 2**j, 32 * 2**j)))
 
 
+@pytest.mark.slow
 def test_unprefixed_zip_file_loads(mb_files, tmp_path):
     _, state = mb_files("R_50_FPN_1x")
     path = tmp_path / "plain.pth"
@@ -414,6 +416,7 @@ def test_unprefixed_zip_file_loads(mb_files, tmp_path):
     assert report.loaded == len(state) - 5
 
 
+@pytest.mark.slow
 def test_anchor_warning_only_when_the_file_differs(mb_files, tmp_path, caplog):
     path, state = mb_files("R_50_FPN_1x")
     with caplog.at_level(logging.WARNING, logger="minidet"):
@@ -492,6 +495,7 @@ class _TrainerConfig:
         self.solver = {"base_lr": 0.02}
 
 
+@pytest.mark.slow
 def test_python_object_in_checkpoint_and_extract_weights(mb_files, tmp_path):
     _, state = mb_files("R_50_FPN_1x")
     p = tmp_path / "with_cfg.pth"
@@ -550,6 +554,7 @@ def test_resize_is_pils_rgb_resize_then_bgr255(mb_model, shape):
 # ------------------------------------------------------------------------------- FrozenBN
 
 
+@pytest.mark.slow
 def test_frozen_bn_has_no_eps(mb_files):
     gen = torch.Generator().manual_seed(0)
     c = 32

@@ -44,6 +44,7 @@ def _run(*modes: str) -> list[dict]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_keep_freed_memory_removes_the_page_faults():
     if memory.memory_settings()["allocator"] is None:
         pytest.skip("not glibc")

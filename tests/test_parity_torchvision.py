@@ -3,7 +3,9 @@
 The reference model is built by torchvision (v1 as for its COCO_V1 weights: FrozenBN with
 eps 0; v2: BatchNorm), with randomized norm statistics; its ``state_dict`` is saved (v1 in
 the published legacy key layout) and run by both implementations on three images of
-different sizes in one batch.
+different sizes in one batch. The detections are the same when they agree within the
+tolerances of ``minidet.testing.compare``, or differ no more than torchvision's own do when
+its model runs in channels-last (another float summation order), as the benchmark judges them.
 """
 
 import pytest
@@ -30,7 +32,8 @@ def reference(request, tmp_path_factory):
         assert "rpn.head.conv.weight" in sd and "roi_heads.mask_head.mask_fcn1.weight" in sd
     path = tmp_path_factory.mktemp(f"tv{version}") / "model.pth"
     torch.save(sd, path)
-    return version, str(path), imgs, ref
+    reordered = run_tv(model.to(memory_format=torch.channels_last), imgs)  # torchvision's own float-order change
+    return version, str(path), imgs, ref, reordered
 
 
 def _predictor(version, path, **overrides):
@@ -53,7 +56,7 @@ def _predictor(version, path, **overrides):
     ],
 )
 def test_same_detections_as_torchvision(reference, norm, fold, channels_last, roi_align, chunk, tv_ties, fuse_linear):
-    version, path, imgs, ref = reference
+    version, path, imgs, ref, reordered = reference
     opts = {
         "MODEL.NORM": norm,
         "MODEL.FOLD_NORM": fold,
@@ -67,12 +70,12 @@ def test_same_detections_as_torchvision(reference, norm, fold, channels_last, ro
     assert not predictor.load_report.missing and not predictor.load_report.unexpected
     outs = predictor.predict_batch(imgs)
     assert len(outs) == len(IMAGE_SHAPES)
-    for out, r, (h, w) in zip(outs, ref, IMAGE_SHAPES):
+    for out, r, r_cl, (h, w) in zip(outs, ref, reordered, IMAGE_SHAPES):
         assert len(r["boxes"]) > 20, "the reference should detect plenty"
         assert out["masks"].shape[1:] == (h, w) and out["masks"].dtype == torch.bool
         assert out["boxes"].dtype == torch.float32 and out["labels"].dtype == torch.int64
         assert torch.equal(out["category_ids"], out["labels"])  # coco91: index == COCO id
-        assert_same_detections(out, r)
+        assert_same_detections(out, r, r_cl)
         if norm == "FrozenBN" and not fold and not channels_last and roi_align == "torchvision" and version == 1:
             # same op sequence as torchvision (FrozenBatchNorm2d, its RoIAlign; the fused convs of
             # FPN, RPN and mask head run the same oneDNN kernel): bit-identical
@@ -83,7 +86,7 @@ def test_same_detections_as_torchvision(reference, norm, fold, channels_last, ro
 @pytest.mark.parametrize("reference", [1], indirect=True, ids=["v1"])
 def test_v1_current_key_layout_loads_the_same(reference, tmp_path):
     """The published v1 file uses the legacy layout; the current layout must give the same."""
-    version, path, imgs, ref = reference
+    version, path, imgs, ref, _ = reference
     sd = torch.load(path, weights_only=True)
     current = tmp_path / "current.pth"
     tv = build_tv(1, MIN_SIZE, MAX_SIZE)

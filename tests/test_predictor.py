@@ -22,6 +22,7 @@ def _predictor(weights, *opts):
     return minidet.Predictor(config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE, *opts, weights=weights))
 
 
+@pytest.mark.slow
 def test_outputs_and_timings(weights):
     p = _predictor(weights)
     img = structured_image(150, 210, 3)
@@ -40,6 +41,7 @@ def test_outputs_and_timings(weights):
     assert "backbone" in table and "total" in table
 
 
+@pytest.mark.slow
 def test_batch_equals_its_members_when_padding_matches(weights):
     """Images of the same size give the same result alone and in a batch."""
     p = _predictor(weights)
@@ -51,6 +53,7 @@ def test_batch_equals_its_members_when_padding_matches(weights):
         assert torch.equal(got["labels"], single["labels"])
 
 
+@pytest.mark.slow
 def test_timing_off_records_nothing(weights):
     p = _predictor(weights, "TEST.TIMING", False)
     assert p(structured_image(100, 120, 0))["timings"] == {}
@@ -58,12 +61,14 @@ def test_timing_off_records_nothing(weights):
     assert t.stage("a") is t.stage("b")  # one shared no-op context: no clock, no sync
 
 
+@pytest.mark.slow
 def test_no_mask_head(weights):
     p = _predictor(weights, "MODEL.MASK_ON", False)
     out = p(structured_image(100, 120, 0))
     assert "masks" not in out and "mask_head" not in out["timings"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [np.zeros((10, 10), np.uint8), np.zeros((10, 10, 3), np.float32), "img.jpg"])
 def test_bad_input_is_a_clear_error(weights, bad):
     p = _predictor(weights)
@@ -71,6 +76,7 @@ def test_bad_input_is_a_clear_error(weights, bad):
         p(bad)
 
 
+@pytest.mark.slow
 def test_groupnorm_model_runs():
     """MODEL.NORM GN builds GroupNorm everywhere the architecture normalizes."""
     cfg = config("configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml", "MODEL.NORM", "GN", *SIZE, weights="none")
@@ -83,6 +89,7 @@ def test_groupnorm_model_runs():
     assert out["boxes"].shape[1] == 4
 
 
+@pytest.mark.slow
 def test_rgb_and_bgr_networks_see_the_same_pixels(weights):
     """INPUT.FORMAT decides the channel order the network gets; input is always BGR."""
     p = _predictor(weights)
@@ -101,6 +108,7 @@ def test_rgb_and_bgr_networks_see_the_same_pixels(weights):
     assert torch.equal(batch[0, :, : ref.shape[1], : ref.shape[2]], ref)
 
 
+@pytest.mark.slow
 def test_amp_bf16_runs_and_is_measured_against_fp32(weights):
     """Autocast is opt-in (TEST.AMP); box arithmetic stays float32, outputs keep their dtypes."""
     img = structured_image(150, 210, 3)

@@ -76,6 +76,7 @@ def _save(state: dict, path: Path) -> Path:
 # ------------------------------------------------------------------------------ §1.3 tensors of the wrong kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key,dtype",
     [
@@ -93,6 +94,7 @@ def test_non_floating_tensors_for_float_weights_are_refused(tmp_path, capsys, im
     assert line.startswith(f"error: {path}: {key} holds {dtype} values where the model has floating-point weights")
 
 
+@pytest.mark.slow
 def test_integer_detectron_arrays_are_refused(tmp_path, capsys, image, blobs_r50):
     blobs = dict(blobs_r50)
     blobs["res3_0_branch2b_w"] = blobs["res3_0_branch2b_w"].astype(np.int32)
@@ -122,6 +124,7 @@ def test_sparse_tensors_are_one_line_without_torch_internals(tmp_path, capsys, i
 # ------------------------------------------------------------------------------ §1.4 no weights, the weights line
 
 
+@pytest.mark.slow
 def test_empty_weights_is_an_error_and_none_runs_random_weights(tmp_path, capsys, image):
     line = _error(capsys, image, TV_CONFIG, "", *FAST)
     assert line.startswith("error: MODEL.WEIGHTS is empty; name a checkpoint file, or set MODEL.WEIGHTS none")
@@ -132,6 +135,7 @@ def test_empty_weights_is_an_error_and_none_runs_random_weights(tmp_path, capsys
         assert (folder / "a.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TINY.is_dir(), reason=f"needs ../shared/data/coco_tiny ({TINY} is absent)")
 def test_eval_coco_names_the_weights(tmp_path, capsys, tv_state):
     path = _save(tv_state, tmp_path / "tv.pth")
@@ -154,6 +158,7 @@ def _defaults_config(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_v1_legacy_layout_needs_frozen_bn_eps_zero(tmp_path, capsys, image, tv_state):
     path = _save(legacy_v1_state_dict(tv_state), tmp_path / "v1.pth")
     line = _error(capsys, image, _defaults_config(tmp_path), path, *FAST)
@@ -169,6 +174,7 @@ def test_v1_legacy_layout_needs_frozen_bn_eps_zero(tmp_path, capsys, image, tv_s
     assert json.loads((folder / "a.json").read_text())["instances"]
 
 
+@pytest.mark.slow
 def test_the_format_fixes_the_convention(tmp_path, capsys, image, tv_state, d2_50, blobs_r50):
     blobs = tmp_path / "detectron.pkl"
     write_detectron_pkl(str(blobs), dict(blobs_r50))
@@ -200,6 +206,7 @@ def test_the_key_names_decide_the_family_not_the_container(tmp_path, capsys, ima
 # ------------------------------------------------------------------------------ §1.7 OrderedDict state dicts
 
 
+@pytest.mark.slow
 def test_ordered_dict_pickle_loads_like_a_plain_dict(tmp_path, capsys, image, d2_50):
     weights = d2_50
     outputs = []

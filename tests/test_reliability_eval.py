@@ -58,6 +58,7 @@ print(sig.value)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_worker_init_sets_the_parent_death_signal_and_sees_a_dead_parent():
     from minidet.apps.data import _die_with_parent, worker_init_fn
@@ -83,6 +84,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_checkpoint_replaced_at_the_same_path(weights, tmp_path, capfd):  # noqa: F811
     """A run over 2 images with chunks of 1, its second chunk and final files removed (what a run
     stopped after the first image leaves); the checkpoint then replaced by another one at the
@@ -166,6 +168,7 @@ def _pycocotools(results: Path, iou_type: str, image_ids: list[int] | None) -> l
     return [float(v) for v in ev.stats]
 
 
+@pytest.mark.slow
 def test_results_of_some_images_are_told_and_can_be_evaluated_alone(tmp_path, capsys):
     data = _load(ANN)
     n = len(data["images"])

@@ -236,6 +236,7 @@ def _small_jpeg() -> bytes:
     return cv2.imencode(".jpg", structured_image(48, 64, seed=2))[1].tobytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["jpeg header", "zeros"])
 def test_2gb_file_is_refused_unread(tmp_path, kind):
     if not os.access("/proc/self/clear_refs", os.W_OK):
@@ -398,6 +399,7 @@ FAST = [
 ]
 
 
+@pytest.mark.slow
 @needs_pil
 @pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 def test_infer_warns_once_per_damaged_image(tmp_path, tv_file_init):

@@ -115,6 +115,7 @@ def test_the_write_itself_refuses_an_input_file(tmp_path):
 # ------------------------------------------------------------------------------ §3.14 with §1.1, §2.10: one real run
 
 
+@pytest.mark.slow
 def test_folder_input_with_odd_entries_long_names_and_output_inside_it(tmp_path, capsys, weights):
     """Output inside the input folder without collision runs; a 240-byte name is written; the
     folder's odd entries are counted on one line; a folder named x.jpg is one error, not the end."""
@@ -265,6 +266,7 @@ _HOLDER = (
 )
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_locked_folder_is_refused_and_a_killed_run_frees_it(tmp_path, capsys, weights, dataset,
                                                                                monkeypatch):
     ann, images, results = dataset

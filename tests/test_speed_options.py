@@ -83,6 +83,7 @@ def test_gather_roi_align_no_boxes():
     assert out.shape == (0, 4, 7, 7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_fused_convs_are_bit_identical(channels_last):
     """oneDNN post-op fusion (ReLU, residual sum, FPN top-down sum) runs the same arithmetic."""
@@ -225,6 +226,7 @@ def test_fused_linear_is_skipped_where_it_does_not_apply():
     assert fc.weight.grad is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_mask_predictor_of_the_selected_class_equals_the_full_one(channels_last):
     """``MODEL.FUSE_LINEAR``: the mask head's deconv runs as one oneDNN inner product and the predictor computes

@@ -1,18 +1,58 @@
 #!/usr/bin/env bash
 # Create the virtual environment (default .venv, or $VENV) and install minidet into it, once.
 #
-# Installs the tested torch/torchvision releases, then minidet in editable mode with its test
-# and ray extras (the ray tests start a local Ray cluster). A stamp in the venv records what was
-# installed; the install is redone only when pyproject.toml or this script change. Set TORCH_INDEX_URL to pick a wheel index for torch
-# (e.g. https://download.pytorch.org/whl/cpu for CPU-only wheels); $PYTHON picks the interpreter.
+# Installs the tested torch/torchvision releases, then minidet in editable mode with the extras
+# $MINIDET_EXTRAS (default "test"; CI adds "ray" and "export", whose tests are skipped without them).
+# A stamp in the venv records what was installed; the install is redone only when pyproject.toml,
+# this script or the extras change. Where torch comes from: $TORCH_INDEX_URL if set; else, on
+# Linux without an NVIDIA GPU (no nvidia-smi, no /proc/driver/nvidia), the CPU build from the CPU
+# wheel index ($TORCH_CPU_INDEX_URL, default https://download.pytorch.org/whl/cpu: no CUDA libraries
+# to download) if it answers within a few seconds, else (one line says so) the default index.
+# $PYTHON picks the interpreter.
+#
+# `bash tools/setup_env.sh --torch-index` only prints that index (an empty line: the default index).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
+CPU_INDEX=${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}
+EXTRAS=${MINIDET_EXTRAS:-test}
 
-stamp=$(cat pyproject.toml tools/setup_env.sh | sha256sum | cut -d' ' -f1)
+has_nvidia_gpu() {
+    command -v nvidia-smi > /dev/null 2>&1 || [[ -e /proc/driver/nvidia ]]
+}
+
+answers() {  # URL: an answer (any HTTP success) within 5 s; no name, no route, an error status: no
+    local limit=()
+    command -v timeout > /dev/null && limit=(timeout 10)  # a name lookup that hangs too
+    ${limit[@]+"${limit[@]}"} "$PYTHON" -c 'import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=5).close()' "$1" > /dev/null 2>&1
+}
+
+torch_index() {  # the index torch is installed from; empty: pip's default
+    if [[ -n "${TORCH_INDEX_URL:-}" ]]; then
+        echo "$TORCH_INDEX_URL"
+    elif [[ "$(uname -s)" == Linux ]] && ! has_nvidia_gpu; then
+        if answers "${CPU_INDEX%/}/torch/"; then
+            echo "$CPU_INDEX"
+        else
+            echo "setup: no NVIDIA GPU here, but the CPU wheel index $CPU_INDEX does not answer: torch comes" \
+                "from the default index, with its CUDA libraries (set TORCH_INDEX_URL to choose)" >&2
+            echo
+        fi
+    else
+        echo
+    fi
+}
+
+if [[ "${1:-}" == "--torch-index" ]]; then
+    torch_index
+    exit 0
+fi
+
+stamp=$( (cat pyproject.toml tools/setup_env.sh; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
 if [[ -f "$VENV/.minidet-stamp" && "$(cat "$VENV/.minidet-stamp")" == "$stamp" ]]; then
     exit 0
 fi
@@ -22,8 +62,11 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     echo "setup: creating $VENV"
     "$PYTHON" -m venv "$VENV"
 fi
-echo "setup: installing ${TORCH_PINS[*]} into $VENV"
-"$VENV/bin/pip" install --quiet ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "${TORCH_PINS[@]}"
-echo "setup: installing minidet (editable, with the test and ray extras)"
-"$VENV/bin/pip" install --quiet -e '.[test,ray]'
+index=$(torch_index)
+from=${index:+ from $index}
+[[ -n "$index" && -z "${TORCH_INDEX_URL:-}" ]] && from=" (the CPU build: no NVIDIA GPU here) from $index"
+echo "setup: installing ${TORCH_PINS[*]}$from into $VENV"
+"$VENV/bin/pip" install --quiet ${index:+--index-url "$index"} "${TORCH_PINS[@]}"
+echo "setup: installing minidet (editable, with the extras $EXTRAS)"
+"$VENV/bin/pip" install --quiet -e ".[$EXTRAS]"
 echo "$stamp" > "$VENV/.minidet-stamp"

@@ -2,8 +2,9 @@
 # minidet as a pip user meets it: build a wheel, install it (not editable) into a fresh venv, and run the
 # `minidet` command from a folder outside the checkout: --help, configs, weights list, a quick weight-free
 # bench, and infer on a synthetic checkpoint (random but realistic torchvision weights saved as a state
-# dict). Non-zero exit on any failure. $WHEEL_VENV (default .venv-wheel) is created anew each time;
-# TORCH_INDEX_URL as in setup_env.sh; WHEEL_DEPS_FROM=VENV borrows the dependencies of VENV (see below).
+# dict). Non-zero exit on any failure. $WHEEL_VENV (default .venv-wheel) is created anew each time; torch
+# comes from where setup_env.sh takes it (TORCH_INDEX_URL; without an NVIDIA GPU the CPU build);
+# WHEEL_DEPS_FROM=VENV borrows the dependencies of VENV (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -25,7 +26,8 @@ if [[ -n "${WHEEL_DEPS_FROM:-}" ]]; then
     "$venv/bin/pip" install --quiet --no-deps --force-reinstall "$work"/dist/minidet-*.whl 2>&1 \
         | { grep -v "outside environment" || true; }
 else
-    "$venv/bin/pip" install --quiet ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.14.1 torchvision==0.29.1
+    index=$(bash tools/setup_env.sh --torch-index)  # the CPU build on a machine without an NVIDIA GPU, as there
+    "$venv/bin/pip" install --quiet ${index:+--index-url "$index"} torch==2.14.1 torchvision==0.29.1
     "$venv/bin/pip" install --quiet "$work"/dist/minidet-*.whl
 fi
 cd "$work"  # outside the checkout: only the installed package can be imported
@@ -42,6 +44,8 @@ step "minidet weights list"; minidet weights list > weights.txt && grep -q '^tor
 step "minidet bench (quick, weight-free)"
 minidet bench --quick --size 160 --image 120x160 --iters 1 --warmup 0 --no-memory --peak-seconds 0 > bench.txt
 grep -q 'Affine' bench.txt
+tail -n 1 bench.txt | grep -q '^verdict: '  # the quick run ends with its verdict
+if grep -q '^steps where' bench.txt; then echo "[wheel] the quick run printed the full benchmark's step table" >&2; exit 1; fi
 step "minidet infer on a synthetic checkpoint"
 python - <<'EOF'
 import cv2, torch

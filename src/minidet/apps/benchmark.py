@@ -125,8 +125,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "benchmark.py") -> arg
     p.add_argument("--memory-probe", help=argparse.SUPPRESS)  # internal: one model's memory, in a child
     p.add_argument(
         "--quick", action="store_true",
-        help=f"the quick run of tools/quickstart.sh (about a minute on 2 cores): {' '.join(QUICK)} (options given "
-        "too win)",
+        help=f"the quick run of tools/quickstart.sh (minutes on 2 cores; ends with one verdict line, no step "
+        f"table): {' '.join(QUICK)} (options given too win)",
     )
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -843,7 +843,7 @@ def environment(args: argparse.Namespace) -> dict:
 def settings(args: argparse.Namespace) -> dict:
     keys = ("config_file", "variants", "depth_list", "batch_list", "device", "amp", "size", "max_size", "image")
     keys += ("iters", "warmup", "threads", "vs_torchvision", "no_memory", "keep_memory", "peak_seconds")
-    keys += ("busy_load", "busy_cpu", "bf16_drift", "drift_images", "opts")
+    keys += ("busy_load", "busy_cpu", "bf16_drift", "drift_images", "quick", "opts")
     return {k: getattr(args, k) for k in keys}
 
 
@@ -913,7 +913,8 @@ def main(argv: list[str] | None = None, prog: str = "benchmark.py") -> int:
     except (ConfigError, CheckpointError, RuntimeError, ValueError) as e:
         return fail(str(e), debug=False)
     rows = benchreport.analyze([r.record(args.depth_list, args.batch_list) for r in runners], peaks, args.amp)
-    print(benchreport.report(rows, device=args.device, amp=args.amp, peaks=peaks))
+    # the step targets are set for the full benchmark (short side 800): the quick run leaves their table out
+    print(benchreport.report(rows, device=args.device, amp=args.amp, peaks=peaks, steps=not args.quick))
     if env["load_average"]:
         before, after = (" ".join(f"{v:.1f}" for v in env[k]) for k in ("load_average", "load_average_after"))
         print(f"load average (1, 5, 15 min) before the timing: {before}; after: {after} ({env['cpu_count']} cpus)")
@@ -923,11 +924,12 @@ def main(argv: list[str] | None = None, prog: str = "benchmark.py") -> int:
     )
     if line := benchreport.busy_line(busy):
         print(line)
+    verdict = benchreport.verdict_line(rows, busy, args.amp)
     if args.json:
         write_json(
             args.json,
             {"env": env, "settings": settings(args), "machine_busy": busy["busy"], "busy_check": busy,
-             "peaks": peaks, "runs": rows},
+             "peaks": peaks, "runs": rows, "verdict": verdict},
             indent=1,
         )
         print(f"wrote {args.json}")
@@ -935,6 +937,8 @@ def main(argv: list[str] | None = None, prog: str = "benchmark.py") -> int:
         dev = env["gpu"] or f"{env['cpu']}, {env['threads']} threads"
         benchreport.draw_chart(rows, f"Mask R-CNN stage times, short side {args.size}, {dev}", args.plot)
         print(f"wrote {args.plot}")
+    if verdict:
+        print(verdict)  # the last line
     return 0
 
 

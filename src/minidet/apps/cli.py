@@ -9,6 +9,8 @@ import importlib
 import os
 import sys
 
+from . import fail
+
 # command -> (module of minidet.apps, one line for the overview)
 COMMANDS = {
     "infer": ("infer", "detect in images, folders and videos: drawings, JSON, one results file (tools/infer.py)"),
@@ -28,13 +30,13 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def configs(argv: list[str]) -> int:
+def configs(argv: list[str], prog: str = "minidet configs") -> int:
     """``minidet configs [--bases]``: one config name a line, with the weights it names."""
     import argparse
 
     from ..config import config_names, get_cfg
 
-    p = argparse.ArgumentParser(prog="minidet configs", description="The configs shipped with minidet, by name.")
+    p = argparse.ArgumentParser(prog=prog, description="The configs shipped with minidet, by name.")
     p.add_argument("--bases", action="store_true", help="list the Base-* files that configs inherit from too")
     args = p.parse_args(argv)
     for name in config_names(bases=args.bases):
@@ -57,10 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}; one of {', '.join(COMMANDS)} (minidet --help)", file=sys.stderr)
         return 2
+    return run(COMMANDS[name][0], rest, prog=f"minidet {name}")
+
+
+def run(app: str, argv: list[str], prog: str) -> int:
+    """The exit status of ``minidet.apps.<app>.main(argv, prog=prog)`` (``app`` "": ``configs``), the module
+    imported here: Ctrl-C at any point from here on, while the application's modules (torch) load too, is the
+    one line ``error: interrupted`` (with ``--debug`` the traceback first) and status 130, as the applications'
+    own handling (``run_app``) has it; output piped into `head` and the like stops quietly (141).
+    ``tools/*.py`` run their program through here."""
     try:
-        if name == "configs":
-            return configs(rest)
-        return importlib.import_module(f"minidet.apps.{COMMANDS[name][0]}").main(rest, prog=f"minidet {name}")
+        main = importlib.import_module(f"minidet.apps.{app}").main if app else configs
+        return main(argv, prog=prog)
+    except KeyboardInterrupt:
+        fail("interrupted", "--debug" in argv)
+        return 130
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as other commands do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
