@@ -99,9 +99,8 @@ def mm_model():
 def _mm_rescale_size(h, w, scale=(1333, 800)):
     """mmcv's imrescale size for keep_ratio: factor min(max(scale) / long side, min(scale) / short side), then
     _scale_size: each side int(side * factor + 0.5). Returns (new_w, new_h)."""
-    long_edge, short_edge = max(scale), min(scale)
-    factor = min(long_edge / max(h, w), short_edge / min(h, w))
-    return int(w * float(factor) + 0.5), int(h * float(factor) + 0.5)
+    f = min(max(scale) / max(h, w), min(scale) / min(h, w))
+    return int(w * float(f) + 0.5), int(h * float(f) + 0.5)
 
 
 def _mm_preprocess(bgr, scale, norm):
@@ -120,45 +119,38 @@ def _mm_preprocess(bgr, scale, norm):
 
 def _mm_base_anchors(base_size, scales, ratios):
     """AnchorGenerator.gen_single_level_base_anchors, scale-major, center_offset 0."""
-    w = h = base_size
-    x_center, y_center = 0.0 * w, 0.0 * h
-    h_ratios = torch.sqrt(torch.Tensor(ratios))
-    w_ratios = 1 / h_ratios
-    ws = (w * w_ratios[:, None] * torch.Tensor(scales)[None, :]).view(-1)
-    hs = (h * h_ratios[:, None] * torch.Tensor(scales)[None, :]).view(-1)
-    return torch.stack([x_center - 0.5 * ws, y_center - 0.5 * hs, x_center + 0.5 * ws, y_center + 0.5 * hs], dim=-1)
+    root = torch.sqrt(torch.Tensor(ratios))  # r = h / w: h grows with sqrt(r), w with 1 / sqrt(r)
+    octave = torch.Tensor(scales)[None, :]
+    width = (base_size * (1 / root)[:, None] * octave).view(-1)
+    height = (base_size * root[:, None] * octave).view(-1)
+    c = 0.0 * base_size  # center_offset 0
+    return torch.stack([c - 0.5 * width, c - 0.5 * height, c + 0.5 * width, c + 0.5 * height], dim=-1)
 
 
 def _mm_grid_anchors(base, feat_h, feat_w, stride):
     """single_level_grid_priors: float shifts at the stride, row-major meshgrid, (H * W * A, 4)."""
-    shift_x = torch.arange(0, feat_w).to(torch.float32) * stride
-    shift_y = torch.arange(0, feat_h).to(torch.float32) * stride
-    xx = shift_x.repeat(len(shift_y))
-    yy = shift_y.view(-1, 1).repeat(1, len(shift_x)).view(-1)
-    shifts = torch.stack([xx, yy, xx, yy], dim=-1)
-    return (base[None, :, :] + shifts[:, None, :]).view(-1, 4)
+    cols = torch.arange(0, feat_w).to(torch.float32) * stride
+    rows = torch.arange(0, feat_h).to(torch.float32) * stride
+    x = cols.repeat(feat_h)  # row-major: x runs fastest
+    y = rows[:, None].repeat(1, feat_w).view(-1)
+    return (base[None] + torch.stack([x, y, x, y], dim=-1)[:, None]).view(-1, 4)
 
 
 def _mm_delta2bbox(rois, deltas, stds, max_shape=None, wh_ratio_clip=16 / 1000):
     """delta2bbox with means 0, clip_border, no ctr_clamp: deltas * stds, centres (x1 + x2) * 0.5, sizes
     x2 - x1, dw/dh clamped to +-|log(wh_ratio_clip)| on both sides, then clamped to [0, W] x [0, H]."""
-    num_bboxes, num_classes = deltas.size(0), deltas.size(1) // 4
-    deltas = deltas.reshape(-1, 4)
-    denorm = deltas * deltas.new_tensor(stds).view(1, -1) + deltas.new_tensor([0.0] * 4).view(1, -1)
-    dxy, dwh = denorm[:, :2], denorm[:, 2:]
-    rois_ = rois.repeat(1, num_classes).reshape(-1, 4)
-    pxy = (rois_[:, :2] + rois_[:, 2:]) * 0.5
-    pwh = rois_[:, 2:] - rois_[:, :2]
-    dxy_wh = pwh * dxy
-    max_ratio = np.abs(np.log(wh_ratio_clip))
-    dwh = dwh.clamp(min=-max_ratio, max=max_ratio)
-    gxy = pxy + dxy_wh
-    gwh = pwh * dwh.exp()
-    bboxes = torch.cat([gxy - (gwh * 0.5), gxy + (gwh * 0.5)], dim=-1)
+    n, k = deltas.size(0), deltas.size(1) // 4
+    d = deltas.reshape(-1, 4) * deltas.new_tensor(stds).view(1, -1) + deltas.new_tensor([0.0] * 4).view(1, -1)
+    src = rois.repeat(1, k).reshape(-1, 4)  # each roi once per class
+    centre, size = (src[:, :2] + src[:, 2:]) * 0.5, src[:, 2:] - src[:, :2]
+    limit = np.abs(np.log(wh_ratio_clip))
+    log_scale = d[:, 2:].clamp(min=-limit, max=limit)
+    new_centre, new_size = centre + size * d[:, :2], size * log_scale.exp()
+    out = torch.cat([new_centre - (new_size * 0.5), new_centre + (new_size * 0.5)], dim=-1)
     if max_shape is not None:
-        bboxes[..., 0::2].clamp_(min=0, max=max_shape[1])
-        bboxes[..., 1::2].clamp_(min=0, max=max_shape[0])
-    return bboxes.reshape(num_bboxes, -1)
+        out[..., 0::2].clamp_(min=0, max=max_shape[1])
+        out[..., 1::2].clamp_(min=0, max=max_shape[0])
+    return out.reshape(n, -1)
 
 
 def _mm_nms_kernel(boxes, scores, iou_threshold):
@@ -188,17 +180,15 @@ def _mm_nms_kernel(boxes, scores, iou_threshold):
 def _mm_batched_nms(boxes, scores, idxs, iou_threshold, split_thr=10000):
     """mmcv's batched_nms (class-aware): boxes shifted by idx * (max coordinate + 1); under split_thr one nms, else
     one per idx on the shifted boxes, the kept ones sorted by score (unstable)."""
-    max_coordinate = boxes.max()
-    offsets = idxs.to(boxes) * (max_coordinate + torch.tensor(1).to(boxes))
-    boxes_for_nms = boxes + offsets[:, None]
-    if boxes_for_nms.shape[0] < split_thr:
-        return _mm_nms_kernel(boxes_for_nms, scores, iou_threshold)
-    total_mask = scores.new_zeros(scores.size(), dtype=torch.bool)
-    for i in torch.unique(idxs):
-        mask = (idxs == i).nonzero(as_tuple=False).view(-1)
-        total_mask[mask[_mm_nms_kernel(boxes_for_nms[mask], scores[mask], iou_threshold)]] = True
-    keep = total_mask.nonzero(as_tuple=False).view(-1)
-    return keep[scores[keep].sort(descending=True)[1]]
+    moved = boxes + (idxs.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes)))[:, None]
+    if len(moved) < split_thr:
+        return _mm_nms_kernel(moved, scores, iou_threshold)
+    kept = torch.zeros(len(scores), dtype=torch.bool)
+    for g in torch.unique(idxs):
+        members = (idxs == g).nonzero(as_tuple=False).view(-1)
+        kept[members[_mm_nms_kernel(moved[members], scores[members], iou_threshold)]] = True
+    survivors = kept.nonzero(as_tuple=False).view(-1)
+    return survivors[scores[survivors].sort(descending=True)[1]]
 
 
 def _mm_rpn(cls_scores, bbox_preds, img_shape, nms_pre=1000, max_per_img=1000, iou=0.7):
@@ -206,73 +196,62 @@ def _mm_rpn(cls_scores, bbox_preds, img_shape, nms_pre=1000, max_per_img=1000, i
     cls_score.permute(1, 2, 0).reshape(-1, 1), sorted (descending) and cut to nms_pre only where the level has more
     anchors; decode against the anchors, clamped to img_shape; keep w > 0 and h > 0; batched_nms over level ids;
     the first max_per_img."""
-    boxes_l, priors_l, scores_l, ids = [], [], [], []
-    for lvl, (cls, reg) in enumerate(zip(cls_scores, bbox_preds)):
-        _, h, w = cls.shape
+    per_level = []  # (deltas, anchors, scores, level ids)
+    for lvl, (logit, delta) in enumerate(zip(cls_scores, bbox_preds)):
         stride = 4 * 2**lvl
-        priors = _mm_grid_anchors(_mm_base_anchors(stride, [8], [0.5, 1.0, 2.0]), h, w, stride)
-        reg = reg.permute(1, 2, 0).reshape(-1, 4)
-        scores = torch.squeeze(cls.permute(1, 2, 0).reshape(-1, 1).sigmoid())
-        if 0 < nms_pre < scores.shape[0]:
-            ranked, rank_inds = scores.sort(descending=True)
-            topk = rank_inds[:nms_pre]
-            scores, reg, priors = ranked[:nms_pre], reg[topk, :], priors[topk]
-        boxes_l.append(reg), priors_l.append(priors), scores_l.append(scores)
-        ids.append(scores.new_full((scores.size(0),), lvl, dtype=torch.long))
-    bboxes = _mm_delta2bbox(torch.cat(priors_l), torch.cat(boxes_l), [1.0] * 4, max_shape=img_shape)
-    scores, ids = torch.cat(scores_l), torch.cat(ids)
-    w, h = bboxes[:, 2] - bboxes[:, 0], bboxes[:, 3] - bboxes[:, 1]
-    valid = (w > 0) & (h > 0)
-    if not valid.all():
-        bboxes, scores, ids = bboxes[valid], scores[valid], ids[valid]
-    keep = _mm_batched_nms(bboxes, scores, ids, iou)
-    return bboxes[keep][:max_per_img]
+        anchors = _mm_grid_anchors(_mm_base_anchors(stride, [8], [0.5, 1.0, 2.0]), *logit.shape[1:], stride)
+        delta = delta.permute(1, 2, 0).reshape(-1, 4)
+        prob = torch.squeeze(logit.permute(1, 2, 0).reshape(-1, 1).sigmoid())
+        if 0 < nms_pre < len(prob):
+            prob, order = prob.sort(descending=True)
+            prob, delta, anchors = prob[:nms_pre], delta[order[:nms_pre]], anchors[order[:nms_pre]]
+        per_level.append((delta, anchors, prob, torch.full((len(prob),), lvl, dtype=torch.long)))
+    delta, anchors, prob, level = (torch.cat(parts) for parts in zip(*per_level))
+    boxes = _mm_delta2bbox(anchors, delta, [1.0] * 4, max_shape=img_shape)
+    ok = ((boxes[:, 2] - boxes[:, 0]) > 0) & ((boxes[:, 3] - boxes[:, 1]) > 0)
+    if not ok.all():
+        boxes, prob, level = boxes[ok], prob[ok], level[ok]
+    return boxes[_mm_batched_nms(boxes, prob, level, iou)][:max_per_img]
 
 
 def _mm_bbox_post(cls_score, bbox_pred, rois, img_shape, score_thr=0.05, iou=0.5, max_per_img=100):
     """BBoxHead._predict_by_feat_single (no rescale: a mask head follows) + multiclass_nms for one image: softmax,
     decode every (roi, class) with stds (0.1, 0.1, 0.2, 0.2) clamped to img_shape, scores[:, :-1] > score_thr
     (strict), batched_nms over labels, the first max_per_img. Returns boxes, scores, labels in that order."""
-    scores = F.softmax(cls_score, dim=-1)
-    num_classes = scores.shape[1] - 1
-    roi = rois.repeat_interleave(num_classes, dim=0)
-    bboxes = _mm_delta2bbox(roi, bbox_pred.view(-1, 4), [0.1, 0.1, 0.2, 0.2], max_shape=img_shape)
-    bboxes = bboxes.view(len(rois), -1).view(len(rois), -1, 4).reshape(-1, 4)
-    s = scores[:, :-1]
-    labels = torch.arange(num_classes, dtype=torch.long).view(1, -1).expand_as(s).reshape(-1)
-    s = s.reshape(-1)
-    inds = (s > score_thr).nonzero(as_tuple=False).squeeze(1)
-    bboxes, s, labels = bboxes[inds], s[inds], labels[inds]
-    keep = _mm_batched_nms(bboxes, s, labels, iou)[:max_per_img]
-    return bboxes[keep], s[keep], labels[keep]
+    prob = F.softmax(cls_score, dim=-1)[:, :-1]  # the background is the last column
+    k = prob.shape[1]
+    boxes = _mm_delta2bbox(rois.repeat_interleave(k, dim=0), bbox_pred.view(-1, 4), [0.1, 0.1, 0.2, 0.2],
+                           max_shape=img_shape).reshape(-1, 4)  # roi-major, class-minor, as the scores flatten
+    labels = torch.arange(k, dtype=torch.long).view(1, -1).expand_as(prob).reshape(-1)
+    prob = prob.reshape(-1)
+    above = (prob > score_thr).nonzero(as_tuple=False).squeeze(1)
+    boxes, prob, labels = boxes[above], prob[above], labels[above]
+    keep = _mm_batched_nms(boxes, prob, labels, iou)[:max_per_img]
+    return boxes[keep], prob[keep], labels[keep]
 
 
 def _mm_levels(rois, num_levels=4, finest_scale=56):
     """SingleRoIExtractor.map_roi_levels (rois with the batch index first)."""
-    scale = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
-    target = torch.floor(torch.log2(scale / finest_scale + 1e-6))
-    return target.clamp(min=0, max=num_levels - 1).long()
+    side = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
+    return torch.floor(torch.log2(side / finest_scale + 1e-6)).clamp(min=0, max=num_levels - 1).long()
 
 
 def _mm_paste_one(mask, box, img_h, img_w, thr=0.5):
     """FCNMaskHead on CPU: one box per chunk, _do_paste_mask with skip_empty (the pixels around the box), img_x /
     img_y set to 0 where infinite, grid_sample(align_corners=False), then >= thr into a full-size mask."""
-    boxes = box[None]
-    x0_int, y0_int = torch.clamp(boxes.min(dim=0).values.floor()[:2] - 1, min=0).to(dtype=torch.int32)
-    x1_int = torch.clamp(boxes[:, 2].max().ceil() + 1, max=img_w).to(dtype=torch.int32)
-    y1_int = torch.clamp(boxes[:, 3].max().ceil() + 1, max=img_h).to(dtype=torch.int32)
-    x0, y0, x1, y1 = torch.split(boxes, 1, dim=1)
-    img_y = torch.arange(y0_int, y1_int).to(torch.float32) + 0.5
-    img_x = torch.arange(x0_int, x1_int).to(torch.float32) + 0.5
-    img_y = (img_y - y0) / (y1 - y0) * 2 - 1
-    img_x = (img_x - x0) / (x1 - x0) * 2 - 1
-    img_x[torch.isinf(img_x)] = 0
-    img_y[torch.isinf(img_y)] = 0
-    gx = img_x[:, None, :].expand(1, img_y.size(1), img_x.size(1))
-    gy = img_y[:, :, None].expand(1, img_y.size(1), img_x.size(1))
-    sampled = F.grid_sample(mask[None, None].float(), torch.stack([gx, gy], dim=3), align_corners=False)
+    b = box[None]
+    left, top = torch.clamp(b.min(dim=0).values.floor()[:2] - 1, min=0).to(dtype=torch.int32)
+    right = torch.clamp(b[:, 2].max().ceil() + 1, max=img_w).to(dtype=torch.int32)
+    bottom = torch.clamp(b[:, 3].max().ceil() + 1, max=img_h).to(dtype=torch.int32)
+    bx0, by0, bx1, by1 = torch.split(b, 1, dim=1)
+    ys = ((torch.arange(top, bottom).to(torch.float32) + 0.5) - by0) / (by1 - by0) * 2 - 1
+    xs = ((torch.arange(left, right).to(torch.float32) + 0.5) - bx0) / (bx1 - bx0) * 2 - 1
+    xs[torch.isinf(xs)], ys[torch.isinf(ys)] = 0, 0
+    hw = (1, ys.size(1), xs.size(1))
+    grid = torch.stack([xs[:, None, :].expand(hw), ys[:, :, None].expand(hw)], dim=3)
+    sampled = F.grid_sample(mask[None, None].float(), grid, align_corners=False)
     out = torch.zeros((img_h, img_w), dtype=torch.bool)
-    out[y0_int:y1_int, x0_int:x1_int] = sampled[0, 0] >= thr
+    out[top:bottom, left:right] = sampled[0, 0] >= thr
     return out
 
 
