@@ -26,7 +26,7 @@ from minidet.boxes import BoxRule
 from minidet.checkpoint import CheckpointError
 from minidet.families import FAMILIES
 from minidet.families import maskrcnn_benchmark as mb_family
-from minidet.norm import Affine, FrozenBN
+from minidet.norm import FrozenBN
 from minidet.poolers import detectron_levels
 from minidet.roi_heads import Detections
 from minidet.rpn import keep_min_size_inclusive
@@ -40,7 +40,7 @@ from minidet.testing.checkpoints import (
     write_detectron_pkl,
     write_mb_checkpoint,
 )
-from minidet.testing.compare import assert_same_detections
+from minidet.testing.compare import assert_norm_forms_agree
 from minidet.testing.synthetic import structured_image
 from minidet.transform import ImageBatch, mb_size, paste_masks, resize_pil_mb
 
@@ -777,15 +777,7 @@ def _two_images():
 @pytest.mark.slow
 def test_frozen_norm_forms_give_the_same_detections(mb_files):
     path, _ = mb_files("R_50_FPN_1x")
-    imgs = _two_images()
-    ref = minidet.Predictor(_cfg("R_50_FPN_1x", path)).predict_batch(imgs)
-    assert all(len(r["boxes"]) > 0 for r in ref)
-    for norm, fold in (("Affine", False), ("Affine", True), ("FrozenBN", True)):
-        p = minidet.Predictor(_cfg("R_50_FPN_1x", path, "MODEL.NORM", norm, "MODEL.FOLD_NORM", fold))
-        if not fold:
-            assert isinstance(p.model.backbone.res3[1].conv2.norm, Affine)
-        for out, r in zip(p.predict_batch(imgs), ref):
-            assert_same_detections(out, r)
+    assert_norm_forms_agree(lambda *opts: _cfg("R_50_FPN_1x", path, *opts), _two_images())
 
 
 def test_boxes_scaled_per_axis_without_clip(mb_model):

@@ -10,7 +10,9 @@ plain way would run whatever those objects' pickles call. This tool reads the fi
 weights-only allowlist (tensors, storages, dicts, lists, numbers, strings) and replaces every other
 object by an inert placeholder: no constructor, ``__setstate__`` or function named in the file is called.
 It then writes ``{"model": state_dict}`` (the tensors of the ``model`` entry, or of the file itself when
-it is a plain dict of tensors), which minidet reads with ``torch.load(weights_only=True)``.
+it is a plain dict of tensors), which minidet reads with ``torch.load(weights_only=True)``; an mmdetection
+checkpoint's ``state_dict`` entry comes out as ``{"state_dict": ..., "meta": ...}``, its ``meta`` (class names,
+config text) kept when no placeholder is in it.
 """
 
 from __future__ import annotations
@@ -59,20 +61,34 @@ restricted_pickle.Unpickler = _Unpickler
 restricted_pickle.load = lambda f, **kw: _Unpickler(f, **kw).load()
 
 
-def extract(path: str) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """The tensors of ``path``'s ``model`` entry (or of the file, if it is a dict of tensors), and the
-    names of the objects replaced by placeholders. ValueError says what is wrong (without the path)."""
+def _has_placeholder(obj) -> bool:
+    """Whether an ``Inert`` placeholder is anywhere in ``obj`` (dicts, lists and tuples looked into)."""
+    if isinstance(obj, Inert):
+        return True
+    if isinstance(obj, dict):
+        return any(_has_placeholder(k) or _has_placeholder(v) for k, v in obj.items())
+    return isinstance(obj, (list, tuple)) and any(_has_placeholder(v) for v in obj)
+
+
+def extract(path: str) -> tuple[dict, list[str]]:
+    """What to save of ``path``: ``{"model": tensors}`` of its ``model`` entry (or of the file, if it is a dict
+    of tensors), or ``{"state_dict": tensors, "meta": ...}`` of an mmdetection checkpoint (``meta`` only when it
+    holds no placeholder); and the names of the objects replaced by placeholders."""
     _Unpickler.refused = set()
     obj = torch.load(path, map_location="cpu", weights_only=False, pickle_module=restricted_pickle)
     if not isinstance(obj, dict):
         raise ValueError(f"expected a dict, got {type(obj).__name__}")
-    model = obj.get("model", obj)
+    key = next((k for k in ("model", "state_dict") if k in obj), None)
+    model = obj[key] if key else obj
     if not isinstance(model, dict):
-        raise ValueError(f"entry 'model' is a {type(model).__name__}, not a dict of tensors")
+        raise ValueError(f"entry {key!r} is a {type(model).__name__}, not a dict of tensors")
     weights = {k: v for k, v in model.items() if isinstance(v, torch.Tensor)}
     if not weights:
-        raise ValueError(f"no tensors in {'its model entry' if 'model' in obj else 'the file'}")
-    return weights, sorted(_Unpickler.refused)
+        raise ValueError(f"no tensors in {f'its {key} entry' if key else 'the file'}")
+    out: dict = {key or "model": weights}
+    if key == "state_dict" and isinstance(obj.get("meta"), dict) and not _has_placeholder(obj["meta"]):
+        out["meta"] = obj["meta"]
+    return out, sorted(_Unpickler.refused)
 
 
 def _why(e: Exception) -> str:
@@ -96,14 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.abspath(args.output) == os.path.abspath(args.checkpoint):
         return _error(args.output, "would replace the input; choose another name")
     try:
-        weights, refused = extract(args.checkpoint)
+        data, refused = extract(args.checkpoint)
     except Exception as e:  # noqa: BLE001 - one line for any unreadable file
         return _error(args.checkpoint, _why(e))
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.output)), suffix=".tmp")
         os.close(fd)
-        torch.save({"model": weights}, tmp)
+        torch.save(data, tmp)
         os.replace(tmp, args.output)
     except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
         return _error(args.output, f"cannot write ({_why(e)})")
@@ -111,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     skipped = f"; replaced by placeholders: {', '.join(refused)}" if refused else ""
-    print(f"extract_weights: {len(weights)} tensors -> {args.output}{skipped}")
+    count = len(data.get("model", data.get("state_dict", {})))
+    print(f"extract_weights: {count} tensors -> {args.output}{skipped}")
     return 0
 
 

@@ -9,14 +9,14 @@ Usage::
 thread count the outputs were saved with (float sums depend on it).
 
 ``save`` writes the checkpoints (a torchvision v1 file in the published key layout, a v2 file, synthetic
-Detectron R-50-FPN BN and GN pickles, a synthetic detectron2 pickle, a maskrcnn-benchmark training file), the
-input images and, per case, the complete outputs (boxes, scores, labels, category ids, masks per image) into
-``DIR``. ``check`` runs the
-same cases on the same files and compares. Each family runs with FrozenBN, Affine and Affine + FOLD_NORM +
-CHANNELS_LAST (GN and GN + CHANNELS_LAST for the GN file), on one image and on a 3-image batch with
-``TEST.CHUNK_IMAGES`` 0 and 3. The saved outputs compare two commits; they are never committed as expected
-values. ``save`` builds the checkpoints with ``minidet.testing`` (for a commit before it existed, use
-this file as of commit 45e20a9, which built them with the test helpers of that time).
+Detectron R-50-FPN BN and GN pickles, a synthetic detectron2 pickle, a maskrcnn-benchmark training file, an
+mmdetection file), the input images and, per case, the complete outputs (boxes, scores, labels, category ids, masks
+per image) into ``DIR`` (a family's file only when it is not there yet). ``check`` runs the same cases on the same
+files and compares; the cases of a family added after ``DIR`` was saved are listed as not saved. Each family
+runs with FrozenBN, Affine and Affine + FOLD_NORM + CHANNELS_LAST (GN and GN + CHANNELS_LAST for the GN file), on
+one image and on a 3-image batch with ``TEST.CHUNK_IMAGES`` 0 and 3. The saved outputs compare two commits; they
+are never committed as expected values. ``save`` builds the checkpoints with ``minidet.testing`` (for a commit
+before it existed, use this file as of commit 45e20a9, which built them with the test helpers of that time).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ FAMILIES = {
     "detectron_gn": ("detectron/e2e_mask_rcnn_R-50-FPN_2x_gn.yaml", "detectron_R-50-FPN_gn.pkl", GN_VARIANTS),
     "detectron2": ("detectron2/mask_rcnn_R_50_FPN_3x.yaml", "detectron2_R_50.pkl", BN_VARIANTS),
     "mb": ("maskrcnn_benchmark/e2e_mask_rcnn_R_50_FPN_1x.yaml", "maskrcnn_benchmark_R_50.pth", BN_VARIANTS),
+    "mmdet": ("mmdetection/mask-rcnn_r50_fpn_1x_coco.yaml", "mmdetection_r50.pth", BN_VARIANTS),
 }
 # batch: (indices of the input images, TEST.CHUNK_IMAGES)
 BATCHES = {"b1": ([0], 0), "b3_chunk0": ([0, 1, 2], 0), "b3_chunk3": ([0, 1, 2], 3)}
@@ -57,30 +58,48 @@ IMAGE_SHAPES = [(240, 320), (300, 200), (180, 420)]
 KEYS = ("boxes", "scores", "labels", "category_ids", "masks")
 
 
-def write_inputs(folder: Path) -> None:
-    """The checkpoints and images of every case (built with ``minidet.testing``)."""
-    import numpy as np
+def _write_d2(path: Path) -> None:
+    from minidet.testing.checkpoints import d2_weights
 
+    with open(path, "wb") as f:
+        pickle.dump({"model": d2_weights(50, seed=4), "__author__": "golden"}, f)
+
+
+def _writers() -> dict:
+    """family -> the function that writes its checkpoint to a path (built with ``minidet.testing``)."""
     from minidet.testing.checkpoints import (
-        d2_weights,
         make_blobs,
         mb_state_shapes,
         mb_weights,
         write_detectron_pkl,
         write_mb_checkpoint,
     )
-    from minidet.testing.synthetic import structured_image
+    from minidet.testing.mmdet import mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
     from minidet.testing.tvref import build_tv, legacy_v1_state_dict
 
-    torch.save(legacy_v1_state_dict(build_tv(1, 320, 512, seed=0).state_dict()), folder / FAMILIES["tv_v1"][1])
-    torch.save(build_tv(2, 320, 512, seed=1).state_dict(), folder / FAMILIES["tv_v2"][1])
-    write_detectron_pkl(str(folder / FAMILIES["detectron_bn"][1]), make_blobs("R-50-FPN", seed=2))
-    write_detectron_pkl(str(folder / FAMILIES["detectron_gn"][1]), make_blobs("R-50-FPN_gn", seed=3))
-    with open(folder / FAMILIES["detectron2"][1], "wb") as f:
-        pickle.dump({"model": d2_weights(50, seed=4), "__author__": "golden"}, f)
-    write_mb_checkpoint(str(folder / FAMILIES["mb"][1]), mb_weights(mb_state_shapes(50), seed=5))
-    images = [np.ascontiguousarray(structured_image(h, w, seed=10 + i)) for i, (h, w) in enumerate(IMAGE_SHAPES)]
-    torch.save([torch.from_numpy(im) for im in images], folder / "images.pt")
+    return {
+        "tv_v1": lambda p: torch.save(legacy_v1_state_dict(build_tv(1, 320, 512, seed=0).state_dict()), p),
+        "tv_v2": lambda p: torch.save(build_tv(2, 320, 512, seed=1).state_dict(), p),
+        "detectron_bn": lambda p: write_detectron_pkl(str(p), make_blobs("R-50-FPN", seed=2)),
+        "detectron_gn": lambda p: write_detectron_pkl(str(p), make_blobs("R-50-FPN_gn", seed=3)),
+        "detectron2": _write_d2,
+        "mb": lambda p: write_mb_checkpoint(str(p), mb_weights(mb_state_shapes(50), seed=5)),
+        "mmdet": lambda p: write_mmdet_checkpoint(p, mmdet_weights(mmdet_state_shapes(50), seed=6)),
+    }
+
+
+def write_inputs(folder: Path) -> None:
+    """The checkpoints (those not in ``folder`` yet) and the images of every case."""
+    import numpy as np
+
+    from minidet.testing.synthetic import structured_image
+
+    for family, write in _writers().items():
+        if not (folder / FAMILIES[family][1]).exists():
+            write(folder / FAMILIES[family][1])
+    if not (folder / "images.pt").exists():
+        images = [np.ascontiguousarray(structured_image(h, w, seed=10 + i)) for i, (h, w) in enumerate(IMAGE_SHAPES)]
+        torch.save([torch.from_numpy(im) for im in images], folder / "images.pt")
 
 
 def run_case(folder: Path, family: str, opts: list, batch: str) -> list[dict[str, torch.Tensor]]:
@@ -138,13 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     if args.mode == "save":
         folder.mkdir(parents=True, exist_ok=True)
-        if not (folder / "images.pt").exists():
-            write_inputs(folder)
+        write_inputs(folder)
     elif not (folder / "meta.pt").exists():
         print(f"error: {folder} holds no saved golden outputs (run `golden.py save {folder}` first)", file=sys.stderr)
         return 2
-    failed, n = 0, 0
+    failed, n, unsaved = 0, 0, []
     for name, family, opts, batch in cases():
+        if args.mode == "check" and not (folder / f"{name}.pt").exists():
+            unsaved.append(name)
+            print(f"not saved {name}")
+            continue
         outs = run_case(folder, family, opts, batch)
         n_det = sum(len(o["scores"]) for o in outs)
         if args.mode == "save":
@@ -160,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"golden: saved {n} cases from commit {_commit()} in {folder}")
         return 0
     saved = torch.load(folder / "meta.pt")
-    print(f"golden: {n - failed} of {n} cases bit-identical ({saved['commit']} saved, {_commit()} now)")
+    later = f"; {len(unsaved)} cases not saved in {folder} (families added since)" if unsaved else ""
+    print(f"golden: {n - failed} of {n} cases bit-identical ({saved['commit']} saved, {_commit()} now){later}")
     return 1 if failed else 0
 
 

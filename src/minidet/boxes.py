@@ -1,11 +1,13 @@
 """Box arithmetic shared by the RPN and the RoI heads (x1, y1, x2, y2 boxes), and the exact NMS. ``offset``:
-0 for torchvision/detectron2 (width = x2 - x1), 1 for Detectron's pixel-inclusive boxes (x2 - x1 + 1)."""
+0 for torchvision/detectron2 (width = x2 - x1), 1 for Detectron's pixel-inclusive boxes (x2 - x1 + 1).
+mmdetection's decoder and mmcv's NMS (``MMCVBoxRule``) are restated at the end."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torchvision.ops import batched_nms as _tv_batched_nms
 from torchvision.ops import nms as _tv_nms
@@ -143,3 +145,65 @@ class BoxRule:
 
 
 PLAIN_BOX_RULE = BoxRule(0, False)  # width = x2 - x1, NMS suppressing at IoU > thresh
+
+
+# mmdetection's DeltaXYWHBBoxCoder clamps dw, dh to +-|log(wh_ratio_clip)|, wh_ratio_clip = 16 / 1000 (numpy's log)
+MMDET_WH_CLIP = float(np.abs(np.log(16 / 1000)))
+MMCV_SPLIT_THR = 10000  # mmcv's batched_nms: fewer boxes run as one NMS over group-shifted boxes
+
+
+def decode_boxes_mmdet(deltas: torch.Tensor, boxes: torch.Tensor, weights: tuple[float, float, float, float]):
+    """mmdetection's ``delta2bbox``: (R, 4k) deltas for k classes times its ``target_stds`` (1 / ``weights``; its
+    ``target_means`` are 0) applied to (R, 4) boxes -> (R, 4k). The centre is (x1 + x2) * 0.5, the size x2 - x1;
+    dw, dh are clamped on both sides, to +-``MMDET_WH_CLIP``."""
+    r, k = deltas.shape[0], deltas.shape[1] // 4
+    d = deltas.reshape(-1, 4) * deltas.new_tensor([1.0 / w for w in weights]).view(1, -1)
+    rois = boxes.to(deltas.dtype).repeat(1, k).reshape(-1, 4)
+    pxy, pwh = (rois[:, :2] + rois[:, 2:]) * 0.5, rois[:, 2:] - rois[:, :2]
+    dwh = d[:, 2:].clamp(min=-MMDET_WH_CLIP, max=MMDET_WH_CLIP)
+    gxy, gwh = pxy + pwh * d[:, :2], pwh * dwh.exp()
+    return torch.cat([gxy - gwh * 0.5, gxy + gwh * 0.5], dim=-1).reshape(r, 4 * k)
+
+
+def mmcv_nms(boxes: torch.Tensor, scores: torch.Tensor, thresh: float) -> torch.Tensor:
+    """mmcv's CPU ``nms`` kernel: boxes (R, 4), scores (R,) -> kept indices (K,) by rank. It ranks the boxes by
+    ``scores.sort(descending=True)``, PyTorch's unstable sort (equal scores come in that sort's order, not by
+    index as in torchvision), and suppresses at IoU > ``thresh`` compared in float32. Its IoU is torchvision's, so
+    torchvision's kernel runs on the boxes in that order (its stable sort keeps it) at the float32 threshold."""
+    order = scores.sort(descending=True)[1]
+    t = float(torch.tensor(thresh, dtype=torch.float32))
+    return order[_tv_nms(boxes[order], scores[order], t)]
+
+
+def mmcv_batched_nms(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float) -> torch.Tensor:
+    """mmcv's ``batched_nms`` (no ``class_agnostic``): NMS within each group id -> kept indices by decreasing score.
+    Every box is shifted by group id * (largest coordinate + 1) in float32, which rounds the shifted coordinates
+    and so the IoUs mmcv compares; under ``MMCV_SPLIT_THR`` boxes one ``mmcv_nms`` runs over all of them, else one per
+    group (on the shifted boxes) and the kept boxes are ranked by another unstable sort of their scores."""
+    if len(boxes) == 0:
+        return groups.new_zeros(0)
+    shifted = boxes + (groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes)))[:, None]
+    if len(boxes) < MMCV_SPLIT_THR:
+        return mmcv_nms(shifted, scores, thresh)
+    kept = torch.zeros(len(boxes), dtype=torch.bool, device=boxes.device)
+    for g in torch.unique(groups):
+        idx = torch.where(groups == g)[0]
+        kept[idx[mmcv_nms(shifted[idx], scores[idx], thresh)]] = True
+    keep = torch.where(kept)[0]
+    return keep[scores[keep].sort(descending=True)[1]]
+
+
+@dataclass(frozen=True)
+class MMCVBoxRule(BoxRule):
+    """mmdetection's box arithmetic: widths without +1 and clipping as ``PLAIN_BOX_RULE``, its own decoder
+    (``decode_boxes_mmdet``) and mmcv's NMS (``mmcv_batched_nms``: always the whole result, so ``topk`` and
+    ``tv_tie_order`` do not apply)."""
+
+    def decode(self, deltas: torch.Tensor, boxes: torch.Tensor, weights: tuple[float, float, float, float]):
+        return decode_boxes_mmdet(deltas, boxes, weights)
+
+    def nms(self, boxes, scores, groups, thresh: float, *, topk: int | None = None, tv_tie_order: bool):
+        return mmcv_batched_nms(boxes, scores, groups, thresh)
+
+
+MMDET_BOX_RULE = MMCVBoxRule()

@@ -181,8 +181,8 @@ def _identify(keys: list[str], dropped: list[str], path: str) -> tuple[Family | 
         )
     raise CheckpointError(
         f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); expected a torchvision "
-        "maskrcnn_resnet50_fpn[_v2], Detectron, detectron2 or maskrcnn-benchmark checkpoint, or a minidet "
-        "state dict"
+        "maskrcnn_resnet50_fpn[_v2], Detectron, detectron2, maskrcnn-benchmark or mmdetection checkpoint, or a "
+        "minidet state dict"
     )
 
 

@@ -19,7 +19,8 @@ class Convention:
     resize: Callable  # image -> normalized, resized tensor and scale (transform.resize_*)
     anchors: Callable  # one FPN level's cell anchors: (size, aspect_ratios, stride) -> (A, 4)
     fixed_strides: bool  # anchors at strides 2^level (else padded size // grid size)
-    rank_by_logit: bool  # the RPN ranks proposals by logit (else by sigmoid, which ties saturated scores)
+    level_topk: Callable  # one level's RPN logits (N, L), PRE_NMS_TOPK -> (N, k) scores and indices (rpn.topk_logits)
+    rank_by_logit: bool  # the RPN ranks by level_topk's scores (else by their sigmoid, which ties saturated scores)
     box_rule: BoxRule  # +1 box sizes and NMS suppressing at IoU >= thresh, in the RPN and the box head
     clip_to_padded: bool  # the RPN clips proposals to the padded input (else to each image)
     proposal_filter: Callable  # which clipped proposals stay: (boxes, MIN_SIZE, scale, padded size) -> keep

@@ -144,7 +144,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         r.POST_NMS_TOPK_TEST, r.NMS_THRESH, r.MIN_SIZE, anchor_generator=conv.anchors,
         fixed_strides=conv.fixed_strides, rank_by_logit=conv.rank_by_logit, box_rule=conv.box_rule,
         clip_to_padded=conv.clip_to_padded, proposal_filter=conv.proposal_filter,
-        topk_per_level=conv.topk_per_level, tv_tie_order=r.TORCHVISION_TIE_ORDER,
+        topk_per_level=conv.topk_per_level, level_topk=conv.level_topk, tv_tie_order=r.TORCHVISION_TIE_ORDER,
     )
     scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     pool = {"aligned": conv.aligned_roi, "level_rule": conv.fpn_levels, "impl": m.ROI_ALIGN_IMPL}

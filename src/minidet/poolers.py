@@ -37,6 +37,13 @@ def detectron2_levels(boxes: torch.Tensor, min_level: int, max_level: int) -> to
     return _level_index(torch.floor(4 + torch.log2(_sqrt_area(boxes) / 224 + 1e-8)), min_level, max_level)
 
 
+def mmdet_levels(boxes: torch.Tensor, min_level: int, max_level: int) -> torch.Tensor:
+    """mmdetection's ``SingleRoIExtractor``: ``floor(log2(sqrt(area) / 56 + 1e-6))`` (56: its finest scale, the first
+    level's), clamped to the levels."""
+    level = torch.floor(torch.log2(_sqrt_area(boxes) / 56 + 1e-6))
+    return level.clamp(min=0, max=max_level - min_level).to(torch.int64)
+
+
 def _axis_samples(start, bin_size, size: int, out: int, g: int):
     """RoIAlign's sample coordinates along one axis (``start``, ``bin_size``: (R,); ``g`` samples per bin) -> each
     (R, out, g): valid, low index, high index, low weight, high weight. torchvision's (and Caffe2's) rules: a sample

@@ -30,6 +30,15 @@ def detectron2_cell_anchors(size: float, aspect_ratios: Sequence[float], stride:
     return torch.tensor([[-w / 2.0, -h / 2.0, w / 2.0, h / 2.0] for w, h in sides], dtype=torch.float32)
 
 
+def mmdet_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
+    """mmdetection's ``AnchorGenerator``: base size ``stride``, octave scale ``size / stride``, for r = h / w the
+    float32 sides w = stride * (1 / sqrt(r)) * scale, h = stride * sqrt(r) * scale, centred at 0, not rounded."""
+    h_ratios = torch.sqrt(torch.tensor(list(aspect_ratios), dtype=torch.float32))
+    scale = torch.tensor([size / stride], dtype=torch.float32)
+    ws, hs = ((stride * r[:, None] * scale[None, :]).view(-1) for r in (1 / h_ratios, h_ratios))
+    return torch.stack([0 - 0.5 * ws, 0 - 0.5 * hs, 0 + 0.5 * ws, 0 + 0.5 * hs], dim=-1)
+
+
 def detectron_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:
     """Detectron's ``generate_anchors``: the base box [0, 0, stride-1, stride-1] reshaped to each aspect
     ratio r = h / w at constant area (sides rounded half-to-even), scaled by ``size / stride``, centred
@@ -42,6 +51,24 @@ def detectron_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: 
         ws, hs = ws * size / stride, hs * size / stride
         out.append([ctr - 0.5 * (ws - 1), ctr - 0.5 * (hs - 1), ctr + 0.5 * (ws - 1), ctr + 0.5 * (hs - 1)])
     return torch.tensor(out, dtype=torch.float32)
+
+
+def topk_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One level's (N, L) objectness logits -> the ``k`` highest per image, (N, k') logits and indices, by
+    ``torch.topk`` (torchvision, Detectron, detectron2, maskrcnn-benchmark)."""
+    return logits.topk(min(k, logits.shape[1]), dim=1)
+
+
+def sorted_sigmoid(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """mmdetection's ``RPNHead``: per image the sigmoid of the level's (L,) logits; where L > ``k``, the first ``k``
+    of ``sort(descending=True)`` (PyTorch's unstable sort: equal scores in its order), else all L in anchor order.
+    Returns (N, k') probabilities and indices."""
+    probs = [lg.sigmoid() for lg in logits]  # one image at a time, as mmdetection computes them
+    if logits.shape[1] <= k:
+        idx = torch.arange(logits.shape[1], device=logits.device)
+        return torch.stack(probs), idx.expand(len(probs), -1)
+    ranked = [p.sort(descending=True) for p in probs]
+    return torch.stack([v[:k] for v, _ in ranked]), torch.stack([i[:k] for _, i in ranked])
 
 
 def keep_min_size(boxes: torch.Tensor, min_size: float, scale: float, padded_size: tuple[int, int]) -> torch.Tensor:
@@ -85,9 +112,10 @@ class RPNHead(nn.Module):
 
 class RPN(nn.Module):
     """Proposals from the FPN levels (P2 onwards): ``head`` gives logits and deltas, ``select`` the proposals: per
-    level the ``pre_nms_topk`` highest logits, decoded against their anchors, clipped, filtered, NMS-ed per level; the
-    ``post_nms_topk`` best over all levels. ``anchor_generator`` to ``topk_per_level``: the weight family's arithmetic
-    (``conventions.Convention``); ``tv_tie_order``: equal scores in torchvision's order (the same proposals)."""
+    level the ``pre_nms_topk`` best (``level_topk``), decoded against their anchors, clipped, filtered, NMS-ed per
+    level; the ``post_nms_topk`` best over all levels. ``anchor_generator`` to ``level_topk``: the weight family's
+    arithmetic (``conventions.Convention``); ``tv_tie_order``: equal scores in torchvision's order (the same
+    proposals)."""
 
     def __init__(
         self, in_channels: int, anchor_sizes: Sequence[float], aspect_ratios: Sequence[float], conv_depth: int = 1,
@@ -95,7 +123,7 @@ class RPN(nn.Module):
         anchor_generator: Callable[..., torch.Tensor] = torchvision_cell_anchors, fixed_strides: bool = False,
         rank_by_logit: bool = False, box_rule: BoxRule = PLAIN_BOX_RULE, clip_to_padded: bool = False,
         proposal_filter: Callable[..., torch.Tensor] = keep_min_size, topk_per_level: bool = False,
-        tv_tie_order: bool = False,
+        level_topk: Callable[..., tuple[torch.Tensor, torch.Tensor]] = topk_logits, tv_tie_order: bool = False,
     ) -> None:
         super().__init__()
         self.head = RPNHead(in_channels, len(aspect_ratios), conv_depth)
@@ -105,7 +133,7 @@ class RPN(nn.Module):
         self.nms_thresh, self.min_size = nms_thresh, min_size
         self.fixed_strides, self.rank_by_logit, self.box_rule = fixed_strides, rank_by_logit, box_rule
         self.clip_to_padded, self.proposal_filter = clip_to_padded, proposal_filter
-        self.topk_per_level, self.tv_tie_order = topk_per_level, tv_tie_order
+        self.topk_per_level, self.level_topk, self.tv_tie_order = topk_per_level, level_topk, tv_tie_order
         self._grid_cache: dict[tuple, torch.Tensor] = {}
 
     def grid_anchors(self, level: int, grid: tuple[int, int], stride: tuple[int, int], device) -> torch.Tensor:
@@ -139,8 +167,8 @@ class RPN(nn.Module):
             anchors = self.grid_anchors(lvl, (h, w), stride, lg.device)
             lg = lg.permute(0, 2, 3, 1).reshape(n, -1)
             dl = dl.view(n, a, 4, h, w).permute(0, 3, 4, 1, 2).reshape(n, -1, 4)
-            k = min(self.pre_nms_topk, lg.shape[1])
-            top, idx = lg.topk(k, dim=1)
+            top, idx = self.level_topk(lg, self.pre_nms_topk)
+            k = idx.shape[1]
             sel_scores.append(top)
             sel_deltas.append(dl.gather(1, idx[..., None].expand(n, k, 4)))
             sel_anchors.append(anchors[idx])

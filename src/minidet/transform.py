@@ -95,6 +95,28 @@ def resize_pil(tf: Transform, img) -> tuple[torch.Tensor, float]:
     return _resize_planes(tf, img, int(newh + 0.5), int(neww + 0.5))
 
 
+def mmcv_size(h: int, w: int, min_size: int, max_size: int) -> tuple[int, int]:
+    """mmcv's ``rescale_size`` for ``Resize(scale=(max_size, min_size), keep_ratio=True)`` (mmdetection's test
+    pipeline): factor min(long edge cap / long side, short edge / short side), each side ``int(side * f + 0.5)``."""
+    f = min(max(min_size, max_size) / max(h, w), min(min_size, max_size) / min(h, w))
+    return int(h * f + 0.5), int(w * f + 0.5)
+
+
+def resize_mmdet(tf: Transform, img) -> tuple[torch.Tensor, float]:
+    """mmdetection: cv2 INTER_LINEAR resize of the uint8 image to ``mmcv_size``, then (its ``DetDataPreprocessor``)
+    the channels flipped, float, ``(x - mean) / std``."""
+    import cv2
+
+    a = img.cpu().numpy() if isinstance(img, torch.Tensor) else np.asarray(img)
+    newh, neww = mmcv_size(*a.shape[:2], tf.min_size, tf.max_size)
+    r = cv2.resize(np.ascontiguousarray(a), (neww, newh), interpolation=cv2.INTER_LINEAR)
+    x = torch.from_numpy(np.ascontiguousarray(r.transpose(2, 0, 1))).to(tf.device)
+    x = (x[[2, 1, 0]] if tf.flip_channels else x).float()
+    if tf.pixel_range != 255.0:
+        x = x / (255.0 / tf.pixel_range)
+    return (x - tf.pixel_mean) / tf.pixel_std, newh / a.shape[0]
+
+
 def mb_size(h: int, w: int, min_size: int, max_size: int) -> tuple[int, int]:
     """maskrcnn-benchmark's ``Resize.get_size``: the short side ``min_size`` unless the long side would
     pass ``max_size`` (then the short side is ``round`` half-to-even), the long side truncated."""
@@ -116,6 +138,14 @@ def rescale_per_axis(det, size: tuple[int, int], orig: tuple[int, int]):
     """torchvision: boxes times (original / resized) per axis, as float32 tensor ratios."""
     rh, rw = (torch.tensor(o, dtype=torch.float32) / torch.tensor(s, dtype=torch.float32) for o, s in zip(orig, size))
     return det._replace(boxes=det.boxes * torch.stack((rw, rh, rw, rh)).to(det.boxes.device), frame="original")
+
+
+def rescale_divide(det, size: tuple[int, int], orig: tuple[int, int]):
+    """mmdetection: boxes divided per axis by the resize factors (resized / original, as mmcv's ``Resize`` records
+    them) as float32; nothing clipped, empty boxes kept."""
+    (h, w), (oh, ow) = size, orig
+    factor = torch.tensor([w / ow, h / oh], dtype=torch.float32).repeat(2).to(det.boxes.device)
+    return det._replace(boxes=det.boxes / factor, frame="original")
 
 
 def rescale_clip_nonempty(det, size: tuple[int, int], orig: tuple[int, int]):
@@ -161,6 +191,20 @@ def paste_masks_aligned(
 ) -> torch.Tensor:
     """detectron2: each (M, M) mask sampled at the pixel centres in its box (pixel (x + 0.5, y + 0.5) maps to [-1, 1]
     across the float box) with ``grid_sample`` (bilinear, zeros outside, align_corners=False); ``>= threshold``."""
+    return _grid_sample_paste(masks, boxes, height, width, threshold, inf_to_centre=False)
+
+
+def paste_masks_mmdet(
+    masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
+) -> torch.Tensor:
+    """mmdetection: detectron2's paste, but an infinite grid coordinate (a box without width or height, which
+    mmdetection keeps) becomes 0, the mask's centre: such a box gets the mask's middle column or row."""
+    return _grid_sample_paste(masks, boxes, height, width, threshold, inf_to_centre=True)
+
+
+def _grid_sample_paste(masks, boxes, height: int, width: int, threshold: float, inf_to_centre: bool) -> torch.Tensor:
+    """The grid-sample paste of ``paste_masks_aligned``, one box at a time over the pixels around it; with
+    ``inf_to_centre`` an infinite grid coordinate is set to 0 (NaN, from 0 / 0, stays)."""
     n = masks.shape[0]
     out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
     for i in range(n):
@@ -173,6 +217,8 @@ def paste_masks_aligned(
         x0, y0, x1, y1 = torch.split(box, 1, dim=1)
         img_y = (torch.arange(y0i, y1i, device=masks.device, dtype=torch.float32) + 0.5 - y0) / (y1 - y0) * 2 - 1
         img_x = (torch.arange(x0i, x1i, device=masks.device, dtype=torch.float32) + 0.5 - x0) / (x1 - x0) * 2 - 1
+        if inf_to_centre:
+            img_x, img_y = (torch.where(torch.isinf(t), torch.zeros_like(t), t) for t in (img_x, img_y))
         shape = (1, img_y.size(1), img_x.size(1))
         grid = torch.stack([img_x[:, None, :].expand(shape), img_y[:, :, None].expand(shape)], dim=3)
         sampled = F.grid_sample(masks[i : i + 1, None].float(), grid, align_corners=False)

@@ -61,12 +61,13 @@ def list_weights() -> int:
     rows = [("name", "config", "box/mask AP", "size", "cached", "sha256")]
     for e in hub.REGISTRY.values():
         path = hub.weights_dir() / e.filename
-        digest = "published" if e.sha256 else ("recorded" if hub.recorded_digest(path) else "none")
+        prefix = f"{e.name_prefix}..." if e.name_prefix else "none"  # the digest's start, from the file name
+        digest = "published" if e.sha256 else ("recorded" if hub.recorded_digest(path) else prefix)
         cached = "yes" if path.is_file() else "no"
         rows.append((e.name, e.config, f"{_ap(e.box_ap)} / {_ap(e.mask_ap)}", _size(e.size), cached, digest))
     print(_table(rows))
     print(f"\ncache: {hub.weights_dir()} (MINIDET_HOME={hub.home()}); sha256 'recorded': the source publishes "
-          "none, the first download's digest was recorded")
+          "none, the first download's digest was recorded; 'abcd1234...': only the start in the file name is known")
     return 0
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["FAMILIES", "Family", "WeightsEntry", "check_depth", "convention", "recognize"]
 
 # the family modules, in the order of MODEL.CONVENTION's choices and of the weights registry
-_MODULES = ("torchvision", "detectron", "detectron2", "maskrcnn_benchmark")
+_MODULES = ("torchvision", "detectron", "detectron2", "maskrcnn_benchmark", "mmdetection")
 
 FAMILIES: dict[str, Family] = {
     f.name: f for f in (importlib.import_module(f"{__name__}.{m}").FAMILY for m in _MODULES)

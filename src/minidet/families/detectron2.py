@@ -15,6 +15,7 @@ def arithmetic():
     from ..conventions import Convention
 
     return Convention(
+        level_topk=rpn.topk_logits,
         resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, fixed_strides=True, rank_by_logit=True,
         box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_above_min_size,
         topk_per_level=False, aligned_roi=True, fpn_levels=poolers.detectron2_levels, original_frame=False,

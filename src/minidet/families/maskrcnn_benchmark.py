@@ -21,6 +21,7 @@ def arithmetic():
     from ..conventions import Convention
 
     return Convention(
+        level_topk=rpn.topk_logits,
         resize=transform.resize_pil_mb, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
         box_rule=BoxRule(offset=1, inclusive_nms=False), clip_to_padded=False,
         proposal_filter=rpn.keep_min_size_inclusive, topk_per_level=True, aligned_roi=False,

@@ -17,6 +17,7 @@ def arithmetic():
     from ..conventions import Convention
 
     return Convention(
+        level_topk=rpn.topk_logits,
         resize=transform.resize_torch, anchors=rpn.torchvision_cell_anchors, fixed_strides=False,
         rank_by_logit=False, box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_min_size,
         topk_per_level=False, aligned_roi=False, fpn_levels=poolers.torchvision_levels, original_frame=False,

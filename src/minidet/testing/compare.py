@@ -176,6 +176,21 @@ def assert_same_detections(ours: dict, ref: dict, ref_reordered: dict | None = N
     return m
 
 
+def assert_norm_forms_agree(make_cfg, images: list) -> None:
+    """A FrozenBN checkpoint gives the same detections (some on every image) run as FrozenBN, Affine, Affine folded
+    and FrozenBN folded into the convs; ``make_cfg(*opts)`` is its config with the ``KEY VALUE`` overrides."""
+    from ..norm import Affine
+    from ..predictor import Predictor
+
+    ref = Predictor(make_cfg("MODEL.NORM", "FrozenBN")).predict_batch(images)
+    assert all(len(r["boxes"]) > 0 for r in ref)
+    for norm, fold in (("Affine", False), ("Affine", True), ("FrozenBN", True)):
+        p = Predictor(make_cfg("MODEL.NORM", norm, "MODEL.FOLD_NORM", fold))
+        assert fold or isinstance(p.model.backbone.res3[1].conv2.norm, Affine)
+        for out, r in zip(p.predict_batch(images), ref):
+            assert_same_detections(out, r)
+
+
 def detection_drift(refs: list[dict], news: list[dict], iou_min: float = 0.5) -> dict:
     """How much ``news`` detections moved from ``refs`` (e.g. AMP vs fp32), image by image.
 

@@ -1,0 +1,184 @@
+"""mmdetection's (2.x and 3.x) Mask R-CNN files, ``{"meta": {...}, "state_dict": {...}}``: keys, arithmetic, checks,
+class names and published weights."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from ..errors import CheckpointError
+from . import torchvision
+from .base import Family, WeightsEntry, rename_by_rules
+
+
+def arithmetic():
+    """mmdetection 3.3.0's test pipeline and heads (mmcv 2.1's ops): cv2 resize of the uint8 image (sizes rounded
+    half up, as mmcv's ``Resize`` does), unrounded anchors at fixed strides, the RPN's per-level sort of sigmoid
+    scores, its own box decoder (dw, dh clamped on both sides), mmcv's NMS (unstable score sort, float32 threshold,
+    group-shifted boxes), no small-box filter, its RoI level rule, aligned RoIAlign, boxes divided by the resize
+    factors and kept unclipped and when empty, detectron2's paste with an empty box's grid set to its centre."""
+    from .. import poolers, rpn, transform
+    from ..boxes import MMDET_BOX_RULE
+    from ..conventions import Convention
+
+    return Convention(
+        level_topk=rpn.sorted_sigmoid,
+        resize=transform.resize_mmdet, anchors=rpn.mmdet_cell_anchors, fixed_strides=True,
+        rank_by_logit=True,  # level_topk's scores are already mmdetection's sigmoid scores
+        box_rule=MMDET_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_above_min_size,
+        topk_per_level=False, aligned_roi=True, fpn_levels=poolers.mmdet_levels, original_frame=False,
+        small_box_filter=False, ties_at_cap=False, rescale=transform.rescale_divide, paste=transform.paste_masks_mmdet,
+    )
+
+
+_RPN_OUT = {"cls": "objectness_logits", "reg": "anchor_deltas"}
+_BOX_OUT = {"cls": "cls_score", "reg": "bbox_pred"}
+_MASK_OUT = {"upsample": "deconv", "conv_logits": "predictor"}
+RULES: list[tuple[str, str | Callable]] = [
+    (r"^neck\.lateral_convs\.(\d)\.conv\.", lambda m: f"fpn.lateral{int(m[1]) + 2}."),  # ConvModule: `.conv`
+    (r"^neck\.fpn_convs\.(\d)\.conv\.", lambda m: f"fpn.output{int(m[1]) + 2}."),
+    (r"^rpn_head\.rpn_conv\.", "rpn.head.convs.0."),
+    (r"^rpn_head\.rpn_(cls|reg)\.", lambda m: f"rpn.head.{_RPN_OUT[m[1]]}."),
+    (r"^roi_head\.bbox_head\.shared_fcs\.(\d)\.", lambda m: f"box_head.fc{int(m[1]) + 1}."),
+    (r"^roi_head\.bbox_head\.fc_(cls|reg)\.", lambda m: f"box_predictor.{_BOX_OUT[m[1]]}."),
+    (r"^roi_head\.mask_head\.convs\.(\d)\.conv\.", lambda m: f"mask_head.mask_fcn{int(m[1]) + 1}."),
+    (r"^roi_head\.mask_head\.(upsample|conv_logits)\.", lambda m: f"mask_head.{_MASK_OUT[m[1]]}."),
+]
+
+
+def rename(name: str) -> str | None:
+    """mmdetection ``MaskRCNN`` state-dict key -> minidet name; None for ``num_batches_tracked``; unknown keys come
+    back unchanged for the matcher to report. Its ResNet is torchvision's module tree (``conv1``, ``bn1``,
+    ``layerK.i.{conv,bn}{1,2,3}``, ``downsample.{0,1}``) directly under ``backbone.``."""
+    if name.endswith("num_batches_tracked"):
+        return None
+    if name.startswith("backbone."):
+        as_tv = "backbone.body." + name[len("backbone.") :]
+        new = rename_by_rules(torchvision.RULES[:6], as_tv)
+        return name if new == as_tv else new
+    return rename_by_rules(RULES, name)
+
+
+def recognize(keys: Collection[str]) -> str | None:
+    """mmdetection's module tree: ``neck.``, ``rpn_head.`` or ``roi_head.`` (its ResNet is ``backbone.conv1``...)."""
+    return "" if any(k.startswith(("neck.", "rpn_head.", "roi_head.")) for k in keys) else None
+
+
+_UPGRADE = ("convert it with mmdetection's tools/model_converters/upgrade_model_version.py IN OUT (it needs "
+            "mmengine, not mmcv's compiled ops)")
+
+
+def _check_v1(tensors: Mapping, path: str) -> None:
+    """Refuse an mmdetection 1.x file: heads outside ``roi_head.``, or the background class first (81 class
+    logits, 4 x 81 box deltas, 81 mask logits)."""
+    if head := next((k for k in tensors if k.startswith(("bbox_head.", "mask_head."))), None):
+        raise CheckpointError(f"{path}: {head} is outside roi_head: a file of mmdetection 1.x (background class first, "
+                              f"heads before 2.0's RoIHead); {_UPGRADE}")
+    cls = tensors.get("roi_head.bbox_head.fc_cls.weight")
+    if cls is None or cls.ndim != 2:
+        return
+    n = cls.shape[0]
+    for key, per_class in (("roi_head.bbox_head.fc_reg.weight", 4), ("roi_head.mask_head.conv_logits.weight", 1)):
+        if (t := tensors.get(key)) is not None and t.ndim >= 1 and n > 1 and t.shape[0] == per_class * n:
+            raise CheckpointError(
+                f"{path}: {key} has {t.shape[0]} rows, {per_class} for each of fc_cls's {n} classes including the "
+                f"background: a file of mmdetection 1.x, which put the background class first; {_UPGRADE}"
+            )
+
+
+def _check_style(model, tensors: Mapping, path: str) -> None:
+    """Refuse caffe-style weights under a pytorch-style config and the reverse. mmdetection's ``*-caffe`` configs
+    start from Caffe2 ResNet weights converted with running mean 0 and variance 1, which their frozen norms keep;
+    pytorch-style files keep ImageNet statistics. The config's side: the stride on the 1x1 conv (caffe) or 3x3."""
+    stats = {k: v for k, v in tensors.items() if k.startswith("backbone.") and k.endswith(("_mean", "_var"))}
+    if not stats:
+        return
+    caffe = all(bool((v == (1 if k.endswith("_var") else 0)).all()) for k, v in stats.items())
+    in_1x1 = tuple(model.backbone.res3[0].conv1.stride) == (2, 2)
+    key = "backbone.bn1.running_var" if "backbone.bn1.running_var" in stats else next(iter(stats))
+    if caffe and not in_1x1:
+        raise CheckpointError(
+            f"{path}: caffe-style weights ({key} and every backbone norm's statistics are 1 and 0, as mmdetection's "
+            "*-caffe configs keep them) but MODEL.RESNETS.STRIDE_IN_1X1 is False (a pytorch-style config); use "
+            "configs/mmdetection/mask-rcnn_r50-caffe_fpn_1x_coco or mask-rcnn_r50-caffe_fpn_ms-poly-3x_coco"
+        )
+    if in_1x1 and not caffe:
+        raise CheckpointError(
+            f"{path}: pytorch-style weights ({key} holds ImageNet statistics, not the 1s of caffe-style files) but "
+            "MODEL.RESNETS.STRIDE_IN_1X1 is True (a caffe-style config); use a configs/mmdetection/mask-rcnn_r*_fpn_* "
+            "config without -caffe"
+        )
+
+
+def check(model, tensors: dict, path: str) -> None:
+    """Fail naming the key to change (or the conversion tool) when the file is not what the model describes: an
+    mmdetection 1.x file, the other backbone style, other ResNeXt groups."""
+    _check_v1(tensors, path)
+    _check_style(model, tensors, path)
+    w, conv = tensors.get("backbone.layer1.0.conv2.weight"), model.backbone.res2[0].conv2
+    if w is not None and w.ndim == 4 and w.shape[1] and (w.shape[0] // w.shape[1], w.shape[0]) != (
+        conv.groups, conv.out_channels
+    ):
+        groups = w.shape[0] // w.shape[1]
+        raise CheckpointError(
+            f"{path}: backbone.layer1.0.conv2.weight is a 3x3 conv of {groups} groups of {w.shape[1]} channels but "
+            f"the model's has {conv.groups} of {conv.out_channels // conv.groups}; set MODEL.RESNETS.NUM_GROUPS "
+            f"{groups} and WIDTH_PER_GROUP {w.shape[1]}"
+        )
+
+
+def class_names(meta: Mapping[str, Any] | None) -> list[str] | None:
+    """The class names an mmdetection file carries: ``meta`` is what its wrapper holds beside the weights
+    (``readers.StateDict.meta``, ``{"meta": {...}}``); 3.x files name them in ``meta["dataset_meta"]["classes"]``,
+    2.x files in ``meta["CLASSES"]``. None when neither is a list of strings."""
+    inner = (meta or {}).get("meta")
+    if not isinstance(inner, Mapping):
+        return None
+    dataset = inner.get("dataset_meta")
+    names = dataset.get("classes") if isinstance(dataset, Mapping) else None
+    names = inner.get("CLASSES") if names is None else names
+    ok = isinstance(names, (list, tuple)) and names and all(isinstance(n, str) for n in names)
+    return list(names) if ok else None
+
+
+_SOURCE = ("mmdetection's configs/mask_rcnn/metafile.yml (URL, AP); the 8 hex digits in each file name begin its "
+           "SHA-256 (publish_model.py); no full digest is published")
+_URL = "https://download.openmmlab.com/mmdetection/v2.0/mask_rcnn/{}"
+_ZOO = [  # config, published file (under _URL, in the folder its name begins with), box AP, mask AP
+    ("mask-rcnn_r50_fpn_1x_coco", "mask_rcnn_r50_fpn_1x_coco_20200205-d4b0c5d6.pth", 38.2, 34.7),
+    ("mask-rcnn_r50_fpn_2x_coco",
+     "mask_rcnn_r50_fpn_2x_coco_bbox_mAP-0.392__segm_mAP-0.354_20200505_003907-3e542a40.pth", 39.2, 35.4),
+    ("mask-rcnn_r50_fpn_ms-poly-3x_coco", "mask_rcnn_r50_fpn_mstrain-poly_3x_coco_20210524_201154-21b550bb.pth",
+     40.9, 37.1),
+    ("mask-rcnn_r101_fpn_1x_coco", "mask_rcnn_r101_fpn_1x_coco_20200204-1efe0ed5.pth", 40.0, 36.1),
+    ("mask-rcnn_r101_fpn_2x_coco",
+     "mask_rcnn_r101_fpn_2x_coco_bbox_mAP-0.408__segm_mAP-0.366_20200505_071027-14b391c7.pth", 40.8, 36.6),
+    ("mask-rcnn_x101-32x4d_fpn_1x_coco", "mask_rcnn_x101_32x4d_fpn_1x_coco_20200205-478d0b67.pth", 41.9, 37.5),
+    ("mask-rcnn_r50-caffe_fpn_1x_coco",
+     "mask_rcnn_r50_caffe_fpn_1x_coco_bbox_mAP-0.38__segm_mAP-0.344_20200504_231812-0ebd1859.pth", 38.0, 34.4),
+    ("mask-rcnn_r50-caffe_fpn_ms-poly-3x_coco",
+     "mask_rcnn_r50_caffe_fpn_mstrain-poly_3x_coco_bbox_mAP-0.408__segm_mAP-0.37_20200504_163245-42aa3d00.pth",
+     40.8, 37.0),
+]
+
+
+def _url(file: str) -> str:
+    """The published URL of ``file``: its folder is the file name up to the date (or ``_bbox_mAP``) part."""
+    folder = re.split(r"_(?:bbox_mAP|\d{8}(?=[_-]))", file)[0]
+    return _URL.format(folder + "/" + file)
+
+
+FAMILY = Family(
+    name="mmdetection",
+    arithmetic=arithmetic,
+    recognize=recognize,
+    renamer=lambda keys: rename,
+    fixed={"": {"MODEL.FROZEN_BN_EPS": 1e-5}},  # nn.BatchNorm2d's eps, with which mmdetection runs its frozen norms
+    check=check,
+    weights=tuple(
+        WeightsEntry(f"mmdetection/{config}", _url(file), file, f"mmdetection/{config}", None, None, box, mask,
+                     _SOURCE)
+        for config, file, box, mask in _ZOO
+    ),
+)

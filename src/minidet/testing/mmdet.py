@@ -1,0 +1,118 @@
+"""Synthetic mmdetection Mask R-CNN checkpoints in the real format: ``{"meta": {...}, "state_dict": {...}}`` as
+mmdetection's ``publish_model.py`` keeps it, written by ``torch.save`` in the pre-zip format as the model-zoo files
+were. Names and shapes follow mmdetection's module tree (``mmdet_state_shapes``); the values are realistic random
+weights (``checkpoints._sane_value``) with non-trivial batch-norm statistics, or caffe-style ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..categories import COCO_CATEGORIES
+from .checkpoints import _sane_value
+
+COCO_CLASSES = tuple(name for _, name in COCO_CATEGORIES)
+
+
+def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, num_classes: int = 80) -> dict:
+    """Names and shapes of mmdetection's ``MaskRCNN`` state dict (R-50/101, or ResNeXt with ``groups`` > 1), from its
+    module tree: ``backbone`` (``ResNet``/``ResNeXt``: ``conv1``, ``bn1``, ``layer1..4`` of ``Bottleneck``s with
+    ``conv1..3``, ``bn1..3``, ``downsample`` = (conv, BN); BN with ``num_batches_tracked``; a ResNeXt block is
+    ``floor(planes * base_width / 64) * groups`` wide), ``neck`` (``FPN``: ``lateral_convs.i`` and ``fpn_convs.i``,
+    ``ConvModule``s holding ``.conv``), ``rpn_head`` (``rpn_conv``, ``rpn_cls`` of 3 sigmoid scores, ``rpn_reg``),
+    ``roi_head.bbox_head`` (``Shared2FCBBoxHead``: ``shared_fcs.0/1``, ``fc_cls`` with the background last,
+    ``fc_reg`` class-specific without it), ``roi_head.mask_head`` (``FCNMaskHead``: ``convs.i.conv``, ``upsample``
+    (a ConvTranspose2d), ``conv_logits``)."""
+    out: dict[str, tuple] = {}
+
+    def conv(name: str, cout: int, cin: int, k: int, bias: bool = True, g: int = 1) -> None:
+        out[f"{name}.weight"] = (cout, cin // g, k, k)
+        if bias:
+            out[f"{name}.bias"] = (cout,)
+
+    def bn(name: str, c: int) -> None:
+        for s in ("weight", "bias", "running_mean", "running_var"):
+            out[f"{name}.{s}"] = (c,)
+        out[f"{name}.num_batches_tracked"] = ()
+
+    conv("backbone.conv1", 64, 3, 7, bias=False)
+    bn("backbone.bn1", 64)
+    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    cin = 64
+    for stage, n in enumerate(blocks):
+        planes = 64 * 2**stage
+        width = (planes * base_width // 64) * groups if groups > 1 else planes
+        for i in range(n):
+            pre = f"backbone.layer{stage + 1}.{i}"
+            conv(f"{pre}.conv1", width, cin, 1, bias=False)
+            bn(f"{pre}.bn1", width)
+            conv(f"{pre}.conv2", width, width, 3, bias=False, g=groups)
+            bn(f"{pre}.bn2", width)
+            conv(f"{pre}.conv3", planes * 4, width, 1, bias=False)
+            bn(f"{pre}.bn3", planes * 4)
+            if i == 0:
+                conv(f"{pre}.downsample.0", planes * 4, cin, 1, bias=False)
+                bn(f"{pre}.downsample.1", planes * 4)
+            cin = planes * 4
+    for i, c in enumerate((256, 512, 1024, 2048)):
+        conv(f"neck.lateral_convs.{i}.conv", 256, c, 1)
+        conv(f"neck.fpn_convs.{i}.conv", 256, 256, 3)
+    conv("rpn_head.rpn_conv", 256, 256, 3)
+    conv("rpn_head.rpn_cls", 3, 256, 1)
+    conv("rpn_head.rpn_reg", 12, 256, 1)
+    bh = "roi_head.bbox_head"
+    for name, shape in ((f"{bh}.shared_fcs.0", (1024, 256 * 49)), (f"{bh}.shared_fcs.1", (1024, 1024)),
+                        (f"{bh}.fc_cls", (num_classes + 1, 1024)), (f"{bh}.fc_reg", (4 * num_classes, 1024))):
+        out[f"{name}.weight"], out[f"{name}.bias"] = shape, shape[:1]
+    for i in range(4):
+        conv(f"roi_head.mask_head.convs.{i}.conv", 256, 256, 3)
+    out["roi_head.mask_head.upsample.weight"], out["roi_head.mask_head.upsample.bias"] = (256, 256, 2, 2), (256,)
+    conv("roi_head.mask_head.conv_logits", num_classes, 256, 1)
+    return out
+
+
+def mmdet_weights(shapes: dict[str, tuple], seed: int = 0, caffe: bool = False) -> dict:
+    """Realistic random float32 tensors for ``mmdet_state_shapes``: He-scaled convs and fcs, non-trivial batch-norm
+    statistics (small scale on each block's last norm), class logits spread so that detections pass 0.05. With
+    ``caffe``: the backbone's norms have running mean 0 and variance 1 (as mmdetection converts Caffe2 weights, and
+    its caffe-style configs keep them) and its stem takes 0-255 BGR pixels."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes.items():
+        module, _, leaf = name.rpartition(".")
+        if leaf == "num_batches_tracked":
+            out[name] = torch.tensor(0, dtype=torch.int64)
+            continue
+        norm = len(shapes.get(f"{module}.weight", (0, 0))) == 1  # a norm's weight is 1-D, a conv's or fc's not
+        role = ("norm." + leaf if leaf in ("weight", "bias") else leaf) if norm else leaf
+        hint = name.replace("fc_cls", "cls_score").replace("fc_reg", "bbox_pred")  # the roles _sane_value knows
+        fan_in = int(np.prod(shape[1:])) if "upsample" not in name else shape[0] * 4
+        v = _sane_value(rng, hint, shape, role, small_norm=bool(norm and module.endswith("bn3")), fan_in=fan_in,
+                        stem=caffe and name == "backbone.conv1.weight", damp=name.startswith("neck."), spread=3.0)
+        if caffe and norm and name.startswith("backbone.") and leaf in ("running_mean", "running_var"):
+            v = np.full(shape, 1.0 if leaf == "running_var" else 0.0)
+        out[name] = torch.from_numpy(np.asarray(v, dtype=np.float32))
+    return out
+
+
+def mmdet_meta(version: str = "3.3.0", classes: tuple[str, ...] = COCO_CLASSES, style: str = "pytorch") -> dict:
+    """A ``meta`` entry as mmdetection writes it: 3.x (mmengine's runner) names the classes in ``dataset_meta``
+    and keeps the config text under ``cfg``; 2.x under ``CLASSES`` and ``config``."""
+    text = f"model = dict(type='MaskRCNN', backbone=dict(type='ResNet', depth=50, style='{style}'))\n"
+    if version.startswith("2."):
+        return {"mmdet_version": version, "CLASSES": tuple(classes), "config": text, "epoch": 12, "iter": 87960}
+    palette = [(i % 256, (7 * i) % 256, (13 * i) % 256) for i in range(len(classes))]
+    return {"dataset_meta": {"classes": tuple(classes), "palette": palette}, "cfg": text, "epoch": 12, "iter": 87960,
+            "mmengine_version": "0.10.4", "seed": 0, "experiment_name": "mask-rcnn_r50_fpn_1x_coco"}
+
+
+def write_mmdet_checkpoint(path, state: dict, meta: dict | None = None, extra: dict | None = None) -> None:
+    """``{"meta": meta, "state_dict": state, **extra}`` saved as ``publish_model.py`` saves it (PyTorch's pre-zip
+    format); ``meta`` defaults to ``mmdet_meta()``, ``extra`` is what a training checkpoint adds (``optimizer``,
+    ``message_hub``, ...)."""
+    import torch
+
+    data = {"meta": mmdet_meta() if meta is None else meta, "state_dict": dict(state), **(extra or {})}
+    torch.save(data, path, _use_new_zipfile_serialization=False)
