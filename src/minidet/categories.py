@@ -111,7 +111,8 @@ def resolve_classes(layout: str, count: int, background_last: bool, *sources: tu
         raise ValueError(f"{what} gives {len(names)} class names but the checkpoint has {count} classes "
                          "(background excluded)")
     coco = coco_classes(layout)
-    if count == layout_count(layout) and (names is None or names == [n for _, _, n in coco.real()]):
+    same = lambda a, b: [n.lower().replace("_", " ") for n in a] == [n.lower().replace("_", " ") for n in b]  # noqa: E731
+    if count == layout_count(layout) and (names is None or same(names, [n for _, _, n in coco.real()])):
         return coco, ""
     if names is None:
         return own_classes(placeholder_names(count), background_last), "none given: named by index"

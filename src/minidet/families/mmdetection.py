@@ -176,6 +176,8 @@ FAMILY = Family(
     renamer=lambda keys: rename,
     fixed={"": {"MODEL.FROZEN_BN_EPS": 1e-5}},  # nn.BatchNorm2d's eps, with which mmdetection runs its frozen norms
     check=check,
+    background_last=True,
+    class_names=class_names,
     weights=tuple(
         WeightsEntry(f"mmdetection/{config}", _url(file), file, f"mmdetection/{config}", None, None, box, mask,
                      _SOURCE)
