@@ -13,8 +13,8 @@ import cv2
 import pytest
 
 from helpers import load_tool, run_tool
-from minidet.testing import benchreport
-from minidet.testing.benchreport import Run
+from minidet.apps import benchreport
+from minidet.apps.benchreport import Run
 from minidet.timing import DETAILS, STAGES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -158,7 +158,8 @@ def test_missing_weights_and_inputs(tmp_path, capfd):
 
 
 def test_unique_stems():
-    tool = load_tool(TOOL)
+    from minidet.apps import infer_job as tool
+
     got = tool.unique_stems(["x.jpg", "x.png", "x_1.jpg", "x.jpeg", "a/x.jpg", "y.jpg"])
     assert got == ["x", "x_1", "x_1_1", "x_2", "a/x", "y"]
 
@@ -174,7 +175,7 @@ def test_overrides_after_input_are_recovered(tmp_path):
 
 
 def test_dumps_record_and_atomic_write(tmp_path):
-    tool = load_tool(TOOL)
+    from minidet.apps import infer_job as tool
     doc = {
         "file": "a.jpg",
         "height": 2,

@@ -23,6 +23,7 @@ from helpers import ROOT, config, images_bgr, load_tool, one_error_line
 from minidet.config import ConfigError
 from minidet.testing.checkpoints import d2_weights, make_blobs, mb_state_shapes, mb_weights, write_detectron_pkl
 from minidet.testing.compare import assert_same_detections, compare_detections
+from minidet.testing.mmdet import mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
 from minidet.testing.tvref import build_tv, run_tv
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 240, "INPUT.MAX_SIZE_TEST", 400]
@@ -123,6 +124,9 @@ FAMILIES = {  # config, the predictor's (class logits, deltas, mask logits) keys
     "maskrcnn_benchmark": ("configs/maskrcnn_benchmark/e2e_mask_rcnn_R_50_FPN_1x.yaml",
                            ("roi_heads.box.predictor.cls_score.{}", "roi_heads.box.predictor.bbox_pred.{}",
                             "roi_heads.mask.predictor.mask_fcn_logits.{}"), False, ("weight", "bias")),
+    "mmdetection": ("configs/mmdetection/mask-rcnn_r50_fpn_1x_coco.yaml",
+                    ("roi_head.bbox_head.fc_cls.{}", "roi_head.bbox_head.fc_reg.{}",
+                     "roi_head.mask_head.conv_logits.{}"), True, ("weight", "bias")),
 }
 
 
@@ -133,6 +137,7 @@ def zoo(tmp_path_factory):
         "detectron": make_blobs("R-50-FPN", seed=7),
         "detectron2": d2_weights(50, seed=7),
         "maskrcnn_benchmark": mb_weights(mb_state_shapes(50), seed=7),
+        "mmdetection": mmdet_weights(mmdet_state_shapes(50), seed=7),
     }
 
 
@@ -141,6 +146,8 @@ def _write(family: str, state: dict, path: Path) -> Path:
         write_detectron_pkl(str(path), state)
     elif family == "detectron2":
         path.write_bytes(pickle.dumps({"model": state, "__author__": "fine-tuned"}))
+    elif family == "mmdetection":  # its meta names the COCO classes: the fine-tuned file's must not (none here)
+        write_mmdet_checkpoint(path, state, meta={"mmdet_version": "3.3.0"})
     else:
         torch.save({"model": state}, path)
     return path
@@ -276,3 +283,15 @@ def test_eval_mismatch_is_one_line_with_both_sides(capsys, own_dataset, tv_three
     assert "'cup' is not a category of the dataset" in line and "the model's 3: 'seat', 'walker', 'cup'" in line
     assert "7 'walker', 9 'mug', 12 'seat'" in line
     assert not (tmp_path / "bad").exists()
+
+
+def test_mmdetection_names_come_from_the_files_meta(zoo, tmp_path):
+    small, _ = _variants("mmdetection", zoo["mmdetection"], [0, 2, 16], agnostic=False)
+    path = tmp_path / "fine.pth"
+    write_mmdet_checkpoint(path, small, meta={"mmdet_version": "3.3.0", "dataset_meta": {"classes": NAMES}})
+    config_file = FAMILIES["mmdetection"][0]
+    p = minidet.Predictor(config(config_file, *SIZE, weights=path))
+    assert p.class_names == NAMES and p.classes.ids == (1, 2, 3)
+    assert p.classes_summary.endswith(f"cell, nucleus, debris (names: {path} (its meta))")
+    p = minidet.Predictor(config(config_file, *SIZE, "MODEL.CLASS_NAMES", "a,b,c", weights=path))
+    assert p.class_names == ["a", "b", "c"]  # the config's names come first

@@ -22,6 +22,7 @@ import pytest
 from helpers import load_tool, one_error_line
 from minidet.apps import fileio
 from minidet.apps.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
+from minidet.apps.infer_job import InputGuard
 from minidet.apps.inputs import describe_skipped, find_inputs
 from minidet.apps.video import VIDEO_EXTENSIONS
 from minidet.imageio import IMAGE_EXTENSIONS
@@ -104,7 +105,7 @@ def test_an_output_folder_that_would_replace_an_input_is_refused(tmp_path, capsy
 def test_the_write_itself_refuses_an_input_file(tmp_path):
     photo = _image(tmp_path / "photo.jpg")
     before = photo.read_bytes()
-    guard = load_tool(INFER).InputGuard([str(photo)])
+    guard = InputGuard([str(photo)])
     with pytest.raises(OutputError, match="is the input file"):
         guard.write(str(tmp_path / "." / "photo.jpg"), b"drawing")
     assert photo.read_bytes() == before

@@ -36,15 +36,19 @@ class MaskRCNN(nn.Module):
         self.amp_dtype, self.chunk_images = amp_dtype, chunk_images
         self.channels_last, self.timer = False, StageTimer(enabled=False)
 
-    def set_runtime(self, *, timer: StageTimer | None = None, channels_last: bool | None = None) -> MaskRCNN:
-        """The device-dependent settings, set after moving the model: ``timer`` gets the stage times;
-        ``channels_last`` converts the weights and runs on channels-last inputs. None keeps a setting."""
+    def set_runtime(self, *, timer: StageTimer | None = None, channels_last: bool | None = None,
+                    amp_dtype: torch.dtype | None | str = "keep") -> MaskRCNN:
+        """The settings that do not change the weights, set after moving the model: ``timer`` gets the stage times;
+        ``channels_last`` converts the weights and runs on channels-last inputs; ``amp_dtype`` autocasts the network
+        layers (None: float32). None (``"keep"`` for ``amp_dtype``) keeps a setting."""
         if timer is not None:
             self.timer = timer
         if channels_last:
             self.to(memory_format=torch.channels_last)
         if channels_last is not None:
             self.channels_last = channels_last
+        if amp_dtype != "keep":
+            self.amp_dtype = amp_dtype
         return self
 
     @property

@@ -48,13 +48,12 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import minidet
-from minidet.apps import fail
+from minidet.apps import benchreport, fail
+from minidet.apps.benchreport import OWN_WEIGHTS, TV, VARIANTS, Run
 from minidet.apps.fileio import write_json
 from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.config import ConfigError
 from minidet.imageio import IMAGE_EXTENSIONS, ImageReadError, read_image
-from minidet.testing import benchreport
-from minidet.testing.benchreport import OWN_WEIGHTS, TV, VARIANTS, Run
 from minidet.testing.compare import compare_detections, detection_drift
 from minidet.testing.synthetic import random_minidet_weights, strip_norms, structured_image
 from minidet.testing.tvref import TorchvisionStages, binarize_masks, build_tv, to_tv_input, tv_skeleton
@@ -269,7 +268,7 @@ class Runner:
                 model, report = prepare_without_norm(make_cfg(args, depth=self.depth), self.weights)
             if report is not None and (report.missing or report.unexpected):
                 raise CheckpointError(f"{self.variant}: weights do not fit: {report}")
-            model.timer = StageTimer(enabled=True, device=device, detail=True)
+            model.set_runtime(timer=StageTimer(enabled=True, device=device, detail=True))
 
             def forward(images: list[np.ndarray]) -> tuple[list[dict], dict[str, float], dict[str, float]]:
                 model.timer.reset()
@@ -285,7 +284,7 @@ class Runner:
         torchvision's whole call under ``torch.autocast``, the way its users run it."""
         self.amp = AMP_DTYPES.get(amp or "")
         if self.impl != TV:
-            self._model.amp_dtype = self.amp
+            self._model.set_runtime(amp_dtype=self.amp)
 
     def __call__(self, images: list[np.ndarray]):
         """One forward -> (detections, {stage: seconds}, {step: seconds}, wall s, process CPU s).
@@ -334,13 +333,13 @@ class Runner:
                 if name in ends:
                     stages[name], prev = ends[name] - prev, ends[name]
         else:
-            timer = self._model.timer
-            self._model.timer = flop_stages = _FlopStages(counter)
+            timer, flop_stages = self._model.timer, _FlopStages(counter)
+            self._model.set_runtime(timer=flop_stages)
             try:
                 with counter:
                     self._model(inputs)
             finally:
-                self._model.timer = timer
+                self._model.set_runtime(timer=timer)
             stages = {s: flop_stages.flops[s] for s in STAGES if s in flop_stages.flops}
         return {"stages": stages, "total": counter.get_total_flops()}
 

@@ -5,7 +5,7 @@ Detect decodes with minidet's own reader (a file path; a URI such as ``s3://buck
 systems; or the encoded bytes that ``ray.data.read_binary_files`` gives), never with Ray's ``read_images``, which
 decodes to RGB with another library and would change the detections. It runs ``TEST.IMS_PER_BATCH`` images per
 forward as ``minidet infer`` does (:func:`minidet.apps.bulk.run_batches`) and returns each image's record as
-``minidet infer`` writes it (:func:`minidet.apps.infer.render`); an image that cannot be read or run is a row with
+``minidet infer`` writes it (:func:`minidet.apps.infer_job.render`); an image that cannot be read or run is a row with
 an error, never a failed task.
 
 RayJob is ``minidet infer``'s job with another loop: the same inputs (plus URIs of folders and files), output
@@ -49,7 +49,7 @@ from ..predictor import classes_of
 from . import dist
 from .bulk import run_batches
 from .data import ImageFiles
-from .infer import Job, keep_classes, parse_classes, render
+from .infer_job import Job, keep_classes, parse_classes, render
 from .inputs import find_inputs
 from .video import is_video
 

@@ -1,4 +1,5 @@
-"""Test and benchmark support: not part of the engine; used by the tests and ``tools/benchmark.py``.
+"""Test support: not part of the engine; used by the tests, ``tools/golden.py`` and, for its reference models and
+weights, the benchmark (``minidet.apps.benchmark``).
 
 Nothing in the engine (every other module of ``minidet``) imports this package, and nothing here
 runs with a real checkpoint. It holds what the tests and the benchmark share:
@@ -8,5 +9,4 @@ runs with a real checkpoint. It holds what the tests and the benchmark share:
   its default-initialized weights, the published v1 key layout, its stage and step times.
 - ``checkpoints``: synthetic Detectron (Caffe2) ``.pkl`` files and detectron2 state dicts.
 - ``compare``: the one "same detections" verdict (``compare_detections(...).problem()``).
-- ``benchreport``: the benchmark's analysis, printed report and chart, from plain records.
 """
