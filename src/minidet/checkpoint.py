@@ -179,10 +179,10 @@ def _identify(keys: list[str], dropped: list[str], path: str) -> tuple[Family | 
             f"{path}: {len(prefixed)} of {len(keys)} keys start with 'module.' but {plain!r} does not, so the "
             "prefix was not stripped; a mixed file is no checkpoint of known layout"
         )
+    *others, last = [f.title for f in families.FAMILIES.values()]
     raise CheckpointError(
-        f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); expected a torchvision "
-        "maskrcnn_resnet50_fpn[_v2], Detectron, detectron2, maskrcnn-benchmark or mmdetection checkpoint, or a "
-        "minidet state dict"
+        f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); expected a "
+        f"{', '.join(others)} or {last} checkpoint, or a minidet state dict"
     )
 
 

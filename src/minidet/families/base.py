@@ -56,7 +56,7 @@ class WeightsEntry:
 @dataclass(frozen=True)
 class Family:
     """One weight family. ``name`` is its ``MODEL.CONVENTION`` value, its format name in load reports and the folder
-    of its configs (``configs/<name>/``).
+    of its configs (``configs/<name>/``); ``title`` names its files in messages.
 
     - ``arithmetic()``: its ``Convention`` (imports the engine's torch modules; see :func:`convention`);
     - ``recognize(keys)``: the file's key layout (``""`` when the family has one layout) if the checkpoint keys are
@@ -73,6 +73,7 @@ class Family:
       None; None where the family's files carry none."""
 
     name: str
+    title: str  # for messages: "detectron2", "maskrcnn-benchmark", ...
     arithmetic: Callable[[], Convention]
     recognize: Callable[[Collection[str]], str | None]
     renamer: Callable[[Collection[str]], Renamer]

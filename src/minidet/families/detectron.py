@@ -125,6 +125,7 @@ _ZOO = [  # config, URL part, box AP, mask AP
 
 FAMILY = Family(
     name="detectron",
+    title="Detectron",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=lambda keys: rename,

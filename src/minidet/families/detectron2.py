@@ -56,6 +56,7 @@ _ZOO = [  # config, id, published file, box AP, mask AP
 
 FAMILY = Family(
     name="detectron2",
+    title="detectron2",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=lambda keys: rename,

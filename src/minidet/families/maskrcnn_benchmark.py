@@ -97,6 +97,7 @@ _ZOO = [  # config (= file name), box AP, mask AP
 
 FAMILY = Family(
     name="maskrcnn_benchmark",
+    title="maskrcnn-benchmark",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=renamer,

@@ -171,6 +171,7 @@ def _url(file: str) -> str:
 
 FAMILY = Family(
     name="mmdetection",
+    title="mmdetection",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=lambda keys: rename,

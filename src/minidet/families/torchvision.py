@@ -86,6 +86,7 @@ _URL = "https://download.pytorch.org/models/{}"
 
 FAMILY = Family(
     name="torchvision",
+    title="torchvision maskrcnn_resnet50_fpn[_v2]",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=lambda keys: rename,
