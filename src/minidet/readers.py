@@ -84,8 +84,7 @@ def _state_dict(obj, path: str, wrappers: tuple[str, ...]) -> StateDict:
             content=True,
         )
     out = StateDict(obj if key is None else obj[key])
-    if key is not None:
-        out.meta = {k: v for k, v in obj.items() if k != key}
+    out.meta = {} if key is None else {k: v for k, v in obj.items() if k != key}
     if not out:
         raise CheckpointError(f"{path}: holds no weights (an empty dict)", content=True)
     return out
