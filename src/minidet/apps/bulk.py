@@ -246,6 +246,10 @@ def drive(job, fail: Callable[[str], int], folder_flag: str, finish: Callable[[f
         job.loop()
         written = dist.all_gather(job.written)
     except (KeyboardInterrupt, SystemExit, Exception) as e:  # noqa: BLE001 - report, keep the chunks, stop
+        # the loader's workers end with the run (a signal to the whole group may reach them first): its SIGCHLD
+        # handler would report that, as a traceback, when the loader is collected after this one line
+        if hasattr(signal, "SIGCHLD"):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         rc = fail(stopped(e, job.store.folder))
         if isinstance(e, KeyboardInterrupt):
             return 130
