@@ -320,3 +320,48 @@ def test_video_reader_and_writer(tmp_path):
         writer.write(np.zeros((48, 32, 3), np.uint8))
     writer.abort()
     assert sorted(os.listdir(tmp_path)) == ["c.avi", "d.avi"]
+
+
+class _TermsTheLoaderWorker:
+    """A model that, while it runs, kills the loader's worker (SIGKILL: a worker's SIGTERM may end it with status
+    0, which the loader does not report) and waits for the loader's SIGCHLD handler to say so: the first call only."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _run(self, n: int) -> list[dict]:
+        self.calls += 1
+        if self.calls == 1:
+            import multiprocessing
+            for child in multiprocessing.active_children():
+                os.kill(child.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.01)  # the handler raises here
+        return [{"timings": {}} for _ in range(n)]
+
+    def predict_batch(self, images):
+        return self._run(len(images))
+
+    def __call__(self, image):
+        return self._run(1)[0]
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_a_loader_worker_ended_while_the_model_runs_stops_the_run(tmp_path, batch_size):
+    """A loader worker that dies while the model runs is the run's problem, not the images': ``run_batches`` raises
+    the loader's error (the run's stop line names it, or the rank that died) instead of reporting the images of
+    that batch as failed and going on."""
+    from minidet.apps.bulk import loader_died, run_batches
+    from minidet.apps.data import ImageFiles
+
+    paths = []
+    for k in range(4):
+        paths.append(str(tmp_path / f"{k}.png"))
+        cv2.imwrite(paths[-1], structured_image(40, 60, seed=k))
+    model = _TermsTheLoaderWorker()
+    with pytest.raises(RuntimeError) as info:
+        for batch in run_batches(model, ImageFiles(list(enumerate(paths, 1))), batch_size, workers=1):
+            assert not batch.errors, batch.errors
+    assert loader_died(info.value), info.value
+    assert model.calls == 1

@@ -151,6 +151,12 @@ class Batch:
     timing: dict = field(default_factory=dict)
 
 
+def loader_died(e: BaseException) -> bool:
+    """Whether ``e`` is the loader saying one of its workers ended (torch raises it from its SIGCHLD handler, so it
+    can surface inside the model's call): the run's problem, never the image's."""
+    return isinstance(e, RuntimeError) and str(e).startswith("DataLoader worker")
+
+
 def run_batches(predictor, files: ImageFiles, batch_size: int, workers: int, debug: bool = False) -> Iterator[Batch]:
     """Read ``files`` in ``workers`` loader processes (0: in this one) and run them ``batch_size`` at a time. When a
     batch fails, each of its images runs alone and those that fail by themselves become errors: one image the
@@ -162,6 +168,8 @@ def run_batches(predictor, files: ImageFiles, batch_size: int, workers: int, deb
     batches = iter(loader)
 
     def model_error(image_id: int, e: Exception) -> tuple[int, str]:
+        if loader_died(e):  # a worker's end, reported by the loader's SIGCHLD handler wherever the run was
+            raise e
         if debug:
             traceback.print_exc()
         return image_id, " ".join(f"{paths[image_id]}: {type(e).__name__}: {e}".split())
@@ -181,7 +189,7 @@ def run_batches(predictor, files: ImageFiles, batch_size: int, workers: int, deb
             batch.outputs = [(i, im, out) for (i, im), out in zip(good, outs)]
             stages = dict(outs[0]["timings"]) if outs else {}
         except Exception as e:  # noqa: BLE001 - reported per image
-            if len(good) == 1:
+            if loader_died(e) or len(good) == 1:
                 batch.errors.append(model_error(good[0][0], e))
             else:
                 for i, im in good:
