@@ -37,6 +37,11 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
     norms, move to the device, eval mode."""
     model = build_model(cfg)
     path = weights_path(cfg, weights)
+    if cfg.MODEL.RUNTIME != "torch":  # the exported graph runs the network (it holds the weights: checked, not loaded)
+        from .export.runtime import load_network
+
+        model.network, report = load_network(cfg, path)
+        return model.set_runtime(timer=StageTimer(enabled=cfg.TEST.TIMING)).eval(), report
     report = None if path is None else load_checkpoint(model, path, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
                                                        convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:
