@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the virtual environment (default .venv, or $VENV) and install minidet into it, once.
 #
-# Installs the tested torch/torchvision releases, then minidet in editable mode with its test
+# Installs the tested torch/torchvision releases, then minidet in editable mode with its test and export
 # extras. A stamp in the venv records what was installed; the install is redone only when
 # pyproject.toml or this script change. Set TORCH_INDEX_URL to pick a wheel index for torch
 # (e.g. https://download.pytorch.org/whl/cpu for CPU-only wheels); $PYTHON picks the interpreter.
@@ -24,6 +24,6 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 echo "setup: installing ${TORCH_PINS[*]} into $VENV"
 "$VENV/bin/pip" install --quiet ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "${TORCH_PINS[@]}"
-echo "setup: installing minidet (editable, with test extras)"
-"$VENV/bin/pip" install --quiet -e '.[test]'
+echo "setup: installing minidet (editable, with the test and export extras)"
+"$VENV/bin/pip" install --quiet -e '.[test,export]'
 echo "$stamp" > "$VENV/.minidet-stamp"

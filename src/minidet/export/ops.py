@@ -23,7 +23,7 @@ def strict_threshold(thresh: float, inclusive: bool) -> float:
     """The float32 ``t`` (returned as a float) with ``iou > t`` exactly when ``iou >= thresh`` (``inclusive``) or
     ``iou > thresh``, for every float32 ``iou``: the largest float32 below ``thresh`` or not above it."""
     t = np.float32(thresh)
-    if t > thresh or (inclusive and t == thresh):
+    if float(t) > thresh or (inclusive and float(t) == thresh):  # compared in double (numpy would use float32)
         t = np.nextafter(t, np.float32(-np.inf))
     return float(t)
 

@@ -8,13 +8,16 @@ before (``Transform.preprocess``) and the rescale and mask paste after (``Transf
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 import torch
 
 from ..checkpoint import LoadReport
 from ..config import CfgNode, ConfigError
 from ..roi_heads import Detections
 from ..transform import ImageBatch
-from . import ExportError
+from . import ExportError, require
 from .onnxfile import NO_WEIGHTS, Graph, graph_inputs, open_graph
 
 RUNTIMES = ("torch", "onnxruntime")  # MODEL.RUNTIME
@@ -22,11 +25,14 @@ RUNTIMES = ("torch", "onnxruntime")  # MODEL.RUNTIME
 
 class ExportedNetwork:
     """``MaskRCNN._detect``'s contract run by an exported graph: ``network(images)`` of a padded ``ImageBatch`` ->
-    per image its ``Detections`` (boxes in the graph's frame, scores, labels, mask probabilities or None)."""
+    per image its ``Detections`` (boxes in the graph's frame, scores, labels, mask probabilities or None).
+    ``run``: the graph's inputs (``graph_inputs``) -> its outputs by name; default: ``graph``'s ONNX Runtime
+    session (``openvino_runner``: the same file compiled by OpenVINO)."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, run: Callable[[dict], dict[str, np.ndarray]] | None = None) -> None:
         self.graph = graph
-        self.outputs = [o.name for o in graph.session.get_outputs()]
+        names = [o.name for o in graph.session.get_outputs()]
+        self.run = run or (lambda feeds: dict(zip(names, graph.session.run(None, feeds))))
 
     def __call__(self, images: ImageBatch) -> list[Detections]:
         h, w = images.tensor.shape[-2:]
@@ -36,11 +42,25 @@ class ExportedNetwork:
                              "torch)")
         results = []
         for i in range(len(images.sizes)):
-            out = dict(zip(self.outputs, self.graph.session.run(None, graph_inputs(images, i))))
-            masks = torch.from_numpy(out["masks"]) if "masks" in out else None
-            boxes, scores, labels = (torch.from_numpy(out[k]) for k in ("boxes", "scores", "labels"))
-            results.append(Detections(boxes, scores, labels, self.graph.frame, masks))
+            out = {k: torch.from_numpy(v) for k, v in self.run(graph_inputs(images, i)).items()}
+            results.append(Detections(out["boxes"], out["scores"], out["labels"], self.graph.frame, out.get("masks")))
         return results
+
+
+def openvino_runner(path: str, threads: int | None = None) -> Callable[[dict], dict[str, np.ndarray]]:
+    """The graph file ``path`` compiled by OpenVINO for the CPU (``threads`` inference threads, default torch's
+    count): inputs by name -> outputs by name (labels as int64, as ONNX Runtime gives them)."""
+    ov = require("openvino", "the OpenVINO runtime")
+    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads or torch.get_num_threads()})
+    request, names = compiled.create_infer_request(), [o.get_any_name() for o in compiled.outputs]
+
+    def run(feeds: dict) -> dict[str, np.ndarray]:
+        result = request.infer(feeds)
+        out = {name: result[o] for name, o in zip(names, compiled.outputs)}
+        out["labels"] = out["labels"].astype(np.int64)
+        return out
+
+    return run
 
 
 def load_network(cfg: CfgNode, weights: str | None) -> tuple[ExportedNetwork, LoadReport]:

@@ -1,0 +1,359 @@
+"""Export (``minidet export``, ``MODEL.RUNTIME onnxruntime``): the graph's arithmetic, ONNX's operators, the
+parity gate on every family, and the one-line refusals.
+
+Fast: ``NetworkGraph`` run by PyTorch gives the eager network's bits on every family (FrozenBN and folded, two
+image sizes), with the reference RoIAlign path (``MODEL.ROI_ALIGN_IMPL torchvision``, the one the graph's
+operator reproduces); ONNX Runtime's ``NonMaxSuppression`` and ``RoiAlign`` against torchvision's kernels;
+refused files. Slow: each family exported and run by ONNX Runtime, judged by the parity gate; a wrong export
+failing it; the program and the runtime in ``Predictor``, ``minidet infer`` and ``minidet eval``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import minidet
+from helpers import ROOT, call_tool, config, images_bgr, one_error_line
+from minidet.testing.checkpoints import (
+    REFERENCE,
+    d2_weights,
+    make_blobs,
+    mb_state_shapes,
+    mb_weights,
+    write_detectron_pkl,
+    write_mb_checkpoint,
+)
+from minidet.testing.tvref import build_tv, legacy_v1_state_dict
+
+onnx = pytest.importorskip("onnx", reason="the export extra (pip install 'minidet[export]')")
+ort = pytest.importorskip("onnxruntime", reason="the export extra (pip install 'minidet[export]')")
+pytest.importorskip("onnxscript", reason="the export extra (pip install 'minidet[export]')")
+
+from minidet.export import ExportError  # noqa: E402
+from minidet.export.gate import run_gate  # noqa: E402
+from minidet.export.graph import NetworkGraph  # noqa: E402
+from minidet.export.onnxfile import INTERFACE, export_onnx, graph_inputs, open_graph  # noqa: E402
+from minidet.export.ops import batched_nms, strict_threshold  # noqa: E402
+from minidet.export.runtime import ExportedNetwork  # noqa: E402
+
+SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]
+SHAPES = [(240, 320), (180, 420)]  # two image sizes (and aspect ratios): two padded input sizes
+# family -> (config, kind of synthetic checkpoint: as each family's own tests write them)
+FAMILIES = {
+    "torchvision_v1": ("configs/torchvision/maskrcnn_resnet50_fpn.yaml", "tv1"),
+    "torchvision_v2": ("configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml", "tv2"),
+    "detectron": ("configs/detectron/e2e_mask_rcnn_R-50-FPN_1x.yaml", "detectron"),
+    "detectron_gn": ("configs/detectron/e2e_mask_rcnn_R-50-FPN_2x_gn.yaml", "detectron_gn"),
+    "detectron2": ("configs/detectron2/mask_rcnn_R_50_FPN_1x.yaml", "detectron2"),
+    "maskrcnn_benchmark": ("configs/maskrcnn_benchmark/e2e_mask_rcnn_R_50_FPN_1x.yaml", "mb"),
+}
+NORMS = {"FrozenBN": [], "folded": ["MODEL.FOLD_NORM", True]}
+CASES = [(f, n) for f in FAMILIES for n in NORMS if not (f.endswith("_gn") and n == "folded")]  # GN: no folding
+
+
+def _write(kind: str, path: Path) -> None:
+    """A synthetic checkpoint of ``kind`` in its family's real format, realistic random weights."""
+    if kind in ("tv1", "tv2"):
+        sd = build_tv(int(kind[-1]), 320, 512).state_dict()
+        torch.save(legacy_v1_state_dict(sd) if kind == "tv1" else sd, path)
+    elif kind.startswith("detectron_") or kind == "detectron":
+        write_detectron_pkl(str(path), make_blobs("R-50-FPN_gn" if kind.endswith("_gn") else "R-50-FPN"))
+    elif kind == "detectron2":
+        with open(path, "wb") as f:
+            pickle.dump({"model": d2_weights(50)}, f)
+    else:
+        write_mb_checkpoint(str(path), mb_weights(mb_state_shapes(), seed=0))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """family -> its checkpoint file, written on first use."""
+    folder, made = tmp_path_factory.mktemp("families"), {}
+
+    def get(family: str) -> Path:
+        if family.startswith("detectron") and family != "detectron2" and not Path(REFERENCE).is_dir():
+            pytest.skip("needs ../shared/reference (Detectron's blob lists)")
+        if family not in made:
+            made[family] = folder / f"{family}.ckpt"
+            _write(FAMILIES[family][1], made[family])
+        return made[family]
+
+    return get
+
+
+def _model(checkpoints, family: str, norm: str = "FrozenBN", *opts):
+    cfg = config(FAMILIES[family][0], *SIZE, *NORMS[norm], *opts, weights=checkpoints(family))
+    return minidet.prepare_model(cfg)[0]
+
+
+def _graph_args(batch) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.from_numpy(v) for v in graph_inputs(batch, 0).values())
+
+
+# --------------------------------------------------------------------------- the graph's arithmetic, in PyTorch
+
+
+@pytest.mark.parametrize(("family", "norm"), CASES)
+def test_graph_in_pytorch_is_the_eager_network_bit_for_bit(checkpoints, family, norm):
+    model = _model(checkpoints, family, norm, "MODEL.ROI_ALIGN_IMPL", "torchvision")
+    graph = NetworkGraph(model).eval()
+    for image in images_bgr(SHAPES):
+        batch = model.preprocess([image])
+        with torch.inference_mode():
+            ref = model._detect(batch)[0]
+            proposals, boxes, scores, labels, masks = graph(*_graph_args(batch))
+        assert len(ref.boxes) > 10
+        for ours, theirs in ((boxes, ref.boxes), (scores, ref.scores), (labels, ref.labels), (masks, ref.masks)):
+            assert torch.equal(ours, theirs)
+        assert graph.frame == ref.frame
+
+
+def test_graph_takes_rules_from_the_model_not_from_names(checkpoints):
+    """A family's rule changed on the built model (not its name) changes the graph the same way."""
+    model = _model(checkpoints, "torchvision_v1", "FrozenBN", "MODEL.ROI_ALIGN_IMPL", "torchvision")
+    model.box_predictor.ties_at_cap = True
+    model.box_predictor.detections_per_image = 7
+    model.rpn.box_rule = model.box_predictor.box_rule = minidet.boxes.BoxRule(offset=1, inclusive_nms=True)
+    batch = model.preprocess(images_bgr(SHAPES[:1]))
+    with torch.inference_mode():
+        ref = model._detect(batch)[0]
+        _, boxes, scores, _, _ = NetworkGraph(model).eval()(*_graph_args(batch))
+    assert len(ref.boxes) >= 7 and torch.equal(boxes, ref.boxes) and torch.equal(scores, ref.scores)
+
+
+# ------------------------------------------------------------------------- ONNX's operators, against torchvision
+
+
+def _onnx_of(module: torch.nn.Module, args: tuple, dynamic: tuple) -> object:
+    from minidet.export.ops import TRANSLATIONS
+
+    program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, verbose=False,
+                                custom_translation_table=TRANSLATIONS)
+    return ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+class _NMS(torch.nn.Module):
+    def __init__(self, thresh: float, groups: int) -> None:
+        super().__init__()
+        self.thresh, self.groups = thresh, groups
+
+    def forward(self, boxes, scores, groups):
+        return torch.ops.minidet.batched_nms(boxes, scores, groups, self.thresh, self.groups)
+
+
+def _boxes(n: int, seed: int, grid: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    if grid:  # integer boxes: many pairs at IoU exactly 0.5 (touching halves), 1/3, ...
+        xy = torch.randint(0, 8, (n, 2), generator=gen).float() * 4
+        wh = torch.randint(1, 3, (n, 2), generator=gen).float() * 8
+    else:
+        xy, wh = torch.rand(n, 2, generator=gen) * 300, torch.rand(n, 2, generator=gen) * 80 + 1
+    scores = torch.randperm(n, generator=gen).float() / n  # distinct scores
+    return torch.cat([xy, xy + wh], 1), scores, torch.randint(0, 4, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_onnx_nms_keeps_what_torchvision_keeps_both_ways(inclusive):
+    """Per group (more than 1000 boxes) and over shifted boxes (fewer), at and off exact-threshold IoUs."""
+    t = strict_threshold(0.5, inclusive)
+    session = _onnx_of(_NMS(t, 4), _boxes(50, 0), ({0: torch.export.Dim("n")},) * 3)
+    for n, grid in ((300, True), (300, False), (1500, True), (1500, False), (0, False)):
+        boxes, scores, groups = _boxes(n, n + grid, grid)
+        ref = batched_nms(boxes, scores, groups, t, 4)
+        got = session.run(None, {"boxes": boxes.numpy(), "scores": scores.numpy(), "groups": groups.numpy()})[0]
+        assert np.array_equal(got, ref.numpy()), (n, grid)
+        if grid and n:  # the rule is visible: >= keeps fewer than > on these boxes
+            other = batched_nms(boxes, scores, groups, strict_threshold(0.5, not inclusive), 4)
+            assert len(other) != len(ref)
+
+
+def test_strict_threshold_is_each_familys_rule():
+    ious = torch.tensor([0.5, np.nextafter(np.float32(0.5), 1), np.nextafter(np.float32(0.5), 0), 0.7, 0.3])
+    for thresh in (0.5, 0.7, 0.3):
+        for inclusive in (False, True):
+            t = strict_threshold(thresh, inclusive)
+            want = ious.double() >= thresh if inclusive else ious.double() > thresh
+            assert torch.equal(ious > t, want) and np.float32(t) == t
+
+
+class _RoIAlign(torch.nn.Module):
+    def __init__(self, sampling: int, aligned: bool) -> None:
+        super().__init__()
+        self.sampling, self.aligned = sampling, aligned
+
+    def forward(self, features, rois):
+        return torch.ops.torchvision.roi_align(features, rois, 0.25, 7, 7, self.sampling, self.aligned)
+
+
+@pytest.mark.parametrize(("sampling", "aligned"), [(2, False), (0, False), (0, True), (2, True)])
+def test_onnx_roialign_is_torchvisions(sampling, aligned):
+    gen = torch.Generator().manual_seed(1)
+    feats = torch.randn(1, 8, 40, 56, generator=gen)
+    xy = torch.rand(60, 2, generator=gen) * 200 - 10
+    rois = torch.cat([torch.zeros(60, 1), xy, xy + torch.rand(60, 2, generator=gen) * 120], 1)
+    rois[:5, 3:] = rois[:5, 1:3]  # empty boxes: under one cell (not aligned: one cell)
+    session = _onnx_of(_RoIAlign(sampling, aligned), (feats, rois[:10]), ({2: torch.export.Dim("h"), 3:
+                       torch.export.Dim("w")}, {0: torch.export.Dim("r")}))
+    got = session.run(None, {"features": feats.numpy(), "rois": rois.numpy()})[0]
+    assert np.array_equal(got, _RoIAlign(sampling, aligned)(feats, rois).numpy())
+
+
+# ------------------------------------------------------------------------------------------- refused files
+
+
+def _tiny_onnx(path: Path, **metadata: str) -> Path:
+    """A valid one-node ONNX model (Identity) with ``metadata``."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    helper.set_model_props(model, metadata)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _minidet_meta(sha: str = "none", version: str = minidet.__version__) -> dict[str, str]:
+    return {"minidet.version": version, "minidet.interface": INTERFACE, "minidet.frame": "resized",
+            "minidet.weights_sha256": sha, "minidet.weights": "/somewhere/model.pth"}
+
+
+def test_refusals_are_one_line(tmp_path):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07" + bytes(range(256)) * 40)
+    cases = {
+        str(corrupt): "not an ONNX model ONNX Runtime can load",
+        str(_tiny_onnx(tmp_path / "foreign.onnx", author="someone")): "not one `minidet export` wrote",
+        str(_tiny_onnx(tmp_path / "old.onnx", **_minidet_meta(version="0.0.1"))): "written by minidet 0.0.1, this "
+        f"is minidet {minidet.__version__}",
+        str(tmp_path / "missing.onnx"): "not found",
+        str(tmp_path): "is a folder",
+    }
+    for path, expected in cases.items():
+        with pytest.raises(ExportError) as e:
+            open_graph(path)
+        assert expected in str(e.value) and path in str(e.value) and "\n" not in str(e.value)
+    graph = _tiny_onnx(tmp_path / "ok.onnx", **_minidet_meta("abc"))
+    assert open_graph(str(graph), "abc").metadata["minidet.weights_sha256"] == "abc"
+    with pytest.raises(ExportError, match="MODEL.WEIGHTS changed since the export"):
+        open_graph(str(graph), "def")
+
+
+def _runtime_cfg(tmp_path: Path, graph: Path, weights: str = "none", *opts) -> Path:
+    cfg = config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE, "MODEL.RUNTIME", "onnxruntime",
+                 "MODEL.GRAPH", str(graph), *opts, weights=weights)
+    path = tmp_path / "config.yaml"
+    path.write_text(cfg.dump())
+    return path
+
+
+def test_weights_changed_since_export_is_one_line_in_infer(tmp_path, capfd):
+    weights = tmp_path / "model.pth"
+    weights.write_bytes(b"the weights as exported")
+    from minidet.hub import file_sha256
+
+    graph = _tiny_onnx(tmp_path / "model.onnx", **_minidet_meta(file_sha256(weights)))
+    weights.write_bytes(b"other weights, same name")
+    cfg = _runtime_cfg(tmp_path, graph, str(weights))
+    image = tmp_path / "a.png"
+    import cv2
+
+    cv2.imwrite(str(image), images_bgr(SHAPES[:1])[0])
+    r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(cfg), "--input", str(image), "--output",
+                  str(tmp_path / "out"), "--workers", "0", capture=capfd)
+    line = one_error_line(r.stderr)
+    assert r.returncode == 2 and "MODEL.WEIGHTS changed since the export" in line and str(graph) in line
+
+
+def test_missing_extra_and_settings_are_one_line(tmp_path, monkeypatch):
+    graph = _tiny_onnx(tmp_path / "model.onnx", **_minidet_meta())
+    cfg = minidet.get_cfg(str(_runtime_cfg(tmp_path, graph)))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as in an environment without the extra
+    with pytest.raises(ExportError, match=r"needs the package onnxruntime \(the export extra: pip install"):
+        minidet.prepare_model(cfg)
+    monkeypatch.undo()
+    for key, value, expected in (("MODEL.GRAPH", "", "needs MODEL.GRAPH"), ("MODEL.DEVICE", "cuda", "runs on the CPU")):
+        bad = cfg.clone()
+        bad.merge_from_list([key, value])
+        with pytest.raises(minidet.ConfigError, match=expected):
+            minidet.prepare_model(bad)
+
+
+# ------------------------------------------------------------------------- exported, run by ONNX Runtime (slow)
+
+
+def _exported(model) -> ExportedNetwork:
+    data = export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {"minidet.weights_sha256": "test"})
+    return ExportedNetwork(open_graph("exported", data=data))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "norm"), CASES)
+def test_exported_family_passes_the_gate(checkpoints, family, norm):
+    model = _model(checkpoints, family, norm)
+    report = run_gate(model, _exported(model), [(str(i), im) for i, im in enumerate(images_bgr(SHAPES))], repeats=0)
+    assert report["passed"], report
+    assert all(c["eager"] > 10 and not c["verdict"].startswith("unstable") for c in report["images"]), report
+
+
+@pytest.mark.slow
+def test_wrong_nms_threshold_fails_the_gate(checkpoints):
+    """The exported torchvision graph with its box head's NMS threshold 0.5 moved to 0.45: the gate says so."""
+    model = _model(checkpoints, "torchvision_v1")
+    proto = onnx.load_from_string(export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {}))
+    consts = {o: n for n in proto.graph.node if n.op_type == "Constant" for o in n.output}
+    changed = 0
+    for node in (n for n in proto.graph.node if n.op_type == "NonMaxSuppression"):
+        attr = consts[node.input[3]].attribute[0]
+        if list(attr.floats) == [0.5]:
+            attr.floats[0] = 0.45
+            changed += 1
+    assert changed == 2  # the box head's two NMS ways (per class, shifted)
+    wrong = ExportedNetwork(open_graph("wrong", data=proto.SerializeToString()))
+    report = run_gate(model, wrong, [(str(i), im) for i, im in enumerate(images_bgr(SHAPES))], repeats=0)
+    assert not report["passed"]
+    assert any(c["verdict"] == "DIFFERS" and c["first"] == "box_head" for c in report["images"])
+
+
+@pytest.mark.slow
+def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_path, capfd):
+    weights = checkpoints("detectron2")
+    out = tmp_path / "export"
+    images = [tmp_path / f"{i}.png" for i in range(2)]
+    import cv2
+
+    for path, image in zip(images, images_bgr(SHAPES)):
+        cv2.imwrite(str(path), image)
+    r = call_tool(ROOT / "tools" / "export.py", "--config-file", "detectron2/mask_rcnn_R_50_FPN_1x", "--output",
+                  str(out), "--images", *map(str, images), "--repeats", "1", "MODEL.WEIGHTS", str(weights), *SIZE,
+                  capture=capfd)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] and report["written"] and report["frame"] == "resized"
+    assert {"torch", "onnx", "onnxscript", "onnxruntime", "minidet"} <= set(report["versions"])
+    assert report["not_exact"] and all(c["verdict"].startswith("same") for c in report["images"])
+    cfg = minidet.get_cfg(str(out / "config.yaml"))
+    assert cfg.MODEL.RUNTIME == "onnxruntime" and Path(cfg.MODEL.GRAPH) == out / "model.onnx"
+    exported, eager = minidet.Predictor(cfg), minidet.Predictor(config(FAMILIES["detectron2"][0], *SIZE,
+                                                                        weights=weights))
+    assert "minidet export of" in exported.weights_summary and "network" in exported(cv2.imread(str(images[0])))[
+        "timings"]
+    from minidet.testing.compare import compare_detections
+
+    for path in images:
+        image = cv2.imread(str(path))
+        got, ref = exported(image), eager(image)
+        problem = compare_detections(got, ref).problem()
+        assert not problem or problem.startswith("mask IoU"), problem  # masks: float noise at the paste only
+    r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(out / "config.yaml"), "--input",
+                  str(images[0]), "--output", str(tmp_path / "infer"), "--workers", "0", "--no-vis", capture=capfd)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "infer" / "0.json").read_text())["instances"]
