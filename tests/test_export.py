@@ -10,6 +10,7 @@ failing it; the program and the runtime in ``Predictor``, ``minidet infer`` and 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 import sys
@@ -226,11 +227,17 @@ def _minidet_meta(sha: str = "none", version: str = minidet.__version__) -> dict
             "minidet.weights_sha256": sha, "minidet.weights": "/somewhere/model.pth"}
 
 
-def test_refusals_are_one_line(tmp_path):
+RUNTIMES = ["onnxruntime"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_refusals_are_one_line(tmp_path, runtime):
+    from minidet.export.onnxfile import RUNTIME_NAMES
+
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(b"\x08\x07" + bytes(range(256)) * 40)
     cases = {
-        str(corrupt): "not an ONNX model ONNX Runtime can load",
+        str(corrupt): f"not an ONNX model {RUNTIME_NAMES[runtime]} can load",
         str(_tiny_onnx(tmp_path / "foreign.onnx", author="someone")): "not one `minidet export` wrote",
         str(_tiny_onnx(tmp_path / "old.onnx", **_minidet_meta(version="0.0.1"))): "written by minidet 0.0.1, this "
         f"is minidet {minidet.__version__}",
@@ -239,12 +246,12 @@ def test_refusals_are_one_line(tmp_path):
     }
     for path, expected in cases.items():
         with pytest.raises(ExportError) as e:
-            open_graph(path)
+            open_graph(path, runtime=runtime)
         assert expected in str(e.value) and path in str(e.value) and "\n" not in str(e.value)
     graph = _tiny_onnx(tmp_path / "ok.onnx", **_minidet_meta("abc"))
-    assert open_graph(str(graph), "abc").metadata["minidet.weights_sha256"] == "abc"
+    assert open_graph(str(graph), "abc", runtime=runtime).metadata["minidet.weights_sha256"] == "abc"
     with pytest.raises(ExportError, match="MODEL.WEIGHTS changed since the export"):
-        open_graph(str(graph), "def")
+        open_graph(str(graph), "def", runtime=runtime)
 
 
 def _runtime_cfg(tmp_path: Path, graph: Path, weights: str = "none", *opts) -> Path:
@@ -357,3 +364,35 @@ def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_
                   str(images[0]), "--output", str(tmp_path / "infer"), "--workers", "0", "--no-vis", capture=capfd)
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "infer" / "0.json").read_text())["instances"]
+    if importlib.util.find_spec("openvino") is not None:  # the same file under OpenVINO
+        cfg.merge_from_list(["MODEL.RUNTIME", "openvino"])
+        image = cv2.imread(str(images[0]))
+        problem = compare_detections(minidet.Predictor(cfg)(image), eager(image)).problem()
+        assert not problem or problem.startswith("mask IoU"), problem
+
+
+@pytest.mark.slow
+def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, tmp_path, capfd):
+    """COCO AP on coco_tiny's first images: the exported graph (ONNX Runtime) and eager minidet."""
+    tiny = ROOT.parent / "shared" / "data" / "coco_tiny"
+    if not tiny.is_dir():
+        pytest.skip("needs ../shared/data/coco_tiny")
+    weights = checkpoints("maskrcnn_benchmark")
+    model = _model(checkpoints, "maskrcnn_benchmark")
+    graph = tmp_path / "model.onnx"
+    from minidet.hub import file_sha256
+
+    graph.write_bytes(export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {
+        "minidet.weights_sha256": file_sha256(weights), "minidet.weights": str(weights)}))
+    metrics = {}
+    for runtime in ("torch", "onnxruntime"):
+        out = tmp_path / runtime
+        r = call_tool(ROOT / "tools" / "eval_coco.py", "--config-file", str(ROOT / FAMILIES["maskrcnn_benchmark"][0]),
+                      "--ann", str(tiny / "annotations" / "instances_val2017.json"), "--images", str(tiny / "val2017"),
+                      "--output", str(out), "--max-images", "4", "--workers", "0", "MODEL.WEIGHTS", str(weights),
+                      *SIZE, "MODEL.RUNTIME", runtime, "MODEL.GRAPH", str(graph), capture=capfd)
+        assert r.returncode == 0, r.stderr
+        metrics[runtime] = json.loads((out / "metrics.json").read_text())
+    for kind in ("bbox", "segm"):
+        ours, ref = metrics["onnxruntime"][kind]["stats"], metrics["torch"][kind]["stats"]
+        assert np.allclose(ours, ref, atol=2e-3), (kind, ours, ref)

@@ -39,7 +39,7 @@ except ImportError:  # a source checkout that is not installed
 
 from minidet.apps.export import PHOTOS, VERIFY  # noqa: E402
 from minidet.export.onnxfile import export_onnx, open_graph  # noqa: E402
-from minidet.export.runtime import ExportedNetwork, openvino_runner  # noqa: E402
+from minidet.export.runtime import ExportedNetwork  # noqa: E402
 from minidet.imageio import read_image  # noqa: E402
 from minidet.testing.compare import compare_detections  # noqa: E402
 from minidet.testing.tvref import binarize_masks, build_tv, legacy_v1_state_dict, to_tv_input  # noqa: E402
@@ -83,8 +83,7 @@ def main() -> int:
     with open(graph_path, "wb") as f:
         f.write(export_onnx(eager, eager.preprocess(images[:1]), {"minidet.weights_sha256": "bench"}))
     print(f"exported in {time.perf_counter() - t0:.0f} s")
-    graph = open_graph(graph_path)
-    networks = {"onnxruntime": ExportedNetwork(graph), "openvino": ExportedNetwork(graph, openvino_runner(graph_path))}
+    networks = {rt: ExportedNetwork(open_graph(graph_path, runtime=rt)) for rt in ("onnxruntime", "openvino")}
 
     def on(network):
         def run(image):

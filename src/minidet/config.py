@@ -216,8 +216,8 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.PIXEL_STD": ([58.395, 57.12, 57.375], "3 x (0, inf)"),
     "MODEL.CATEGORY_LAYOUT": ("coco91", CATEGORY_LAYOUTS),  # class index -> COCO id (categories.py)
     "MODEL.CONVENTION": ("torchvision", tuple(CONVENTIONS)),  # the weights' inference arithmetic (conventions.py)
-    "MODEL.RUNTIME": ("torch", ("torch", "onnxruntime")),  # what runs the network: torch, or MODEL.GRAPH's runtime
-    "MODEL.GRAPH": ("", None),  # the model.onnx of `minidet export`, for MODEL.RUNTIME onnxruntime
+    "MODEL.RUNTIME": ("torch", ("torch", "onnxruntime", "openvino")),  # the network: torch, or MODEL.GRAPH's runtime
+    "MODEL.GRAPH": ("", None),  # the model.onnx of `minidet export`, for MODEL.RUNTIME onnxruntime / openvino
     "MODEL.RESNETS.DEPTH": (50, (50, 101)),
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
     "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),

@@ -2,7 +2,8 @@
 
 Usage::
 
-    minidet export --config-file CFG --output DIR [--images IMG ...] [--repeats N] [--force] [KEY VALUE ...]
+    minidet export --config-file CFG --output DIR [--images IMG ...] [--runtime onnxruntime|openvino]
+        [--repeats N] [--force] [KEY VALUE ...]
     python tools/export.py ...   # the same program
 
 Builds and loads the model of ``CFG`` (any family, any norm, folded or not) on the CPU in float32, exports its
@@ -13,7 +14,8 @@ pictures of the same sizes where it is absent; photos are not shipped in the pac
 (no objects). It writes into ``DIR``:
 
 - ``model.onnx``: the graph, weights inside, with minidet's metadata (version, weights' SHA-256, config);
-- ``config.yaml``: the resolved config with ``MODEL.RUNTIME onnxruntime`` and ``MODEL.GRAPH`` naming the graph, so
+- ``config.yaml``: the resolved config with ``MODEL.RUNTIME`` (``--runtime``: ONNX Runtime, the default, or
+  OpenVINO, which runs the same file; the gate runs it) and ``MODEL.GRAPH`` naming the graph, so
   that ``minidet infer|eval --config-file DIR/config.yaml`` runs it (minidet's resize and normalization before it,
   rescale and mask paste after it);
 - ``report.json``: the gate per image and stage, the steps the graph cannot compute exactly, the exporter's and
@@ -62,6 +64,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argpar
     p.add_argument("--images", nargs="+", metavar="IMG", help="verification images (default: a built-in set)")
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each image per runtime (0: no timing)")
     p.add_argument("--force", action="store_true", help="write the export even when the parity gate fails")
+    p.add_argument("--runtime", choices=["onnxruntime", "openvino"], default="onnxruntime",
+                   help="what runs the graph in the gate and in the written config.yaml (MODEL.RUNTIME)")
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
     p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="keep freed memory in the process (minidet.memory)")
@@ -98,12 +102,11 @@ def source_config(args: argparse.Namespace) -> tuple[minidet.config.CfgNode, lis
     return cfg, notes
 
 
-def versions() -> dict[str, str]:
-    import onnxruntime
-
+def versions(runtime: str) -> dict[str, str]:
+    """The versions of minidet, the exporter's parts and ``runtime``."""
     from minidet.export.onnxfile import exporter_versions
 
-    return {"minidet": minidet.__version__, **exporter_versions(), "onnxruntime": onnxruntime.__version__,
+    return {"minidet": minidet.__version__, **exporter_versions(), runtime: __import__(runtime).__version__,
             "python": platform.python_version()}
 
 
@@ -115,58 +118,64 @@ def export(args: argparse.Namespace) -> int:
     from minidet.export.runtime import ExportedNetwork
     from minidet.hub import file_sha256
 
-    for module in ("onnx", "onnxscript", "onnxruntime"):
-        require(module, "minidet export")
+    for module in ("onnx", "onnxscript", args.runtime):
+        require(module, "minidet export", "openvino" if module == "openvino" else "export")
     cfg, notes = source_config(args)
     images, image_source = verification_images(args.images, cfg.INPUT.MAX_PIXELS)
     weights = weights_path(cfg)
     model, load = minidet.prepare_model(cfg, weights=weights or "none")
     digest = NO_WEIGHTS if weights is None else file_sha256(weights)
-    metadata = {"minidet.weights": weights or NO_WEIGHTS, "minidet.weights_sha256": digest,
-                "minidet.weights_format": load.format if load else "random", "minidet.tensors": str(load.loaded if load
-                                                                                               else 0)}
-    out_cfg = cfg.clone()
     graph_path = os.path.abspath(os.path.join(args.output, "model.onnx"))
-    out_cfg.merge_from_list(["MODEL.RUNTIME", "onnxruntime", "MODEL.GRAPH", graph_path,
-                             "MODEL.WEIGHTS", weights or "none"])
-    metadata["minidet.config"] = out_cfg.dump()
+    out_cfg = cfg.clone()
+    out_cfg.merge_from_list(["MODEL.RUNTIME", args.runtime, "MODEL.GRAPH", graph_path, "MODEL.WEIGHTS",
+                             weights or NO_WEIGHTS])
+    metadata = {"minidet.weights": weights or NO_WEIGHTS, "minidet.weights_sha256": digest,
+                "minidet.weights_format": load.format if load else "random",
+                "minidet.tensors": str(load.loaded if load else 0), "minidet.config": out_cfg.dump()}
     print(f"export: {args.config_file}, weights {load.summary if load else 'none (random)'}")
     t0 = time.perf_counter()
     data = export_onnx(model, model.preprocess([images[0][1]]), metadata)
     t_export = time.perf_counter() - t0
-    print(f"export: graph of {len(data) / 2**20:.0f} MiB in {t_export:.0f} s; parity gate on {len(images)} images")
-    network = ExportedNetwork(open_graph(graph_path, digest, data=data))
+    print(f"export: graph of {len(data) / 2**20:.0f} MiB in {t_export:.0f} s; parity gate on {len(images)} images "
+          f"({args.runtime})")
+    report = {"config": args.config_file, "overrides": list(args.opts), "runtime": args.runtime,
+              "weights": {"path": weights or NO_WEIGHTS, "sha256": digest}, "export_seconds": t_export,
+              "versions": versions(args.runtime), "images_from": image_source,
+              "not_exact": inexact_steps(model) + notes, "float_order": FLOAT_ORDER, "threads": torch.get_num_threads()}
+    network = ExportedNetwork(open_graph(graph_path, digest, data=data, runtime=args.runtime))
     gate = run_gate(model, network, images, args.repeats)
     print(format_table(gate))
-    passed, written = gate["passed"], bool(gate["passed"] or args.force)
-    report = {
-        "passed": passed, "forced": written and not passed, "written": written, "config": args.config_file,
-        "overrides": list(args.opts), "weights": {"path": weights or NO_WEIGHTS, "sha256": digest},
-        "frame": network.graph.frame, "min_side": network.graph.min_side, "export_seconds": t_export,
-        "versions": versions(), "images_from": image_source, "not_exact": inexact_steps(model) + notes,
-        "float_order": FLOAT_ORDER, "threads": torch.get_num_threads(), **gate,
-    }
+    written = gate["passed"] or args.force
+    report.update(frame=network.graph.frame, min_side=network.graph.min_side, written=written,
+                  forced=written and not gate["passed"], **gate)
     if written:
         atomic_write(graph_path, data)
-        mark = "passed" if passed else "FAILED (written with --force)"
+        mark = "passed" if gate["passed"] else "FAILED (written with --force)"
         text = f"# minidet export of {weights or 'random weights'}: parity gate {mark}\n{out_cfg.dump()}"
         atomic_write(os.path.join(args.output, "config.yaml"), text.encode())
     write_json(os.path.join(args.output, "report.json"), report, indent=1)
     for line in report["not_exact"]:
         print(f"not exact: {line}")
-    if not passed:
-        bad = [c for c in gate["images"] if c["problem"]]
-        first = bad[0]
-        message = (f"parity gate failed on {len(bad)} of {len(images)} images (first: {first['name']}, at "
-                   f"{first['first']}: {first['problem']}); ")
-        if not written:
-            fail(message + f"nothing exported (details: {args.output}/report.json; --force writes it anyway)",
-                 args.debug)
-            return 1
-        print(f"warning: {message}written anyway (--force), marked in report.json and config.yaml", file=sys.stderr)
-    print(f"export: wrote {graph_path}, config.yaml and report.json; run it with "
-          f"--config-file {os.path.join(args.output, 'config.yaml')}")
-    return 0
+    return finish(args, report)
+
+
+def finish(args: argparse.Namespace, report: dict) -> int:
+    """The last line: what was written, or why not (status 1 when the gate failed without ``--force``)."""
+    config = os.path.join(args.output, "config.yaml")
+    if report["passed"]:
+        print(f"export: wrote model.onnx, config.yaml and report.json into {args.output}; run it with --config-file "
+              f"{config}")
+        return 0
+    bad = [c for c in report["images"] if c["verdict"] == "DIFFERS"]
+    why = (f"on {len(bad)} of {len(report['images'])} images (first: {bad[0]['name']}, at {bad[0]['first']}: "
+           f"{bad[0]['problem']})" if bad else "to check anything: no image with detections was judged")
+    if report["written"]:
+        print(f"warning: the parity gate failed {why}; written anyway (--force), marked in report.json and "
+              f"{config}", file=sys.stderr)
+        return 0
+    fail(f"the parity gate failed {why}; nothing exported (details: {args.output}/report.json; --force writes it "
+         "anyway)", args.debug)
+    return 1
 
 
 def main(argv: list[str] | None = None, prog: str = "export.py") -> int:

@@ -5,13 +5,13 @@
 - ``ops``: ``minidet::batched_nms`` (torchvision's batched NMS in PyTorch, ONNX's ``NonMaxSuppression`` in the
   graph) and the float32 form of each family's NMS threshold rule.
 - ``onnxfile``: ``export_onnx`` (model -> the bytes of ``model.onnx`` with minidet's metadata), ``open_graph`` (the
-  file -> a checked ONNX Runtime session), ``graph_inputs``.
+  file -> checked, opened by ONNX Runtime or OpenVINO), ``graph_inputs``.
 - ``runtime``: ``ExportedNetwork``, what ``MaskRCNN`` runs in place of its own network under ``MODEL.RUNTIME
-  onnxruntime`` (pre- and post-processing stay minidet's), and ``load_network``.
+  onnxruntime`` or ``openvino`` (pre- and post-processing stay minidet's), and ``load_network``.
 - ``gate``: the parity gate of ``minidet export`` (eager against exported, image by image, stage by stage).
 
 The engine imports ``runtime`` (and through it ``onnxfile``) only when ``MODEL.RUNTIME`` is not ``torch``; ``onnx``,
-``onnxruntime`` and ``onnxscript`` are the optional extra ``minidet[export]``.
+``onnxruntime`` and ``onnxscript`` are the optional extra ``minidet[export]``, ``openvino`` ``minidet[openvino]``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,12 @@ class ExportError(CheckpointError):
     minidet version, changed weights); ``str(err)`` is one line naming the file."""
 
 
-EXTRA_HINT = "pip install 'minidet[export]'"
-
-
-def require(module: str, what: str):
-    """``import module`` for ``what``; a missing package is an ``ExportError`` naming the extra."""
+def require(module: str, what: str, extra: str = "export"):
+    """``import module`` for ``what``; a missing package is an ``ExportError`` naming the extra that installs it."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ExportError(f"{what} needs the package {e.name or module} (the export extra: {EXTRA_HINT})") from None
+        raise ExportError(f"{what} needs the package {e.name or module} (the {extra} extra: pip install "
+                          f"'minidet[{extra}]')") from None

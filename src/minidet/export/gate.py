@@ -247,6 +247,6 @@ def format_table(report: dict) -> str:
     speed = report.get("seconds_per_image") or {}
     if speed:
         e, x = speed["eager"], speed["exported"]
-        lines.append(f"median per image: eager {1e3 * e:.0f} ms, exported (onnxruntime) {1e3 * x:.0f} ms "
+        lines.append(f"median per image: eager {1e3 * e:.0f} ms, exported {1e3 * x:.0f} ms "
                      f"({e / x:.2f}x eager's speed)")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ one whose weights are not those of ``MODEL.WEIGHTS`` any more.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,12 +74,16 @@ def export_onnx(model: MaskRCNN, example: ImageBatch, metadata: dict[str, str]) 
     return proto.SerializeToString()
 
 
+Runner = Callable[[dict], dict]  # the graph's inputs by name (``graph_inputs``) -> its outputs by name (numpy)
+
+
 @dataclass
 class Graph:
-    """An opened, checked ``model.onnx``: its ONNX Runtime ``session`` and minidet's ``metadata``."""
+    """An opened, checked ``model.onnx``: ``run`` (its runtime: inputs by name -> outputs by name) and minidet's
+    ``metadata``."""
 
     path: str
-    session: object
+    run: Runner
     metadata: dict[str, str]
 
     @property
@@ -90,36 +95,62 @@ class Graph:
         return int(self.metadata.get("minidet.min_side", MIN_SIDE))
 
 
-def session_options(threads: int | None = None):
-    """ONNX Runtime's session options for minidet: ``threads`` intra-op threads (default torch's count, so that
-    ``OMP_NUM_THREADS`` and ``torch.set_num_threads`` govern both), threads that sleep between runs (no spinning
-    that would take the cores from the rest of the pipeline)."""
+def _onnxruntime(source: str | bytes, threads: int) -> tuple[Runner, dict[str, str]]:
+    """The graph in an ONNX Runtime session on the CPU: ``threads`` intra-op threads, which sleep between runs (no
+    spinning that would take the cores from the rest of the pipeline); its runner and metadata."""
     ort = require("onnxruntime", "MODEL.RUNTIME onnxruntime")
     so = ort.SessionOptions()
-    so.intra_op_num_threads = threads or torch.get_num_threads()
-    so.inter_op_num_threads = 1
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 3  # errors only
-    return so
+    session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(None, feeds))), dict(session.get_modelmeta().custom_metadata_map)
 
 
-def open_graph(path: str, weights_sha256: str | None = None, threads: int | None = None,
-               data: bytes | None = None) -> Graph:
-    """``path`` (or the serialized model ``data``, named ``path``) opened by ONNX Runtime (CPU) and checked: an ONNX
-    model, exported by this minidet version's ``export`` with this interface, and, where ``weights_sha256`` is given
-    (the SHA-256 of the file ``MODEL.WEIGHTS`` names, or ``NO_WEIGHTS``), holding those weights. Anything else:
-    ``ExportError``, one line naming ``path``."""
-    ort = require("onnxruntime", "MODEL.RUNTIME onnxruntime")
+def _openvino(source: str | bytes, threads: int) -> tuple[Runner, dict[str, str]]:
+    """The graph compiled by OpenVINO for the CPU with ``threads`` inference threads; its runner (labels as int64,
+    as ONNX Runtime gives them) and metadata."""
+    ov = require("openvino", "MODEL.RUNTIME openvino", "openvino")
+    core = ov.Core()
+    model = core.read_model(source)
+    info = model.get_rt_info()
+    framework = info["framework"] if "framework" in info.keys() else {}
+    meta = {k: framework[k].astype(str) for k in framework.keys()} if framework else {}
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads})
+    request, outputs = compiled.create_infer_request(), compiled.outputs
+
+    def run(feeds: dict) -> dict:
+        result = request.infer(feeds)
+        out = {o.get_any_name(): result[o] for o in outputs}
+        out["labels"] = out["labels"].astype(np.int64)
+        return out
+
+    return run, meta
+
+
+RUNTIMES = {"onnxruntime": _onnxruntime, "openvino": _openvino}  # MODEL.RUNTIME -> how it opens a graph
+RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+
+
+def open_graph(path: str, weights_sha256: str | None = None, threads: int | None = None, data: bytes | None = None,
+               runtime: str = "onnxruntime") -> Graph:
+    """``path`` (or the serialized model ``data``, named ``path``) opened by ``runtime`` (``RUNTIMES``; CPU, ``threads``
+    threads, default torch's count, so that ``OMP_NUM_THREADS`` and ``torch.set_num_threads`` govern both) and
+    checked: an ONNX model, exported by this minidet version's ``export`` with this interface, and, where
+    ``weights_sha256`` is given (the SHA-256 of the file ``MODEL.WEIGHTS`` names, or ``NO_WEIGHTS``), holding those
+    weights. Anything else: ``ExportError``, one line naming ``path``."""
     if data is None and not os.path.isfile(path):
         what = "is a folder, not a model.onnx" if os.path.isdir(path) else "not found"
         raise ExportError(f"exported graph {path}: {what}")
+    load = RUNTIMES[runtime]
     try:
-        source = path if data is None else data
-        session = ort.InferenceSession(source, session_options(threads), providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own types for unreadable models
+        run, meta = load(path if data is None else data, threads or torch.get_num_threads())
+    except ExportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - each runtime raises its own types for unreadable models
         reason = " ".join(str(e).split())
-        raise ExportError(f"exported graph {path}: not an ONNX model ONNX Runtime can load ({reason[:200]})") from None
-    meta = dict(session.get_modelmeta().custom_metadata_map)
+        what = f"not an ONNX model {RUNTIME_NAMES[runtime]} can load"
+        raise ExportError(f"exported graph {path}: {what} ({reason[:200]})") from None
     if "minidet.interface" not in meta:
         raise ExportError(f"exported graph {path}: an ONNX model, but not one `minidet export` wrote (no minidet "
                           "metadata); export the model with `minidet export`")
@@ -133,4 +164,4 @@ def open_graph(path: str, weights_sha256: str | None = None, threads: int | None
         raise ExportError(
             f"exported graph {path}: MODEL.WEIGHTS changed since the export (the graph holds the weights of "
             f"{source}, SHA-256 {held[:12]}; MODEL.WEIGHTS is now SHA-256 {weights_sha256[:12]}); export again")
-    return Graph(os.path.abspath(path), session, meta)
+    return Graph(os.path.abspath(path), run, meta)
