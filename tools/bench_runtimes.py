@@ -113,8 +113,9 @@ def main() -> int:
                     times[n].append(time.perf_counter() - t)
     load_after = os.getloadavg()[0]
     refs = [runners["minidet eager"](im) for im in images]
-    same = {n: sum(not compare_detections(runners[n](im), r).problem() for im, r in zip(images, refs))
-            for n in names if n != "minidet eager"}
+    problems = {n: [compare_detections(runners[n](im), r).problem() for im, r in zip(images, refs)]
+                for n in names if n != "minidet eager"}
+    same = {n: sum(not p for p in v) for n, v in problems.items()}
     med = {n: statistics.median(v) for n, v in times.items()}
     print(f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}; short side {args.size}; "
           f"{len(images)} photos x {args.iters} iterations (+{args.warmup} warm-up); load average {load_before:.1f} "
@@ -124,10 +125,14 @@ def main() -> int:
         agree = f"{same[n]} of {len(images)}" if n in same else "-"
         print(f"{n:<22} {med[n]:>15.3f} {med['torchvision'] / med[n]:>14.2f}x {med['minidet eager'] / med[n]:>8.2f}x"
               f"  {agree}")
+    for n, found in problems.items():
+        for name, problem in zip(VERIFY, found):
+            if problem:
+                print(f"  {n} on {name}: {problem}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu_model(), "threads": torch.get_num_threads(), "size": args.size, "times": times,
-                       "median": med, "same_as_eager": same, "load": [load_before, load_after]}, f, indent=1)
+                       "median": med, "differences": problems, "load": [load_before, load_after]}, f, indent=1)
     return 0
 
 

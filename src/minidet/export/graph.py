@@ -33,8 +33,9 @@ EQUAL_SCORES = (
     "equal score) another box can be kept"
 )
 FLOAT_ORDER = (
-    "float order only: convolutions, fully connected layers and RoIAlign run ONNX Runtime's kernels (other "
-    "summation orders, as between PyTorch's own paths); the rest is the same float32 arithmetic"
+    "float order only: convolutions, fully connected layers and RoIAlign run the runtime's kernels (other summation "
+    "orders, as between PyTorch's own paths), GroupNorm's statistics are summed in float64; the rest is the same "
+    "float32 arithmetic"
 )
 OUTPUTS = ("proposals", "boxes", "scores", "labels", "masks")  # masks only with a mask head
 
@@ -65,13 +66,13 @@ class _GroupNorm64(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_exporting():
             return F.group_norm(x, self.groups, self.weight, self.bias, self.eps)
-        n, c, h, w = x.shape
-        y = x.reshape(n, self.groups, -1)
+        y = x.reshape(x.shape[0], self.groups, -1)  # (N, C, ...) (a feature map, or an fc's (N, C))
         wide = y.double()
         mean = wide.mean(-1, keepdim=True)
         rstd = torch.rsqrt(((wide - mean) ** 2).mean(-1, keepdim=True) + self.eps)
-        y = ((y - mean.float()) * rstd.float()).reshape(n, c, h, w)
-        return y * self.weight.view(1, -1, 1, 1) + self.bias.view(1, -1, 1, 1)
+        y = ((y - mean.float()) * rstd.float()).reshape(x.shape)
+        per_channel = (1, -1) + (1,) * (x.dim() - 2)
+        return y * self.weight.view(per_channel) + self.bias.view(per_channel)
 
 
 class _AllClasses(ClassConv1x1):
