@@ -314,6 +314,14 @@ def test_missing_extra_and_settings_are_one_line(tmp_path, monkeypatch):
             minidet.prepare_model(bad)
 
 
+def test_export_without_the_extra_is_one_line(tmp_path, capfd, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as in an environment without the extra
+    r = call_tool(ROOT / "tools" / "export.py", "--config-file", "torchvision/maskrcnn_resnet50_fpn", "--output",
+                  str(tmp_path / "out"), "MODEL.WEIGHTS", "none", capture=capfd)
+    line = one_error_line(r.stderr)
+    assert r.returncode == 2 and "minidet export needs the package onnxscript" in line and "minidet[export]" in line
+
+
 # ------------------------------------------------------------------------- exported, run by ONNX Runtime (slow)
 
 
@@ -416,3 +424,27 @@ def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, tmp_path, capfd):
     for kind in ("bbox", "segm"):
         ours, ref = metrics["onnxruntime"][kind]["stats"], metrics["torch"][kind]["stats"]
         assert np.allclose(ours, ref, atol=2e-3), (kind, ours, ref)
+
+
+@pytest.mark.slow
+def test_export_writes_nothing_when_the_gate_checks_nothing(tmp_path, capfd):
+    """No image with a detection to judge (a blank picture, a threshold nothing passes): status 1, one error
+    line, only report.json; with --force the export is written and marked."""
+    import cv2
+
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((240, 320, 3), 114, np.uint8))
+    args = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--images", str(blank), "--repeats", "0",
+            "MODEL.WEIGHTS", "none", "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "1.0", *map(str, SIZE)]
+    out = tmp_path / "out"
+    r = call_tool(ROOT / "tools" / "export.py", "--output", str(out), *args, capture=capfd)
+    assert r.returncode == 1 and "nothing exported" in one_error_line(r.stderr), r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    report = json.loads((out / "report.json").read_text())
+    assert not report["passed"] and not report["written"] and report["images"][0]["eager"] == 0
+    forced = tmp_path / "forced"
+    r = call_tool(ROOT / "tools" / "export.py", "--output", str(forced), "--force", *args, capture=capfd)
+    assert r.returncode == 0 and "written anyway (--force)" in r.stderr, r.stderr
+    assert sorted(p.name for p in forced.iterdir()) == ["config.yaml", "model.onnx", "report.json"]
+    assert "FAILED (written with --force)" in (forced / "config.yaml").read_text().splitlines()[0]
+    assert json.loads((forced / "report.json").read_text())["forced"]

@@ -34,7 +34,9 @@ def weights_path(cfg: CfgNode, weights: str | None = None) -> str | None:
 
 def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, LoadReport | None]:
     """Build the model, load ``weights`` (default ``MODEL.WEIGHTS``; ``none``: random weights, report None), fold
-    norms, move to the device, eval mode."""
+    norms, move to the device, eval mode. Under ``MODEL.RUNTIME onnxruntime`` or ``openvino`` the graph
+    ``MODEL.GRAPH`` (``minidet export``) runs the network instead, checked against ``weights``; the model keeps
+    minidet's pre- and post-processing."""
     model = build_model(cfg)
     path = weights_path(cfg, weights)
     if cfg.MODEL.RUNTIME != "torch":  # the exported graph runs the network (it holds the weights: checked, not loaded)
