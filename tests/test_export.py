@@ -37,8 +37,8 @@ onnx = pytest.importorskip("onnx", reason="the export extra (pip install 'minide
 ort = pytest.importorskip("onnxruntime", reason="the export extra (pip install 'minidet[export]')")
 pytest.importorskip("onnxscript", reason="the export extra (pip install 'minidet[export]')")
 
+from minidet.apps.export_gate import run_gate  # noqa: E402
 from minidet.export import ExportError  # noqa: E402
-from minidet.export.gate import run_gate  # noqa: E402
 from minidet.export.graph import NetworkGraph  # noqa: E402
 from minidet.export.onnxfile import INTERFACE, export_onnx, graph_inputs, open_graph  # noqa: E402
 from minidet.export.ops import batched_nms, strict_threshold  # noqa: E402

@@ -8,7 +8,7 @@ Usage::
 
 Builds and loads the model of ``CFG`` (any family, any norm, folded or not) on the CPU in float32, exports its
 network (``minidet.export.graph.NetworkGraph``: backbone to mask probabilities, any padded image size) and
-runs the parity gate (``minidet.export.gate``) on the verification images: the ``--images`` given, else five
+runs the parity gate (``minidet.apps.export_gate``) on the verification images: the ``--images`` given, else five
 real COCO photos of several sizes and aspect ratios from the checkout's ``../shared/data/coco_tiny`` (synthetic
 pictures of the same sizes where it is absent; photos are not shipped in the package) and one blank picture
 (no objects). It writes into ``DIR``:
@@ -111,8 +111,8 @@ def versions(runtime: str) -> dict[str, str]:
 
 
 def export(args: argparse.Namespace) -> int:
+    from minidet.apps.export_gate import format_table, run_gate
     from minidet.export import require
-    from minidet.export.gate import format_table, run_gate
     from minidet.export.graph import FLOAT_ORDER, inexact_steps
     from minidet.export.onnxfile import NO_WEIGHTS, export_onnx, open_graph
     from minidet.export.runtime import ExportedNetwork

@@ -8,10 +8,10 @@
   file -> checked, opened by ONNX Runtime or OpenVINO), ``graph_inputs``.
 - ``runtime``: ``ExportedNetwork``, what ``MaskRCNN`` runs in place of its own network under ``MODEL.RUNTIME
   onnxruntime`` or ``openvino`` (pre- and post-processing stay minidet's), and ``load_network``.
-- ``gate``: the parity gate of ``minidet export`` (eager against exported, image by image, stage by stage).
 
-The engine imports ``runtime`` (and through it ``onnxfile``) only when ``MODEL.RUNTIME`` is not ``torch``; ``onnx``,
-``onnxruntime`` and ``onnxscript`` are the optional extra ``minidet[export]``, ``openvino`` ``minidet[openvino]``.
+The parity gate of ``minidet export`` is a program's part (``minidet.apps.export_gate``). The engine imports
+``runtime`` (and through it ``onnxfile``) only when ``MODEL.RUNTIME`` is not ``torch``; ``onnx``, ``onnxruntime``
+and ``onnxscript`` are the optional extra ``minidet[export]``, ``openvino`` ``minidet[openvino]``.
 """
 
 from __future__ import annotations

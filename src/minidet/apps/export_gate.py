@@ -16,8 +16,7 @@ eager's own float-order noise is equal" made concrete:
 
 Where an image differs, the first stage that does is named: ``rpn`` (the proposals, as sets), ``box_head`` (the
 detections before rescale), ``mask_head`` (their mask probabilities), ``paste``. Then eager and exported run every
-image ``repeats`` times, interleaved, for the speed of each. Used by ``minidet.apps.export``; the engine does not
-import it.
+image ``repeats`` times, interleaved, for the speed of each. Used by ``minidet.apps.export``.
 """
 
 from __future__ import annotations
@@ -30,13 +29,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from ..detector import MaskRCNN
-from ..norm import fold_norms
-from ..roi_heads import Detections
-from ..testing.compare import BOX_TOL, SCORE_TOL, DetectionMatch, compare_detections
-from ..transform import ImageBatch
-from .onnxfile import graph_inputs
-from .runtime import ExportedNetwork
+from minidet.detector import MaskRCNN
+from minidet.export.onnxfile import graph_inputs
+from minidet.export.runtime import ExportedNetwork
+from minidet.norm import fold_norms
+from minidet.roi_heads import Detections
+from minidet.testing.compare import BOX_TOL, SCORE_TOL, DetectionMatch, compare_detections
+from minidet.transform import ImageBatch
 
 STAGES = ("rpn", "box_head", "mask_head", "paste")
 MASK_PROB_TOL = 1e-3  # M x M mask probabilities of two matched detections that are the same (before the noise)
