@@ -219,6 +219,8 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.CATEGORY_LAYOUT": ("coco91", CATEGORY_LAYOUTS),  # class index -> COCO id (categories.py)
     "MODEL.CLASS_NAMES": ([], None),  # a checkpoint's own classes, in class order (else its own names, or class_N)
     "MODEL.CONVENTION": ("torchvision", tuple(FAMILIES)),  # the weights' family and its arithmetic (families/)
+    "MODEL.RUNTIME": ("torch", ("torch", "onnxruntime", "openvino")),  # the network: torch, or MODEL.GRAPH's runtime
+    "MODEL.GRAPH": ("", None),  # the model.onnx of `minidet export`, for MODEL.RUNTIME onnxruntime / openvino
     "MODEL.RESNETS.DEPTH": (50, (50, 101)),
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
     "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),

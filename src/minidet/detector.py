@@ -35,6 +35,7 @@ class MaskRCNN(nn.Module):
         self.mask_pooler, self.mask_head = mask_pooler, mask_head
         self.amp_dtype, self.chunk_images = amp_dtype, chunk_images
         self.channels_last, self.timer = False, StageTimer(enabled=False)
+        self.network = None  # runs in place of ``_detect`` when set (an exported graph: ``export.runtime``)
 
     def set_runtime(self, *, timer: StageTimer | None = None, channels_last: bool | None = None,
                     amp_dtype: torch.dtype | None | str = "keep") -> MaskRCNN:
@@ -81,9 +82,14 @@ class MaskRCNN(nn.Module):
             batch = self.transform.preprocess(images)
         batch = batch._replace(tensor=self._to_layout(batch.tensor))
         step = self.chunk_size(len(images))
-        dets = [d for i in range(0, len(images), step) for d in self._detect(batch.part(slice(i, i + step)))]
+        detect = self._detect if self.network is None else self._run_network
+        dets = [d for i in range(0, len(images), step) for d in detect(batch.part(slice(i, i + step)))]
         with t.stage("paste"):
             return self.transform.postprocess(dets, batch)
+
+    def _run_network(self, images: ImageBatch) -> list[Detections]:
+        with self.timer.stage("network"):
+            return self.network(images)
 
     def _detect(self, images: ImageBatch) -> list[Detections]:
         """The network on one padded chunk: per image its ``Detections`` (with mask probabilities)."""

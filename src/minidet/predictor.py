@@ -49,12 +49,22 @@ def fit_to_checkpoint(cfg: CfgNode, ckpt: Checkpoint | None) -> tuple[CfgNode, d
 
 def _load(cfg: CfgNode, weights: str | None) -> tuple[MaskRCNN, LoadReport | None, CfgNode, Checkpoint | None]:
     """The model of ``cfg`` fitted to the checkpoint (:func:`fit_to_checkpoint`) and loaded (see
-    :func:`prepare_model`); also the fitted config and the opened checkpoint."""
+    :func:`prepare_model`); also the fitted config and the opened checkpoint. Under ``MODEL.RUNTIME onnxruntime``
+    or ``openvino`` the graph ``MODEL.GRAPH`` (``minidet export``) runs the network instead, checked against the
+    checkpoint (not loaded: the graph holds the weights); the model keeps minidet's pre- and post-processing."""
     validate_cfg(cfg)  # every value in range before anything is read
     path = checkpoint_file(cfg, weights)
+    network = None
+    if cfg.MODEL.RUNTIME != "torch":  # the exported graph runs the network (it holds the weights: checked, not loaded)
+        from .export.runtime import load_network
+
+        network, report = load_network(cfg, path)  # first: a weights file changed since the export is that error
     ckpt = open_checkpoint(path) if path is not None else None
     cfg, _ = fit_to_checkpoint(cfg, ckpt)
     model = build_model(cfg)
+    if network is not None:
+        model.network = network
+        return model.set_runtime(timer=StageTimer(enabled=cfg.TEST.TIMING)).eval(), report, cfg, ckpt
     report = None if ckpt is None else load_checkpoint(model, ckpt, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
                                                        convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:

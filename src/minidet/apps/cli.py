@@ -1,7 +1,7 @@
-"""The ``minidet`` command: ``minidet infer|eval|bench|weights|configs ...``; ``minidet CMD --help`` for each.
+"""The ``minidet`` command: ``minidet infer|eval|bench|export|weights|configs ...``; ``minidet CMD --help`` for each.
 
-``infer``, ``eval`` and ``bench`` are the programs that ``tools/infer.py``, ``tools/eval_coco.py`` and
-``tools/benchmark.py`` run (``minidet.apps``), with the same options."""
+``infer``, ``eval``, ``bench`` and ``export`` are the programs that ``tools/infer.py``, ``tools/eval_coco.py``,
+``tools/benchmark.py`` and ``tools/export.py`` run (``minidet.apps``), with the same options."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ COMMANDS = {
     "infer": ("infer", "detect in images, folders and videos: drawings, JSON, one results file (tools/infer.py)"),
     "eval": ("eval_coco", "COCO box and mask AP with the time of every stage (tools/eval_coco.py)"),
     "bench": ("benchmark", "weight-free speed benchmark against torchvision (tools/benchmark.py)"),
+    "export": ("export", "the model to ONNX (ONNX Runtime), checked against eager by a parity gate (tools/export.py)"),
     "weights": ("weights", "pre-trained weights by name: list, get (download, verified), verify the cache"),
     "configs": ("", "the configs shipped with minidet, by name (--config-file NAME)"),
 }

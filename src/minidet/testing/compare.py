@@ -13,7 +13,7 @@ its default layout): ``DetectionMatch.no_larger_than``. The parity tests assert 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ class DetectionMatch:
     grid_flips: int = 0  # of those, pairs whose boxes truncate to different paste grids (``paste_grid``)
     n_far: int = 0  # reference detections whose matched box is more than ``FAR_PX`` away: a different detection
     first_far: str = ""  # the first of them, described
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # (ours, reference) index of each matched pair
 
     def _first(self, box_tol: float = BOX_TOL, score_tol: float = SCORE_TOL) -> str:
         """The first difference's key of ``KINDS`` ('' for none), in the order ``problem`` checks them."""
@@ -140,6 +141,7 @@ def compare_detections(ours: dict, ref: dict, iou_min: float = IOU_MIN) -> Detec
         d = [float((ours["boxes"][j] - ref["boxes"][i]).abs().max()) for j in cand]
         j = cand[int(np.argmin(d))]
         used.add(j)
+        m.pairs.append((j, i))
         m.worst_box = max(m.worst_box, min(d))
         if min(d) > FAR_PX:
             m.n_far += 1

@@ -1,0 +1,192 @@
+"""``minidet export``: the loaded model to ONNX, run by ONNX Runtime, checked against eager by a parity gate.
+
+Usage::
+
+    minidet export --config-file CFG --output DIR [--images IMG ...] [--runtime onnxruntime|openvino]
+        [--repeats N] [--force] [KEY VALUE ...]
+    python tools/export.py ...   # the same program
+
+Builds and loads the model of ``CFG`` (any family, any norm, folded or not) on the CPU in float32, exports its
+network (``minidet.export.graph.NetworkGraph``: backbone to mask probabilities, any padded image size) and
+runs the parity gate (``minidet.apps.export_gate``) on the verification images: the ``--images`` given, else five
+real COCO photos of several sizes and aspect ratios from the checkout's ``../shared/data/coco_tiny`` (synthetic
+pictures of the same sizes where it is absent; photos are not shipped in the package) and one blank picture
+(no objects). It writes into ``DIR``:
+
+- ``model.onnx``: the graph, weights inside, with minidet's metadata (version, weights' SHA-256, config);
+- ``config.yaml``: the resolved config with ``MODEL.RUNTIME`` (``--runtime``: ONNX Runtime, the default, or
+  OpenVINO, which runs the same file; the gate runs it) and ``MODEL.GRAPH`` naming the graph, so
+  that ``minidet infer|eval --config-file DIR/config.yaml`` runs it (minidet's resize and normalization before it,
+  rescale and mask paste after it);
+- ``report.json``: the gate per image and stage, the steps the graph cannot compute exactly, the exporter's and
+  the runtime's versions, the speed of each.
+
+The gate's table is printed. When an image's exported detections are not the eager ones, ``model.onnx`` and
+``config.yaml`` are not written (``report.json`` is), one ``error:`` line says so and the exit status is 1;
+``--force`` writes them anyway, marked in the report and in the config's first line. A bad config, checkpoint
+or image, or a missing ``minidet[export]`` extra, is one ``error:`` line (status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import minidet
+from minidet.apps import fail, run_app
+from minidet.apps.fileio import OutputDir, atomic_write, write_json
+from minidet.checkpoint import CheckpointError
+from minidet.config import ConfigError
+from minidet.hub import weights_path
+from minidet.imageio import ImageReadError, read_image
+
+SETUP_ERRORS = (ConfigError, CheckpointError, ImageReadError, OSError)
+# the checkout's real photos (../shared/data/coco_tiny) and the verification set taken from them
+PHOTOS = Path(minidet.__file__).resolve().parents[2].parent / "shared" / "data" / "coco_tiny" / "val2017"
+VERIFY = {  # file -> (height, width): small, wide, tall, square, the common 4:3
+    "000000404484.jpg": (240, 320), "000000417285.jpg": (320, 640), "000000125952.jpg": (640, 358),
+    "000000436738.jpg": (486, 500), "000000005001.jpg": (480, 640),
+}
+BLANK = (300, 400)  # the picture without objects
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description="Export a model to ONNX, checked against eager minidet.")
+    p.add_argument("--config-file", required=True, metavar="CFG", help="config name or yaml file of the model")
+    p.add_argument("--output", required=True, metavar="DIR", help="output folder (created if needed)")
+    p.add_argument("--images", nargs="+", metavar="IMG", help="verification images (default: a built-in set)")
+    p.add_argument("--repeats", type=int, default=2, help="timed runs of each image per runtime (0: no timing)")
+    p.add_argument("--force", action="store_true", help="write the export even when the parity gate fails")
+    p.add_argument("--runtime", choices=["onnxruntime", "openvino"], default="onnxruntime",
+                   help="what runs the graph in the gate and in the written config.yaml (MODEL.RUNTIME)")
+    p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
+    p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep freed memory in the process (minidet.memory)")
+    p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides (last)")
+    args = p.parse_args(argv)
+    if args.repeats < 0:
+        p.error("--repeats must be >= 0")
+    return args
+
+
+def verification_images(paths: list[str] | None, max_pixels: int) -> tuple[list[tuple[str, np.ndarray]], str]:
+    """(name, HxWx3 uint8 BGR) pairs and where they came from."""
+    from minidet.testing.synthetic import structured_image
+
+    if paths:
+        return [(os.path.basename(p), read_image(p, max_pixels)) for p in paths], "given"
+    blank = [(f"blank {BLANK[1]}x{BLANK[0]}", np.full((*BLANK, 3), 114, np.uint8))]
+    if all((PHOTOS / name).is_file() for name in VERIFY):
+        return [(name, read_image(str(PHOTOS / name), max_pixels)) for name in VERIFY] + blank, f"photos in {PHOTOS}"
+    synthetic = [(f"synthetic {w}x{h}", structured_image(h, w, i)) for i, (h, w) in enumerate(VERIFY.values())]
+    return synthetic + blank, f"synthetic (no {PHOTOS})"
+
+
+def source_config(args: argparse.Namespace) -> tuple[minidet.config.CfgNode, list[str]]:
+    """The eager model's config (on the CPU, float32, its own runtime) and what was changed for that."""
+    cfg = minidet.get_cfg(args.config_file)
+    cfg.merge_from_list(args.opts)
+    notes = []
+    if cfg.TEST.AMP:
+        notes.append(f"TEST.AMP {cfg.TEST.AMP}: the graph runs float32 and is checked against float32 eager")
+    if cfg.MODEL.DEVICE != "cpu":
+        notes.append(f"MODEL.DEVICE {cfg.MODEL.DEVICE}: exported and checked on the CPU (ONNX Runtime's CPU kernels)")
+    cfg.merge_from_list(["TEST.AMP", "", "MODEL.DEVICE", "cpu", "MODEL.RUNTIME", "torch", "MODEL.GRAPH", ""])
+    return cfg, notes
+
+
+def versions(runtime: str) -> dict[str, str]:
+    """The versions of minidet, the exporter's parts and ``runtime``."""
+    from minidet.export.onnxfile import exporter_versions
+
+    return {"minidet": minidet.__version__, **exporter_versions(), runtime: __import__(runtime).__version__,
+            "python": platform.python_version()}
+
+
+def export(args: argparse.Namespace) -> int:
+    from minidet.apps.export_gate import format_table, run_gate
+    from minidet.export import require
+    from minidet.export.graph import FLOAT_ORDER, inexact_steps
+    from minidet.export.onnxfile import NO_WEIGHTS, export_onnx, open_graph
+    from minidet.export.runtime import ExportedNetwork
+    from minidet.hub import file_sha256
+
+    for module in ("onnx", "onnxscript", args.runtime):
+        require(module, "minidet export", "openvino" if module == "openvino" else "export")
+    cfg, notes = source_config(args)
+    images, image_source = verification_images(args.images, cfg.INPUT.MAX_PIXELS)
+    weights = weights_path(cfg.MODEL.WEIGHTS)  # None: MODEL.WEIGHTS none
+    predictor = minidet.Predictor(cfg, weights)  # its config fitted to the checkpoint (class count, agnostic heads)
+    model, load, cfg = predictor.model, predictor.load_report, predictor.cfg
+    digest = NO_WEIGHTS if weights is None else file_sha256(weights)
+    graph_path = os.path.abspath(os.path.join(args.output, "model.onnx"))
+    out_cfg = cfg.clone()
+    out_cfg.defrost()
+    out_cfg.merge_from_list(["MODEL.RUNTIME", args.runtime, "MODEL.GRAPH", graph_path, "MODEL.WEIGHTS",
+                             weights or NO_WEIGHTS])
+    metadata = {"minidet.weights": weights or NO_WEIGHTS, "minidet.weights_sha256": digest,
+                "minidet.weights_format": load.format if load else "random",
+                "minidet.tensors": str(load.loaded if load else 0), "minidet.config": out_cfg.dump()}
+    print(f"export: {args.config_file}, weights {load.summary if load else 'none (random)'}")
+    if predictor.classes_summary:
+        print(f"export: {predictor.classes_summary}")
+    t0 = time.perf_counter()
+    data = export_onnx(model, model.preprocess([images[0][1]]), metadata)
+    t_export = time.perf_counter() - t0
+    print(f"export: graph of {len(data) / 2**20:.0f} MiB in {t_export:.0f} s; parity gate on {len(images)} images "
+          f"({args.runtime})")
+    report = {"config": args.config_file, "overrides": list(args.opts), "runtime": args.runtime,
+              "weights": {"path": weights or NO_WEIGHTS, "sha256": digest}, "export_seconds": t_export,
+              "versions": versions(args.runtime), "images_from": image_source,
+              "not_exact": inexact_steps(model) + notes, "float_order": FLOAT_ORDER, "threads": torch.get_num_threads()}
+    network = ExportedNetwork(open_graph(graph_path, digest, data=data, runtime=args.runtime))
+    gate = run_gate(model, network, images, args.repeats)
+    print(format_table(gate))
+    written = gate["passed"] or args.force
+    report.update(frame=network.graph.frame, min_side=network.graph.min_side, written=written,
+                  forced=written and not gate["passed"], **gate)
+    if written:
+        atomic_write(graph_path, data)
+        mark = "passed" if gate["passed"] else "FAILED (written with --force)"
+        text = f"# minidet export of {weights or 'random weights'}: parity gate {mark}\n{out_cfg.dump()}"
+        atomic_write(os.path.join(args.output, "config.yaml"), text.encode())
+    write_json(os.path.join(args.output, "report.json"), report, indent=1)
+    for line in report["not_exact"]:
+        print(f"not exact: {line}")
+    return finish(args, report)
+
+
+def finish(args: argparse.Namespace, report: dict) -> int:
+    """The last line: what was written, or why not (status 1 when the gate failed without ``--force``)."""
+    config = os.path.join(args.output, "config.yaml")
+    if report["passed"]:
+        print(f"export: wrote model.onnx, config.yaml and report.json into {args.output}; run it with --config-file "
+              f"{config}")
+        return 0
+    bad = [c for c in report["images"] if c["verdict"] == "DIFFERS"]
+    why = (f"on {len(bad)} of {len(report['images'])} images (first: {bad[0]['name']}, at {bad[0]['first']}: "
+           f"{bad[0]['problem']})" if bad else "to check anything: no image with detections was judged")
+    if report["written"]:
+        print(f"warning: the parity gate failed {why}; written anyway (--force), marked in report.json and "
+              f"{config}", file=sys.stderr)
+        return 0
+    fail(f"the parity gate failed {why}; nothing exported (details: {args.output}/report.json; --force writes it "
+         "anyway)", args.debug)
+    return 1
+
+
+def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
+    """Run the program; return the exit status (0 written, 1 the gate failed, 2 error, 130 Ctrl-C)."""
+    args = parse_args(argv, prog)
+    return run_app(args, SETUP_ERRORS, lambda: OutputDir(args.output, "--output"), lambda: export(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,462 @@
+"""Export (``minidet export``, ``MODEL.RUNTIME onnxruntime``): the graph's arithmetic, ONNX's operators, the
+parity gate on every family, and the one-line refusals.
+
+Fast: ``NetworkGraph`` run by PyTorch gives the eager network's bits on every family (FrozenBN and folded, two
+image sizes), with the reference RoIAlign path (``MODEL.ROI_ALIGN_IMPL torchvision``, the one the graph's
+operator reproduces); ONNX Runtime's ``NonMaxSuppression`` and ``RoiAlign`` against torchvision's kernels;
+refused files. Slow: each family exported and run by ONNX Runtime, judged by the parity gate; a wrong export
+failing it; the program and the runtime in ``Predictor``, ``minidet infer`` and ``minidet eval``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import minidet
+from helpers import ROOT, call_tool, config, images_bgr, needs_extra, one_error_line
+from minidet.testing.checkpoints import (
+    REFERENCE,
+    d2_weights,
+    make_blobs,
+    mb_state_shapes,
+    mb_weights,
+    write_detectron_pkl,
+    write_mb_checkpoint,
+)
+from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
+from minidet.testing.tvref import build_tv, legacy_v1_state_dict
+
+for _module, _extra in (("onnx", "export"), ("onnxruntime", "export"), ("onnxscript", "export"),
+                        ("openvino", "openvino")):
+    needs_extra(_module, _extra)  # with MINIDET_REQUIRE_EXTRAS (CI) a missing one is an error, never a skip
+onnx = pytest.importorskip("onnx", reason="the export extra (pip install 'minidet[export]')")
+ort = pytest.importorskip("onnxruntime", reason="the export extra (pip install 'minidet[export]')")
+pytest.importorskip("onnxscript", reason="the export extra (pip install 'minidet[export]')")
+
+from minidet.apps.export_gate import run_gate  # noqa: E402
+from minidet.export import ExportError  # noqa: E402
+from minidet.export.graph import NetworkGraph  # noqa: E402
+from minidet.export.onnxfile import INTERFACE, export_onnx, graph_inputs, open_graph  # noqa: E402
+from minidet.export.ops import batched_nms, strict_threshold  # noqa: E402
+from minidet.export.runtime import ExportedNetwork  # noqa: E402
+
+SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]
+SHAPES = [(240, 320), (180, 420)]  # two image sizes (and aspect ratios): two padded input sizes
+# family -> (config, kind of synthetic checkpoint: as each family's own tests write them)
+FAMILIES = {
+    "torchvision_v1": ("configs/torchvision/maskrcnn_resnet50_fpn.yaml", "tv1"),
+    "torchvision_v2": ("configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml", "tv2"),
+    "detectron": ("configs/detectron/e2e_mask_rcnn_R-50-FPN_1x.yaml", "detectron"),
+    "detectron_gn": ("configs/detectron/e2e_mask_rcnn_R-50-FPN_2x_gn.yaml", "detectron_gn"),
+    "detectron2": ("configs/detectron2/mask_rcnn_R_50_FPN_1x.yaml", "detectron2"),
+    "maskrcnn_benchmark": ("configs/maskrcnn_benchmark/e2e_mask_rcnn_R_50_FPN_1x.yaml", "mb"),
+    "mmdetection": ("configs/mmdetection/mask-rcnn_r50_fpn_1x_coco.yaml", "mmdet"),
+    # a checkpoint fine-tuned on its own 3 classes (class count and names from the file)
+    "mmdetection_own": ("configs/mmdetection/mask-rcnn_r50_fpn_1x_coco.yaml", "mmdet_own"),
+}
+NORMS = {"FrozenBN": [], "folded": ["MODEL.FOLD_NORM", True]}
+# GN: no folding; own classes: the family's arithmetic is mmdetection's case, its head sizes are its own
+CASES = [(f, n) for f in FAMILIES for n in NORMS if not (f.endswith(("_gn", "_own")) and n == "folded")]
+
+
+def _write(kind: str, path: Path) -> None:
+    """A synthetic checkpoint of ``kind`` in its family's real format, realistic random weights."""
+    if kind in ("tv1", "tv2"):
+        sd = build_tv(int(kind[-1]), 320, 512).state_dict()
+        torch.save(legacy_v1_state_dict(sd) if kind == "tv1" else sd, path)
+    elif kind.startswith("detectron_") or kind == "detectron":
+        write_detectron_pkl(str(path), make_blobs("R-50-FPN_gn" if kind.endswith("_gn") else "R-50-FPN"))
+    elif kind == "detectron2":
+        with open(path, "wb") as f:
+            pickle.dump({"model": d2_weights(50)}, f)
+    elif kind.startswith("mmdet"):
+        own = ("cell", "nucleus", "debris") if kind == "mmdet_own" else None
+        state = mmdet_weights(mmdet_state_shapes(num_classes=len(own) if own else 80))
+        write_mmdet_checkpoint(path, state, mmdet_meta(classes=own) if own else None)
+    else:
+        write_mb_checkpoint(str(path), mb_weights(mb_state_shapes(), seed=0))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """family -> its checkpoint file, written on first use."""
+    folder, made = tmp_path_factory.mktemp("families"), {}
+
+    def get(family: str) -> Path:
+        if family.startswith("detectron") and family != "detectron2" and not Path(REFERENCE).is_dir():
+            pytest.skip("needs ../shared/reference (Detectron's blob lists)")
+        if family not in made:
+            made[family] = folder / f"{family}.ckpt"
+            _write(FAMILIES[family][1], made[family])
+        return made[family]
+
+    return get
+
+
+def _model(checkpoints, family: str, norm: str = "FrozenBN", *opts):
+    cfg = config(FAMILIES[family][0], *SIZE, *NORMS[norm], *opts, weights=checkpoints(family))
+    return minidet.prepare_model(cfg)[0]
+
+
+def _graph_args(batch) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.from_numpy(v) for v in graph_inputs(batch, 0).values())
+
+
+# --------------------------------------------------------------------------- the graph's arithmetic, in PyTorch
+
+
+@pytest.mark.parametrize(("family", "norm"), CASES)
+def test_graph_in_pytorch_is_the_eager_network_bit_for_bit(checkpoints, family, norm):
+    model = _model(checkpoints, family, norm, "MODEL.ROI_ALIGN_IMPL", "torchvision")
+    graph = NetworkGraph(model).eval()
+    for image in images_bgr(SHAPES):
+        batch = model.preprocess([image])
+        with torch.inference_mode():
+            ref = model._detect(batch)[0]
+            proposals, boxes, scores, labels, masks = graph(*_graph_args(batch))
+        assert len(ref.boxes) > 10
+        for ours, theirs in ((boxes, ref.boxes), (scores, ref.scores), (labels, ref.labels), (masks, ref.masks)):
+            assert torch.equal(ours, theirs)
+        assert graph.frame == ref.frame
+
+
+def test_graph_takes_rules_from_the_model_not_from_names(checkpoints):
+    """A family's rule changed on the built model (not its name) changes the graph the same way."""
+    model = _model(checkpoints, "torchvision_v1", "FrozenBN", "MODEL.ROI_ALIGN_IMPL", "torchvision")
+    model.box_predictor.ties_at_cap = True
+    model.box_predictor.detections_per_image = 7
+    model.rpn.box_rule = model.box_predictor.box_rule = minidet.boxes.BoxRule(offset=1, inclusive_nms=True)
+    batch = model.preprocess(images_bgr(SHAPES[:1]))
+    with torch.inference_mode():
+        ref = model._detect(batch)[0]
+        _, boxes, scores, _, _ = NetworkGraph(model).eval()(*_graph_args(batch))
+    assert len(ref.boxes) >= 7 and torch.equal(boxes, ref.boxes) and torch.equal(scores, ref.scores)
+
+
+# ------------------------------------------------------------------------- ONNX's operators, against torchvision
+
+
+def _onnx_of(module: torch.nn.Module, args: tuple, dynamic: tuple) -> object:
+    from minidet.export.ops import TRANSLATIONS
+
+    program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, verbose=False,
+                                custom_translation_table=TRANSLATIONS)
+    return ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+class _NMS(torch.nn.Module):
+    def __init__(self, thresh: float, groups: int) -> None:
+        super().__init__()
+        self.thresh, self.groups = thresh, groups
+
+    def forward(self, boxes, scores, groups):
+        return torch.ops.minidet.batched_nms(boxes, scores, groups, self.thresh, self.groups)
+
+
+def _boxes(n: int, seed: int, grid: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    if grid:  # integer boxes: many pairs at IoU exactly 0.5 (touching halves), 1/3, ...
+        xy = torch.randint(0, 8, (n, 2), generator=gen).float() * 4
+        wh = torch.randint(1, 3, (n, 2), generator=gen).float() * 8
+    else:
+        xy, wh = torch.rand(n, 2, generator=gen) * 300, torch.rand(n, 2, generator=gen) * 80 + 1
+    scores = torch.randperm(n, generator=gen).float() / n  # distinct scores
+    return torch.cat([xy, xy + wh], 1), scores, torch.randint(0, 4, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_onnx_nms_keeps_what_torchvision_keeps_both_ways(inclusive):
+    """Per group (more than 1000 boxes) and over shifted boxes (fewer), at and off exact-threshold IoUs."""
+    t = strict_threshold(0.5, inclusive)
+    session = _onnx_of(_NMS(t, 4), _boxes(50, 0), ({0: torch.export.Dim("n")},) * 3)
+    for n, grid in ((300, True), (300, False), (1500, True), (1500, False), (0, False)):
+        boxes, scores, groups = _boxes(n, n + grid, grid)
+        ref = batched_nms(boxes, scores, groups, t, 4)
+        got = session.run(None, {"boxes": boxes.numpy(), "scores": scores.numpy(), "groups": groups.numpy()})[0]
+        assert np.array_equal(got, ref.numpy()), (n, grid)
+        if grid and n:  # the rule is visible: >= keeps fewer than > on these boxes
+            other = batched_nms(boxes, scores, groups, strict_threshold(0.5, not inclusive), 4)
+            assert len(other) != len(ref)
+
+
+def test_strict_threshold_is_each_familys_rule():
+    ious = torch.tensor([0.5, np.nextafter(np.float32(0.5), 1), np.nextafter(np.float32(0.5), 0), 0.7, 0.3])
+    for thresh in (0.5, 0.7, 0.3):
+        for inclusive in (False, True):
+            t = strict_threshold(thresh, inclusive)
+            want = ious.double() >= thresh if inclusive else ious.double() > thresh
+            assert torch.equal(ious > t, want) and np.float32(t) == t
+
+
+class _RoIAlign(torch.nn.Module):
+    def __init__(self, sampling: int, aligned: bool) -> None:
+        super().__init__()
+        self.sampling, self.aligned = sampling, aligned
+
+    def forward(self, features, rois):
+        return torch.ops.torchvision.roi_align(features, rois, 0.25, 7, 7, self.sampling, self.aligned)
+
+
+@pytest.mark.parametrize(("sampling", "aligned"), [(2, False), (0, False), (0, True), (2, True)])
+def test_onnx_roialign_is_torchvisions(sampling, aligned):
+    gen = torch.Generator().manual_seed(1)
+    feats = torch.randn(1, 8, 40, 56, generator=gen)
+    xy = torch.rand(60, 2, generator=gen) * 200 - 10
+    rois = torch.cat([torch.zeros(60, 1), xy, xy + torch.rand(60, 2, generator=gen) * 120], 1)
+    rois[:5, 3:] = rois[:5, 1:3]  # empty boxes: under one cell (not aligned: one cell)
+    session = _onnx_of(_RoIAlign(sampling, aligned), (feats, rois[:10]), ({2: torch.export.Dim("h"), 3:
+                       torch.export.Dim("w")}, {0: torch.export.Dim("r")}))
+    got = session.run(None, {"features": feats.numpy(), "rois": rois.numpy()})[0]
+    assert np.array_equal(got, _RoIAlign(sampling, aligned)(feats, rois).numpy())
+
+
+@pytest.mark.parametrize("shape", [(1, 256, 60, 88), (300, 1024)])
+def test_exported_groupnorm_is_as_close_to_exact_as_pytorchs(shape):
+    """GroupNorm over an FPN-like map and over an fc's rows (maskrcnn-benchmark's GN MLP head): ONNX Runtime's
+    result from the float64 statistics is as near the exact one as PyTorch's own; run by PyTorch, the bits."""
+    from minidet.export.graph import _GroupNorm64
+
+    gen = torch.Generator().manual_seed(0)
+    gn = torch.nn.GroupNorm(32, shape[1]).eval()
+    with torch.no_grad():
+        gn.weight.uniform_(0.5, 1.5, generator=gen), gn.bias.normal_(generator=gen)
+    x = torch.randn(shape, generator=gen) * 3 + 5
+    module = _GroupNorm64(gn).eval()
+    session = _onnx_of(module, (x,), ({0: torch.export.Dim("n")},))
+    got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    with torch.no_grad():
+        exact = torch.nn.functional.group_norm(x.double(), 32, gn.weight.double(), gn.bias.double(), gn.eps)
+        assert torch.equal(module(x), gn(x))
+        assert (got.double() - exact).abs().max() <= 2 * (gn(x).double() - exact).abs().max() + 1e-7
+
+
+# ------------------------------------------------------------------------------------------- refused files
+
+
+def _tiny_onnx(path: Path, **metadata: str) -> Path:
+    """A valid one-node ONNX model (Identity) with ``metadata``."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    helper.set_model_props(model, metadata)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _minidet_meta(sha: str = "none", version: str = minidet.__version__) -> dict[str, str]:
+    return {"minidet.version": version, "minidet.interface": INTERFACE, "minidet.frame": "resized",
+            "minidet.weights_sha256": sha, "minidet.weights": "/somewhere/model.pth"}
+
+
+RUNTIMES = ["onnxruntime"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_refusals_are_one_line(tmp_path, runtime):
+    from minidet.export.onnxfile import RUNTIME_NAMES
+
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07" + bytes(range(256)) * 40)
+    cases = {
+        str(corrupt): f"not an ONNX model {RUNTIME_NAMES[runtime]} can load",
+        str(_tiny_onnx(tmp_path / "foreign.onnx", author="someone")): "not one `minidet export` wrote",
+        str(_tiny_onnx(tmp_path / "old.onnx", **_minidet_meta(version="0.0.1"))): "written by minidet 0.0.1, this "
+        f"is minidet {minidet.__version__}",
+        str(tmp_path / "missing.onnx"): "not found",
+        str(tmp_path): "is a folder",
+    }
+    for path, expected in cases.items():
+        with pytest.raises(ExportError) as e:
+            open_graph(path, runtime=runtime)
+        assert expected in str(e.value) and path in str(e.value) and "\n" not in str(e.value)
+    graph = _tiny_onnx(tmp_path / "ok.onnx", **_minidet_meta("abc"))
+    assert open_graph(str(graph), "abc", runtime=runtime).metadata["minidet.weights_sha256"] == "abc"
+    with pytest.raises(ExportError, match="MODEL.WEIGHTS changed since the export"):
+        open_graph(str(graph), "def", runtime=runtime)
+
+
+def _runtime_cfg(tmp_path: Path, graph: Path, weights: str = "none", *opts) -> Path:
+    cfg = config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", *SIZE, "MODEL.RUNTIME", "onnxruntime",
+                 "MODEL.GRAPH", str(graph), *opts, weights=weights)
+    path = tmp_path / "config.yaml"
+    path.write_text(cfg.dump())
+    return path
+
+
+def test_weights_changed_since_export_is_one_line_in_infer(tmp_path, capfd):
+    weights = tmp_path / "model.pth"
+    weights.write_bytes(b"the weights as exported")
+    from minidet.hub import file_sha256
+
+    graph = _tiny_onnx(tmp_path / "model.onnx", **_minidet_meta(file_sha256(weights)))
+    weights.write_bytes(b"other weights, same name")
+    cfg = _runtime_cfg(tmp_path, graph, str(weights))
+    image = tmp_path / "a.png"
+    import cv2
+
+    cv2.imwrite(str(image), images_bgr(SHAPES[:1])[0])
+    r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(cfg), "--input", str(image), "--output",
+                  str(tmp_path / "out"), "--workers", "0", capture=capfd)
+    line = one_error_line(r.stderr)
+    assert r.returncode == 2 and "MODEL.WEIGHTS changed since the export" in line and str(graph) in line
+
+
+def test_missing_extra_and_settings_are_one_line(tmp_path, monkeypatch):
+    graph = _tiny_onnx(tmp_path / "model.onnx", **_minidet_meta())
+    cfg = minidet.get_cfg(str(_runtime_cfg(tmp_path, graph)))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as in an environment without the extra
+    with pytest.raises(ExportError, match=r"needs the package onnxruntime \(the export extra: pip install"):
+        minidet.prepare_model(cfg)
+    monkeypatch.undo()
+    for key, value, expected in (("MODEL.GRAPH", "", "needs MODEL.GRAPH"), ("MODEL.DEVICE", "cuda", "runs on the CPU")):
+        bad = cfg.clone()
+        bad.merge_from_list([key, value])
+        with pytest.raises(minidet.ConfigError, match=expected):
+            minidet.prepare_model(bad)
+
+
+def test_export_without_the_extra_is_one_line(tmp_path, capfd, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as in an environment without the extra
+    r = call_tool(ROOT / "tools" / "export.py", "--config-file", "torchvision/maskrcnn_resnet50_fpn", "--output",
+                  str(tmp_path / "out"), "MODEL.WEIGHTS", "none", capture=capfd)
+    line = one_error_line(r.stderr)
+    assert r.returncode == 2 and "minidet export needs the package onnxscript" in line and "minidet[export]" in line
+
+
+# ------------------------------------------------------------------------- exported, run by ONNX Runtime (slow)
+
+
+def _exported(model) -> ExportedNetwork:
+    data = export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {"minidet.weights_sha256": "test"})
+    return ExportedNetwork(open_graph("exported", data=data))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "norm"), CASES)
+def test_exported_family_passes_the_gate(checkpoints, family, norm):
+    model = _model(checkpoints, family, norm)
+    report = run_gate(model, _exported(model), [(str(i), im) for i, im in enumerate(images_bgr(SHAPES))], repeats=0)
+    assert report["passed"], report
+    assert all(c["eager"] > 10 and not c["verdict"].startswith("unstable") for c in report["images"]), report
+
+
+@pytest.mark.slow
+def test_wrong_nms_threshold_fails_the_gate(checkpoints):
+    """The exported torchvision graph with its box head's NMS threshold 0.5 moved to 0.45: the gate says so."""
+    model = _model(checkpoints, "torchvision_v1")
+    proto = onnx.load_from_string(export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {}))
+    from onnx import numpy_helper
+
+    thresholds = {n.input[3] for n in proto.graph.node if n.op_type == "NonMaxSuppression"}
+    held = [t for t in proto.graph.initializer if t.name in thresholds]  # the exporter folds them into initializers
+    box_head = [t for t in held if numpy_helper.to_array(t).tolist() == [0.5]]
+    assert len(box_head) == 1  # one constant for the box head's two NMS ways (per class, shifted)
+    box_head[0].CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(box_head[0]), 0.45),
+                                                 box_head[0].name))
+    wrong = ExportedNetwork(open_graph("wrong", data=proto.SerializeToString()))
+    report = run_gate(model, wrong, [(str(i), im) for i, im in enumerate(images_bgr(SHAPES))], repeats=0)
+    assert not report["passed"]
+    assert any(c["verdict"] == "DIFFERS" and c["first"] == "box_head" for c in report["images"])
+
+
+@pytest.mark.slow
+def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_path, capfd):
+    weights = checkpoints("detectron2")
+    out = tmp_path / "export"
+    images = [tmp_path / f"{i}.png" for i in range(2)]
+    import cv2
+
+    for path, image in zip(images, images_bgr(SHAPES)):
+        cv2.imwrite(str(path), image)
+    r = call_tool(ROOT / "tools" / "export.py", "--config-file", "detectron2/mask_rcnn_R_50_FPN_1x", "--output",
+                  str(out), "--images", *map(str, images), "--repeats", "1", "MODEL.WEIGHTS", str(weights),
+                  *map(str, SIZE), capture=capfd)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] and report["written"] and report["frame"] == "resized"
+    assert {"torch", "onnx", "onnxscript", "onnxruntime", "minidet"} <= set(report["versions"])
+    assert report["not_exact"] and all(c["verdict"].startswith("same") for c in report["images"])
+    cfg = minidet.get_cfg(str(out / "config.yaml"))
+    assert cfg.MODEL.RUNTIME == "onnxruntime" and Path(cfg.MODEL.GRAPH) == out / "model.onnx"
+    exported, eager = minidet.Predictor(cfg), minidet.Predictor(config(FAMILIES["detectron2"][0], *SIZE,
+                                                                        weights=weights))
+    assert "minidet export of" in exported.weights_summary and "network" in exported(cv2.imread(str(images[0])))[
+        "timings"]
+    from minidet.testing.compare import compare_detections
+
+    for path in images:
+        image = cv2.imread(str(path))
+        got, ref = exported(image), eager(image)
+        problem = compare_detections(got, ref).problem()
+        assert not problem or problem.startswith("mask IoU"), problem  # masks: float noise at the paste only
+    r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(out / "config.yaml"), "--input",
+                  str(images[0]), "--output", str(tmp_path / "infer"), "--workers", "0", "--no-vis", capture=capfd)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "infer" / "0.json").read_text())["instances"]
+    if importlib.util.find_spec("openvino") is not None:  # the same file under OpenVINO
+        cfg.merge_from_list(["MODEL.RUNTIME", "openvino"])
+        image = cv2.imread(str(images[0]))
+        problem = compare_detections(minidet.Predictor(cfg)(image), eager(image)).problem()
+        assert not problem or problem.startswith("mask IoU"), problem
+
+
+@pytest.mark.slow
+def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, tmp_path, capfd):
+    """COCO AP on coco_tiny's first images: the exported graph (ONNX Runtime) and eager minidet."""
+    tiny = ROOT.parent / "shared" / "data" / "coco_tiny"
+    if not tiny.is_dir():
+        pytest.skip("needs ../shared/data/coco_tiny")
+    weights = checkpoints("maskrcnn_benchmark")
+    model = _model(checkpoints, "maskrcnn_benchmark")
+    graph = tmp_path / "model.onnx"
+    from minidet.hub import file_sha256
+
+    graph.write_bytes(export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {
+        "minidet.weights_sha256": file_sha256(weights), "minidet.weights": str(weights)}))
+    metrics = {}
+    for runtime in ("torch", "onnxruntime"):
+        out = tmp_path / runtime
+        r = call_tool(ROOT / "tools" / "eval_coco.py", "--config-file", str(ROOT / FAMILIES["maskrcnn_benchmark"][0]),
+                      "--ann", str(tiny / "annotations" / "instances_val2017.json"), "--images", str(tiny / "val2017"),
+                      "--output", str(out), "--max-images", "4", "--workers", "0", "MODEL.WEIGHTS", str(weights),
+                      *map(str, SIZE), "MODEL.RUNTIME", runtime, "MODEL.GRAPH", str(graph), capture=capfd)
+        assert r.returncode == 0, r.stderr
+        metrics[runtime] = json.loads((out / "metrics.json").read_text())
+    for kind in ("bbox", "segm"):
+        ours, ref = metrics["onnxruntime"][kind]["stats"], metrics["torch"][kind]["stats"]
+        assert np.allclose(ours, ref, atol=2e-3), (kind, ours, ref)
+
+
+@pytest.mark.slow
+def test_export_writes_nothing_when_the_gate_checks_nothing(tmp_path, capfd):
+    """No image with a detection to judge (a blank picture, a threshold nothing passes): status 1, one error
+    line, only report.json; with --force the export is written and marked."""
+    import cv2
+
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((240, 320, 3), 114, np.uint8))
+    args = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--images", str(blank), "--repeats", "0",
+            "MODEL.WEIGHTS", "none", "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "1.0", *map(str, SIZE)]
+    out = tmp_path / "out"
+    r = call_tool(ROOT / "tools" / "export.py", "--output", str(out), *args, capture=capfd)
+    assert r.returncode == 1 and "nothing exported" in one_error_line(r.stderr), r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    report = json.loads((out / "report.json").read_text())
+    assert not report["passed"] and not report["written"] and report["images"][0]["eager"] == 0
+    forced = tmp_path / "forced"
+    r = call_tool(ROOT / "tools" / "export.py", "--output", str(forced), "--force", *args, capture=capfd)
+    assert r.returncode == 0 and "written anyway (--force)" in r.stderr, r.stderr
+    assert sorted(p.name for p in forced.iterdir()) == ["config.yaml", "model.onnx", "report.json"]
+    assert "FAILED (written with --force)" in (forced / "config.yaml").read_text().splitlines()[0]
+    assert json.loads((forced / "report.json").read_text())["forced"]
