@@ -283,6 +283,34 @@ def test_benchmark_batch_throughput_busy_warning_and_bf16_drift(tmp_path):
     assert f"{d['matched']}/20 fp32 detections matched" in line and "COCO AP of bf16 with fp32 as ground truth" in line
 
 
+@pytest.mark.slow
+def test_the_exported_graph_runs_in_the_benchmark_like_any_variant(tmp_path):
+    """``--norms onnxruntime`` (and ``openvino`` where installed): the FrozenBN model exported once, run by the
+    runtime inside minidet, timed in the same interleaved loop, its network one stage, its FLOPs the eager
+    network's, judged against torchvision like the other variants."""
+    import importlib.util
+
+    from helpers import needs_extra
+
+    needs_extra("onnxruntime", "export")  # CI: an error when missing
+    if importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("needs the minidet[export] extra")
+    runtimes = ["onnxruntime"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+    out_json = tmp_path / "bench.json"
+    proc = _run("--size", "160", "--image", "120x160", "--iters", "1", "--warmup", "0", "--no-memory",
+                "--norms", ",".join(["FrozenBN", *runtimes]), "--vs-torchvision", "--peak-seconds", "0.05",
+                "--json", str(out_json), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["variant"]: r for r in json.loads(out_json.read_text())["runs"]}
+    for runtime in runtimes:
+        row = rows[runtime]
+        assert set(row["stages"]) == {"preprocess", "network", "paste", "total"}
+        assert row["flops"]["total"] == rows["FrozenBN"]["flops"]["total"] > 0 and row["floor"]["fraction"] > 0
+        assert row["vs_torchvision"]["detections"]["images"] == 1 and row["vs_frozenbn"]["speed"] > 0
+        assert f"{runtime} " in proc.stdout.split("verdict:")[-1]
+    assert proc.stderr.count("exporting the FrozenBN R-50 model") == 1  # one graph for both runtimes
+
+
 def test_benchmark_arguments(capsys):
     tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "GN,Affine+fold,none", "--depths", "50,101", "--batch", "1,16", "--size", "512"])
@@ -295,6 +323,8 @@ def test_benchmark_arguments(capsys):
     assert tool.DRIFT_IMAGES == TINY
     bad_cases = [(["--norms", "FrozenBN,BatchNorm"], "unknown BatchNorm"), (["--batch", "0"], "--batch")]
     bad_cases += [(["--peak-seconds", "-1"], "--peak-seconds"), (["--keep-memory", "maybe"], "--keep-memory")]
+    bad_cases += [(["--norms", "onnxruntime", "--amp", "bf16"], "an exported graph runs on the CPU in float32"),
+                  (["--norms", "FrozenBN,openvino", "--device", "cuda"], "an exported graph runs on the CPU")]
     for bad, msg in bad_cases:
         with pytest.raises(SystemExit) as e:
             tool.parse_args(bad)

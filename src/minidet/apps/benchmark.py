@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/benchmark.py [--config-file CFG] [--norms FrozenBN,Affine,Affine+fold,GN,none]
+    python tools/benchmark.py [--config-file CFG] [--norms FrozenBN,Affine,Affine+fold,GN,none,onnxruntime,openvino]
         [--depths 50,101] [--batch 1,16] [--device cpu|cuda] [--amp bf16|fp16] [--size 800]
         [--image 480x640] [--iters N] [--warmup K] [--threads T] [--vs-torchvision] [--no-memory]
         [--keep-memory on|off] [--peak-seconds S] [--busy-load L] [--busy-cpu F]
@@ -11,12 +11,15 @@ Usage::
 No checkpoint is needed: every depth gets realistic random weights (torchvision's own model from
 ``minidet.testing.tvref.build_tv`` for a torchvision config, which minidet loads in each
 ``--norms`` variant and ``--vs-torchvision`` runs too; randomized minidet models for ``GN``,
-``none`` and configs torchvision cannot build). Each iteration runs every model once, in turn,
+``none`` and configs torchvision cannot build). ``onnxruntime`` and ``openvino`` are the FrozenBN model
+exported as ``minidet export`` exports it (once per depth, the same weights) and run by that runtime inside
+minidet (``MODEL.RUNTIME``: minidet's pre- and post-processing around the graph, the network one stage); the
+``export`` / ``openvino`` extras. Each iteration runs every model once, in turn,
 the order rotating by one model per iteration; ``--warmup`` iterations are not recorded. This
 file holds the command line, the models (``Runner``), the interleaved timing loop, the
 torchvision channels-last baseline, the memory probe, the FLOP count per stage, the peak
 micro-benchmarks, the busy-machine check and the bf16 drift on real images;
-``minidet.testing.benchreport`` the analysis, the printed report and the chart. What is measured,
+``minidet.apps.benchreport`` the analysis, the printed report and the chart. What is measured,
 how the stages of the two implementations line up and how the detections are judged:
 docs/exactness.md ("The benchmark").
 Trailing ``KEY VALUE`` pairs override the minidet config last.
@@ -49,8 +52,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import minidet
 from minidet.apps import benchreport, fail
-from minidet.apps.benchreport import OWN_WEIGHTS, TV, VARIANTS, Run
-from minidet.apps.fileio import write_json
+from minidet.apps.benchreport import OWN_WEIGHTS, RUNTIMES, TV, VARIANTS, Run
+from minidet.apps.fileio import atomic_write, write_json
 from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.config import ConfigError
 from minidet.imageio import IMAGE_EXTENSIONS, ImageReadError, read_image
@@ -144,6 +147,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "benchmark.py") -> arg
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown or not args.variants:
         p.error(f"--norms: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(VARIANTS)}")
+    runtimes = [v for v in args.variants if v in RUNTIMES]
+    if runtimes and (args.device != "cpu" or args.amp):
+        p.error(f"--norms {','.join(runtimes)}: an exported graph runs on the CPU in float32 (no --device "
+                f"{args.device}{', no --amp' if args.amp else ''})")
     if not args.batch_list or min(args.batch_list) < 1 or not args.depth_list:
         p.error("--batch and --depths need at least one value; batch sizes >= 1")
     if "TEST.AMP" in args.opts[::2]:
@@ -206,8 +213,9 @@ def prepare_without_norm(cfg, weights: str):
 class Runner:
     """One model of the benchmark (a minidet variant or torchvision) at one depth and batch size."""
 
-    def __init__(self, variant: str, depth: int, batch: int, weights: str, tv_version: int | None, source: str):
-        self.variant, self.depth, self.batch = variant, depth, batch
+    def __init__(self, variant: str, depth: int, batch: int, weights: str, tv_version: int | None, source: str,
+                 graph: str | None = None):
+        self.variant, self.depth, self.batch, self.graph = variant, depth, batch, graph  # graph: RUNTIMES' file
         self.impl = TV if variant == TV else "minidet"
         self.weights, self.tv_version, self.source = weights, tv_version, source
         self.records: list[dict[str, float]] = []  # per timed call: {stage: seconds}
@@ -232,7 +240,7 @@ class Runner:
         return " ".join(parts)
 
     def record(self, depths: list[int], batches: list[int]) -> Run:
-        """What this model measured, as the plain record of ``minidet.testing.benchreport``."""
+        """What this model measured, as the plain record of ``minidet.apps.benchreport``."""
         return Run(
             label=self.label(depths, batches), impl=self.impl, variant=self.variant, depth=self.depth,
             batch=self.batch, source=self.source, records=self.records, detail_records=self.detail_records,
@@ -249,6 +257,7 @@ class Runner:
             "weights": self.weights,
             "tv_version": self.tv_version,
             "source": self.source,
+            "graph": self.graph,
         }
 
     def load(self, args: argparse.Namespace) -> None:
@@ -262,7 +271,9 @@ class Runner:
             self._forward = TorchvisionStages(model.to(device), device)
         else:
             norm, fold = VARIANTS[self.variant]
-            if norm:
+            if self.variant in RUNTIMES:
+                model, report = self._exported(args)
+            elif norm:
                 model, report = minidet.prepare_model(make_cfg(args, norm, fold, self.depth), weights=self.weights)
             else:
                 model, report = prepare_without_norm(make_cfg(args, depth=self.depth), self.weights)
@@ -276,8 +287,27 @@ class Runner:
                 return outs, dict(model.timer.times), dict(model.timer.details)
 
             self._prepare, self._forward = list, forward
-        self._model = model
+        self._model, self._args = model, args
         self.set_amp(args.amp)
+
+    def _exported(self, args: argparse.Namespace):
+        """The FrozenBN model exported as ``minidet export`` does (once per depth: ``self.graph``, not yet written)
+        and prepared to run that graph under the runtime this variant names (``MODEL.RUNTIME``)."""
+        from minidet.export.onnxfile import export_onnx
+
+        cfg = make_cfg(args, "FrozenBN", False, self.depth)
+        if not os.path.exists(self.graph):
+            from minidet.hub import file_sha256
+
+            print(f"exporting the FrozenBN R-{self.depth} model for {self.variant} (minidet.export)", file=sys.stderr,
+                  flush=True)
+            eager, _ = minidet.prepare_model(cfg, weights=self.weights)
+            example = eager.preprocess([structured_image(*args.image_hw, seed=0)])
+            data = export_onnx(eager, example, {"minidet.weights": self.weights,
+                                                "minidet.weights_sha256": file_sha256(self.weights)})
+            atomic_write(self.graph, data)
+        cfg.merge_from_list(["MODEL.RUNTIME", self.variant, "MODEL.GRAPH", self.graph])
+        return minidet.prepare_model(cfg, weights=self.weights)
 
     def set_amp(self, amp: str | None) -> None:
         """Mixed precision: minidet's own ``TEST.AMP`` (network layers only, box math float32);
@@ -332,14 +362,16 @@ class Runner:
             for name in STAGES:
                 if name in ends:
                     stages[name], prev = ends[name] - prev, ends[name]
-        else:
-            timer, flop_stages = self._model.timer, _FlopStages(counter)
-            self._model.set_runtime(timer=flop_stages)
+        else:  # an exported graph runs the eager FrozenBN network's FLOPs: counted on that model
+            model = self._model if self.variant not in RUNTIMES else minidet.prepare_model(
+                make_cfg(self._args, "FrozenBN", False, self.depth), weights=self.weights)[0]
+            timer, flop_stages = model.timer, _FlopStages(counter)
+            model.set_runtime(timer=flop_stages)
             try:
                 with counter:
-                    self._model(inputs)
+                    model(inputs)
             finally:
-                self._model.set_runtime(timer=timer)
+                model.set_runtime(timer=timer)
             stages = {s: flop_stages.flops[s] for s in STAGES if s in flop_stages.flops}
         return {"stages": stages, "total": counter.get_total_flops()}
 
@@ -638,7 +670,8 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
                 runners.append(Runner(TV, depth, batch, paths["frozen"][0], version, paths["frozen"][1]))
             for v in args.variants:
                 path, source = paths[v if v in OWN_WEIGHTS else "frozen"]
-                runners.append(Runner(v, depth, batch, path, version, source))
+                graph = os.path.join(tmp, f"frozenbn_r{depth}.onnx") if v in RUNTIMES else None  # one per depth
+                runners.append(Runner(v, depth, batch, path, version, source, graph))
     return runners
 
 

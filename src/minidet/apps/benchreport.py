@@ -34,7 +34,13 @@ VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "Affine+fold": ("Affine", True),
     "GN": ("GN", False),
     "none": ("", False),  # no norm layer at all (see strip_norms)
+    # the FrozenBN model exported (minidet export's graph, the same weights) and run by that runtime
+    "onnxruntime": ("FrozenBN", False),
+    "openvino": ("FrozenBN", False),
 }
+RUNTIMES = ("onnxruntime", "openvino")  # variants whose network is the exported graph (MODEL.RUNTIME): one stage
+# the stage columns: an exported graph's network is one stage between preprocess and paste
+COLUMNS = (STAGES[0], "network", *STAGES[1:])
 OWN_WEIGHTS = ("GN", "none")  # variants that cannot load the frozen-BN weights: randomized minidet models
 TV = "torchvision"
 # the steps where torchvision does avoidable work (timed steps inside stages, and the paste stage):
@@ -79,6 +85,11 @@ def _ratio(a: float, b: float) -> float | None:
 def _increase(a: float, b: float) -> float | None:
     """How much longer ``a`` takes than ``b``, as a fraction of ``b``."""
     return a / b - 1 if b > 0 else None
+
+
+def _median(row: dict, stage: str) -> float | None:
+    """``stage``'s median seconds in ``row``; None where the row has no such stage (an exported graph's)."""
+    return row["stages"][stage]["median"] if stage in row["stages"] else None
 
 
 def _detail_stats(records: list[dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -173,21 +184,23 @@ def analyze(runs: list[Run], peaks: dict | None = None, amp: str | None = None) 
         group = [(o, x) for o, x in zip(rows, runs) if (x.depth, x.batch) == (r.depth, r.batch)]
         by = {x.variant: o for o, x in group}
         base = by.get("FrozenBN")
+        layers = "backbone" in row["stages"]  # else an exported graph: the network is one stage
         if base is not None and r.impl != TV:
-            bb, bb_fb = row["stages"]["backbone"]["median"], base["stages"]["backbone"]["median"]
+            bb, bb_fb = _median(row, "backbone"), _median(base, "backbone")
             row["vs_frozenbn"] = {
                 "speed": _ratio(base["wall"]["median"], row["wall"]["median"]),
-                "stages": {s: _ratio(v["median"], base["stages"][s]["median"]) for s, v in row["stages"].items()},
+                "stages": {s: _ratio(v["median"], base["stages"][s]["median"])
+                           for s, v in row["stages"].items() if s in base["stages"]},
                 # this variant's extra time over FrozenBN's, as a fraction of FrozenBN's (0.25: 25% slower)
-                "backbone_increase": _increase(bb, bb_fb),
+                "backbone_increase": None if bb is None else _increase(bb, bb_fb),
                 "end_to_end_increase": _increase(row["wall"]["median"], base["wall"]["median"]),
             }
         folded = by.get("Affine+fold") or by.get("FrozenBN+fold")
-        if folded is not None and r.variant in VARIANTS and r.variant not in OWN_WEIGHTS:
+        if folded is not None and layers and r.impl != TV and r.variant not in OWN_WEIGHTS:
             bb, bf = row["stages"]["backbone"]["median"], folded["stages"]["backbone"]["median"]
             row["norm_share_of_backbone"] = (bb - bf) / bb
         none = by.get("none")
-        if none is not None and r.impl != TV and r.variant != "none":
+        if none is not None and layers and r.impl != TV and r.variant != "none":
             none_r = next(x for o, x in group if o is none)
             bb, bn = row["stages"]["backbone"]["median"], none["stages"]["backbone"]["median"]
             paired = [_ratio(a["backbone"], b["backbone"]) for a, b in zip(r.records, none_r.records)]
@@ -278,7 +291,7 @@ def report(
     for row in rows:
         title = f"{row['label']} ({row['impl']}, R-{row['depth']}, batch {row['batch']}), ms per forward:"
         out += [format_table(row["stages"], title=title), ""]
-    stages = [s for s in STAGES if any(s in row["stages"] for row in rows)]
+    stages = [s for s in COLUMNS if any(s in row["stages"] for row in rows)]
     width = max(12, *(len(row["label"]) + 1 for row in rows))
     cols = [*(s[:9] for s in stages), "wall", "(sd)", "min", "cpu", "img/s", "vs FrozenBN", "vs tv", "dets", "mem MiB"]
     out.append(f"{'median ms':<{width}}" + "".join(f"{c:>{max(9, len(c) + 1)}}" for c in cols))
@@ -647,6 +660,7 @@ def step_table(rows: list[dict]) -> list[str]:
 _COLORS = {  # BGR
     "preprocess": (160, 160, 160),
     "backbone": (180, 119, 31),
+    "network": (0, 170, 200),
     "fpn": (14, 127, 255),
     "rpn": (44, 160, 44),
     "box_head": (40, 39, 214),
@@ -664,7 +678,7 @@ def _nice_step(top: float, ticks: int = 6) -> float:
 def draw_chart(rows: list[dict], title: str, path: str) -> None:
     """Stacked bars, one per model: the median time of each stage per image, in ms."""
     font, aa = cv2.FONT_HERSHEY_SIMPLEX, cv2.LINE_AA
-    stages = [s for s in STAGES if any(s in r["stages"] for r in rows)]
+    stages = [s for s in COLUMNS if any(s in r["stages"] for r in rows)]
     vals = [[1e3 * r["stages"].get(s, {"median": 0.0})["median"] / r["batch"] for s in stages] for r in rows]
     top = max(sum(v) for v in vals) * 1.08 or 1.0
     step = _nice_step(top)
