@@ -337,25 +337,46 @@ def test_export_without_the_extra_is_one_line(tmp_path, capfd, monkeypatch):
 # ------------------------------------------------------------------------- exported, run by ONNX Runtime (slow)
 
 
-def _exported(model) -> ExportedNetwork:
-    data = export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {"minidet.weights_sha256": "test"})
-    return ExportedNetwork(open_graph("exported", data=data))
+REUSED = {("torchvision_v1", "FrozenBN"), ("maskrcnn_benchmark", "FrozenBN")}  # exports the later tests take too
+
+
+@pytest.fixture(scope="module")
+def exports(checkpoints):
+    """(family, norm) -> the bytes of its model's export (its checkpoint's digest in the metadata); those in
+    ``REUSED`` are kept for the tests after the gate's (an export takes half a minute)."""
+    from minidet.hub import file_sha256
+
+    kept = {}
+
+    def get(family: str, norm: str = "FrozenBN", model=None) -> bytes:
+        if (family, norm) in kept:
+            return kept[family, norm]
+        model = model or _model(checkpoints, family, norm)
+        weights = checkpoints(family)
+        data = export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {
+            "minidet.weights_sha256": file_sha256(weights), "minidet.weights": str(weights)})
+        if (family, norm) in REUSED:
+            kept[family, norm] = data
+        return data
+
+    return get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("family", "norm"), CASES)
-def test_exported_family_passes_the_gate(checkpoints, family, norm):
+def test_exported_family_passes_the_gate(checkpoints, exports, family, norm):
     model = _model(checkpoints, family, norm)
-    report = run_gate(model, _exported(model), [(str(i), im) for i, im in enumerate(images_bgr(SHAPES))], repeats=0)
+    network = ExportedNetwork(open_graph("exported", data=exports(family, norm, model)))
+    report = run_gate(model, network, [(str(i), im) for i, im in enumerate(images_bgr(SHAPES))], repeats=0)
     assert report["passed"], report
     assert all(c["eager"] > 10 and not c["verdict"].startswith("unstable") for c in report["images"]), report
 
 
 @pytest.mark.slow
-def test_wrong_nms_threshold_fails_the_gate(checkpoints):
+def test_wrong_nms_threshold_fails_the_gate(checkpoints, exports):
     """The exported torchvision graph with its box head's NMS threshold 0.5 moved to 0.45: the gate says so."""
     model = _model(checkpoints, "torchvision_v1")
-    proto = onnx.load_from_string(export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {}))
+    proto = onnx.load_from_string(exports("torchvision_v1", "FrozenBN", model))
     from onnx import numpy_helper
 
     thresholds = {n.input[3] for n in proto.graph.node if n.op_type == "NonMaxSuppression"}
@@ -412,18 +433,14 @@ def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_
 
 
 @pytest.mark.slow
-def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, tmp_path, capfd):
+def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, exports, tmp_path, capfd):
     """COCO AP on coco_tiny's first images: the exported graph (ONNX Runtime) and eager minidet."""
     tiny = ROOT.parent / "shared" / "data" / "coco_tiny"
     if not tiny.is_dir():
         pytest.skip("needs ../shared/data/coco_tiny")
     weights = checkpoints("maskrcnn_benchmark")
-    model = _model(checkpoints, "maskrcnn_benchmark")
     graph = tmp_path / "model.onnx"
-    from minidet.hub import file_sha256
-
-    graph.write_bytes(export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {
-        "minidet.weights_sha256": file_sha256(weights), "minidet.weights": str(weights)}))
+    graph.write_bytes(exports("maskrcnn_benchmark"))
     metrics = {}
     for runtime in ("torch", "onnxruntime"):
         out = tmp_path / runtime

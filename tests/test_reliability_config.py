@@ -140,7 +140,8 @@ def test_every_key_has_a_rule():
     """A new key cannot be added without saying what it may hold (booleans: True or False)."""
     keys = _leaves(minidet.get_cfg())
     free = {k for k, v in keys.items() if k not in RULES and not isinstance(v, bool)}
-    assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES"}  # CLASS_NAMES: distinct non-empty names (validate_cfg)
+    # CLASS_NAMES: distinct non-empty names (validate_cfg); WEIGHTS and GRAPH: files, checked where they are opened
+    assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES", "MODEL.GRAPH"}
     assert set(RULES) <= set(keys)
     validate_cfg(minidet.get_cfg())
 

@@ -384,3 +384,21 @@ def test_extract_weights_names_a_path_once(tmp_path, capsys):
     target = tmp_path / "no_such_folder" / "out.pth"
     assert tool.main([str(tmp_path / "good.pth"), str(target)]) == 2
     assert one_error_line(capsys.readouterr().err) == f"error: {target}: cannot write (No such file or directory)"
+
+
+def test_chunks_hold_whole_forwards(tv_file, tmp_path, capfd):
+    """``TEST.IMS_PER_BATCH 2`` with ``--chunk-size 1``: the images of one forward are padded together, so each
+    chunk holds whole forwards ([1, 2], [bad, 4], [5]; an unreadable file is one of its forward's images), never
+    one image of a forward without the other: ``--resume`` after any stop runs the forwards left as they were."""
+    photos = tmp_path / "photos"
+    inputs = _images(photos, ["1.png", "2.png"]) + [photos / "3.png"] + _images(photos, ["4.png", "5.png"])
+    inputs[2].write_bytes(b"not an image")
+    out = tmp_path / "out"
+    res = call_tool(INFER, *_args(tv_file, out, inputs, "--chunk-size", "1", "--workers", "0", "--no-vis"),
+                    "TEST.IMS_PER_BATCH", "2", capture=capfd, cwd=tmp_path, threads=THREADS)
+    assert res.returncode == 1 and "3.png" in res.stderr, res.stderr
+    chunks = []
+    for p in sorted((out / ".chunks").glob("run*.json")):
+        data = json.loads(p.read_text())
+        chunks.append(sorted(data["image_ids"] + [e["image_id"] for e in data["skipped"]]))
+    assert chunks == [[1, 2], [3, 4], [5]], chunks

@@ -197,6 +197,10 @@ class Job(BulkJob):
         self.stream = None
         self.seq = 0
         self.codec: dict[tuple, str | None] = {}
+        # each image's forward (:meth:`_forwards`), the images left of each, the forwards partly finished
+        self.forward_of: dict[int, int] = {}
+        self.forward_left: collections.Counter[int] = collections.Counter()
+        self.open_forwards: set[int] = set()
 
     def inputs(self, cfg) -> tuple[list[tuple[int, str]], dict]:
         """The inputs in sorted path order (ids, shards and the results file follow it), their output names, and
@@ -260,6 +264,27 @@ class Job(BulkJob):
 
     # ------------------------------------------------------------------ the loop
 
+    def _forwards(self, images: list[tuple[int, str]]) -> None:
+        """Note which forward each image runs in: consecutive ``TEST.IMS_PER_BATCH`` of this process's images, as
+        the loader (and Ray's blocks) form them. The images of one forward are padded together, and the padded
+        size reaches the detections (the RPN ranks anchors over the padding too), so a chunk holds whole forwards
+        only: ``--resume`` then runs the forwards left with the images they had in the run it continues."""
+        bs = self.cfg.TEST.IMS_PER_BATCH
+        self.forward_of = {i: k // bs for k, (i, _) in enumerate(images)}
+        self.forward_left = collections.Counter(self.forward_of.values())
+        self.open_forwards = set()
+
+    def _finished_one(self, image_id: int) -> None:
+        """An image is done or skipped: its forward is open until its last image is (under ``self.lock``)."""
+        f = self.forward_of.get(image_id)
+        if f is None:  # a video: a forward of its own
+            return
+        self.forward_left[f] -= 1
+        if self.forward_left[f]:
+            self.open_forwards.add(f)
+        else:
+            self.open_forwards.discard(f)
+
     def loop(self) -> None:
         """This process's images (batched, decoded by the loader's workers, drawn and written by two threads while
         the model runs), then its videos; a chunk is saved as soon as ``--chunk-size`` inputs are finished (their
@@ -273,6 +298,7 @@ class Job(BulkJob):
             self.stream = open(args.results + suffix, "w", encoding="utf-8")  # closed at the end of the loop
         bar = tqdm(total=len(images), unit="img", file=sys.stderr, disable=(not info.is_main or not images) or None,
                    desc=f"rank 0 of {info.world_size}" if info.distributed else None)
+        self._forwards(images)
         files = ImageFiles(images, self.cfg.INPUT.MAX_PIXELS)
         bs = self.cfg.TEST.IMS_PER_BATCH
         try:
@@ -360,6 +386,7 @@ class Job(BulkJob):
         with self.lock:
             self.pending["image_ids"].append(image_id)
             self.pending["instances"].append(n_instances)
+            self._finished_one(image_id)
             if record is not None and self.args.results:
                 line = {"image_id": image_id, "name": self.rel[image_id], **record}
                 self.pending["detections"].append(line)
@@ -372,6 +399,7 @@ class Job(BulkJob):
         error = " ".join(error.split())
         with self.lock:
             self.pending["skipped"].append({"image_id": image_id, "file": self.paths[image_id - 1], "error": error})
+            self._finished_one(image_id)
             tqdm.write(f"error: {error}", file=sys.stderr)
             self._save(full=True)
 
@@ -384,14 +412,28 @@ class Job(BulkJob):
 
     def _save(self, full: bool = False) -> None:
         """Write the finished and skipped inputs as a chunk (with ``full`` only once ``--chunk-size`` of them are
-        there); start anew (memory stays flat)."""
+        there and no forward is partly finished); start anew (memory stays flat). Without ``full`` (the end, or a
+        stop) the images of a partly finished forward are left out: ``--resume`` runs that forward again whole."""
         with self.lock:
+            if full and self.open_forwards:
+                return
+            if self.open_forwards:
+                self._drop_open_forwards()
             n = len(self.pending["image_ids"]) + len(self.pending["skipped"])
             if n == 0 or (full and n < self.args.chunk_size):
                 return
             index = len(self.written)
             self.written.append(self.store.write(self.share.run_id, self.info.rank, index, self.pending))
             self.pending = self._empty()
+
+    def _drop_open_forwards(self) -> None:
+        """Take the images of partly finished forwards out of the pending chunk (their files are rewritten, the
+        same, when ``--resume`` runs their forward)."""
+        p, drop = self.pending, {i for i, f in self.forward_of.items() if f in self.open_forwards}
+        kept = [k for k, i in enumerate(p["image_ids"]) if i not in drop]
+        p["image_ids"], p["instances"] = [p["image_ids"][k] for k in kept], [p["instances"][k] for k in kept]
+        p["detections"] = [d for d in p["detections"] if d["image_id"] not in drop]
+        p["skipped"] = [e for e in p["skipped"] if e["image_id"] not in drop]
 
     # ------------------------------------------------------------------ videos
 

@@ -261,6 +261,7 @@ class RayJob(Job):
         saved every ``--chunk-size`` finished images (as :meth:`Job.loop`); videos are left to ``--engine local``."""
         args = self.args
         images = [(i, p) for i, p in self.share.todo if not is_video(p)]
+        self._forwards(images)  # the actors' forwards: blocks hold whole ones (_blocks)
         if args.results and args.results.endswith(".jsonl"):
             os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
             self.stream = open(args.results + ".partial", "w", encoding="utf-8")  # closed at the end of the loop
