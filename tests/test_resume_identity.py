@@ -402,3 +402,30 @@ def test_chunks_hold_whole_forwards(tv_file, tmp_path, capfd):
         data = json.loads(p.read_text())
         chunks.append(sorted(data["image_ids"] + [e["image_id"] for e in data["skipped"]]))
     assert chunks == [[1, 2], [3, 4], [5]], chunks
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_every_process_runs_the_forwards_of_one_process(batch):
+    """torchrun's shares (:func:`minidet.apps.bulk.shard`) are whole forwards of one process's run (videos run by
+    themselves), for any process count; and the inputs left when whole forwards are done form the same forwards
+    again (a resumed run pads each image with the images it had)."""
+    import random
+
+    from minidet.apps.bulk import shard
+
+    items = [(i, f"{i}.mp4" if i % 5 == 0 else f"{i}.jpg") for i in range(1, 24)]
+    video = lambda path: path.endswith(".mp4")  # noqa: E731
+
+    def forwards(todo):
+        images = [x for x in shard(todo, 0, 1, batch, video) if not video(x[1])]
+        return [tuple(images[k : k + batch]) for k in range(0, len(images), batch)]
+
+    whole = forwards(items)
+    for world in (1, 2, 3):
+        shares = [shard(items, rank, world, batch, video) for rank in range(world)]
+        assert sorted(x for s in shares for x in s) == items
+        for s in shares:
+            images = [x for x in s if not video(x[1])]
+            assert {tuple(images[k : k + batch]) for k in range(0, len(images), batch)} <= set(whole)
+    done = {x for f in random.Random(batch).sample(whole, len(whole) // 2) for x in f}
+    assert set(forwards([x for x in items if x not in done])) <= set(whole)

@@ -25,8 +25,8 @@ from .fileio import no_space
 
 @dataclass
 class Share:
-    """What this process does: ``todo``, every ``world_size``-th ``(id, path)`` not ``done``, as run ``run_id``;
-    ``manifest``: the run's identity (on rank 0)."""
+    """What this process does: ``todo``, its share (:func:`shard`) of the ``(id, path)`` not ``done``, as run
+    ``run_id``; ``manifest``: the run's identity (on rank 0)."""
 
     run_id: int
     todo: list[tuple[int, str]]
@@ -34,12 +34,25 @@ class Share:
     manifest: dict | None = None
 
 
+def shard(todo: list[tuple[int, str]], rank: int, world_size: int, batch: int = 1,
+          alone: Callable[[str], bool] = lambda path: False) -> list[tuple[int, str]]:
+    """Process ``rank``'s share of ``todo``: every ``world_size``-th forward, a forward being ``batch`` consecutive
+    images as one process runs them (an input ``alone`` accepts, a video, is a forward of its own, after them).
+    The images of a forward are padded together and the padding reaches the detections, so each image runs in
+    the forward it has in one process, whatever the process count; and since chunks hold whole forwards, the
+    inputs left after a stop form the same forwards again."""
+    images = [x for x in todo if not alone(x[1])]
+    forwards = [images[k : k + batch] for k in range(0, len(images), batch)] + [[x] for x in todo if alone(x[1])]
+    return [x for f in forwards[rank::world_size] for x in f]
+
+
 def open_share(store: ChunkStore, prepare: Callable[[], dict], items: list[tuple[int, str]], resume: bool,
-               info: dist.DistInfo, keep: Callable[[int], bool] | None = None, restart: bool = False) -> Share:
+               info: dist.DistInfo, keep: Callable[[int], bool] | None = None, restart: bool = False,
+               batch: int = 1, alone: Callable[[str], bool] = lambda path: False) -> Share:
     """Rank 0 calls ``prepare()`` for the run's manifest, checks ``store`` with it (see :meth:`ChunkStore.check`;
     nothing is written) and, with ``resume``, reads which ids the chunks finished (those ``keep`` accepts, when
     given); every rank gets the same answer, or the same :class:`ChunkError` for anything that failed on rank 0.
-    Once set up, :func:`begin_run` records the run."""
+    Once set up, :func:`begin_run` records the run. ``batch``, ``alone``: how the inputs are run (:func:`shard`)."""
     state: dict = {}
     manifest = None
     if info.is_main:  # one process decides, so that every rank shards the same list
@@ -55,7 +68,7 @@ def open_share(store: ChunkStore, prepare: Callable[[], dict], items: list[tuple
         raise ChunkError(state["error"])
     done = set(state["done"])
     todo = [(i, path) for i, path in items if i not in done]
-    return Share(state["run"], todo[info.rank :: info.world_size], done, manifest)
+    return Share(state["run"], shard(todo, info.rank, info.world_size, batch, alone), done, manifest)
 
 
 def begin_run(store: ChunkStore, share: Share, resume: bool, info: dist.DistInfo,
@@ -89,6 +102,11 @@ class BulkJob:
     name, unit, chunks = "bulk", "inputs", "chunks"
     restart = False  # a run without --resume replaces the chunks of an earlier one (else it is refused)
 
+    @staticmethod
+    def alone(path: str) -> bool:
+        """Whether the input ``path`` runs by itself, not in forwards of ``TEST.IMS_PER_BATCH`` (infer: a video)."""
+        return False
+
     def __init__(self, args) -> None:
         self.args = args
         cfg = get_cfg()
@@ -104,7 +122,7 @@ class BulkJob:
         self.store = ChunkStore(os.path.join(args.output, self.chunks))
         identity = lambda: {"weights": file_identity(weights), **self.input_files(), **manifest}  # noqa: E731
         self.share = open_share(self.store, identity, self.items, args.resume, self.info, keep=self.complete,
-                                restart=self.restart)
+                                restart=self.restart, batch=cfg.TEST.IMS_PER_BATCH, alone=self.alone)
         if self.share.done and self.info.is_main:
             n, done = len(self.items), len(self.share.done)
             print(f"{self.name}: resuming: {done} of {n} {self.unit} done, {n - done} to go")

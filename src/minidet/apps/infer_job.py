@@ -185,6 +185,7 @@ class Job(BulkJob):
 
     name, unit, chunks = "infer", "inputs", CHUNKS
     restart = True
+    alone = staticmethod(is_video)  # a video's frames run in forwards of their own
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
