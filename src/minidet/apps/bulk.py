@@ -34,6 +34,12 @@ class Share:
     manifest: dict | None = None
 
 
+def forwards(images: list[tuple[int, str]], batch: int) -> list[list[tuple[int, str]]]:
+    """``images`` in the forwards one process runs them in: ``batch`` consecutive images each (the loader's
+    batches, Ray's blocks)."""
+    return [images[k : k + batch] for k in range(0, len(images), batch)]
+
+
 def shard(todo: list[tuple[int, str]], rank: int, world_size: int, batch: int = 1,
           alone: Callable[[str], bool] = lambda path: False) -> list[tuple[int, str]]:
     """Process ``rank``'s share of ``todo``: every ``world_size``-th forward, a forward being ``batch`` consecutive
@@ -42,8 +48,8 @@ def shard(todo: list[tuple[int, str]], rank: int, world_size: int, batch: int = 
     the forward it has in one process, whatever the process count; and since chunks hold whole forwards, the
     inputs left after a stop form the same forwards again."""
     images = [x for x in todo if not alone(x[1])]
-    forwards = [images[k : k + batch] for k in range(0, len(images), batch)] + [[x] for x in todo if alone(x[1])]
-    return [x for f in forwards[rank::world_size] for x in f]
+    units = forwards(images, batch) + [[x] for x in todo if alone(x[1])]
+    return [x for f in units[rank::world_size] for x in f]
 
 
 def open_share(store: ChunkStore, prepare: Callable[[], dict], items: list[tuple[int, str]], resume: bool,

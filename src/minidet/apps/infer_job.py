@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minidet.apps.bulk import BulkJob, run_batches, timing_summary
+from minidet.apps.bulk import BulkJob, forwards, run_batches, timing_summary
 from minidet.apps.chunks import ChunkError, config_entries
 from minidet.apps.data import ImageFiles
 from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, no_space, remove_temp_files
@@ -270,8 +270,8 @@ class Job(BulkJob):
         the loader (and Ray's blocks) form them. The images of one forward are padded together, and the padded
         size reaches the detections (the RPN ranks anchors over the padding too), so a chunk holds whole forwards
         only: ``--resume`` then runs the forwards left with the images they had in the run it continues."""
-        bs = self.cfg.TEST.IMS_PER_BATCH
-        self.forward_of = {i: k // bs for k, (i, _) in enumerate(images)}
+        self.forward_of = {i: f for f, group in enumerate(forwards(images, self.cfg.TEST.IMS_PER_BATCH))
+                           for i, _ in group}
         self.forward_left = collections.Counter(self.forward_of.values())
         self.open_forwards = set()
 
