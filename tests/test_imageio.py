@@ -380,3 +380,18 @@ def test_list_missing(tmp_path):
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="empty"):
         list_images([str(empty)])
+
+
+def test_native_call_runs_the_call_once_when_it_raises_an_oserror():
+    """A call that fails with an OSError of its own (a ConnectionError is one) is not run a second time."""
+    from minidet.imageio import native_call
+
+    calls = []
+
+    def connect():
+        calls.append(1)
+        raise ConnectionError("nothing listens")
+
+    with pytest.raises(ConnectionError):
+        native_call(connect)
+    assert calls == [1]

@@ -2,15 +2,20 @@
 store): two actors write the same files as one process, byte for byte, a bad file being one error; an actor killed
 by PID while it works, or the driver killed by SIGKILL and rerun with ``--resume``, still give the same files (the
 finished images not run again); a ``file://`` URI folder; the Python form (``read_binary_files`` and
-``map_batches(Detect)``); without Ray, one line naming the extra. Every run uses one thread per model (the
-reference in this process, each actor by Ray's one CPU), the forwards two images each."""
+``map_batches(Detect)``); without Ray, one line naming the extra. A cluster that cannot be reached (nothing listening,
+an unknown host, ``auto`` with none running or only the address file of one that is gone) is one line within seconds
+and leaves no output folder; run as a user runs it, stdout on a terminal, the command prints none of Ray's lines nor
+colour codes, also when the actors fail. Every run uses one thread per model (the reference in this process, each
+actor by Ray's one CPU), the forwards two images each."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import socket
@@ -154,6 +159,99 @@ def _ray(capfd, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     return call_tool(TOOL, *args, capture=capfd, cwd=cwd)
 
 
+def _user(args: list[str], cwd: Path, timeout: float = 90, **env: str) -> tuple[int, str, str, float]:
+    """``tools/infer.py args`` as a user runs it, stdout on a terminal (a pseudo-terminal; a pipe where there is
+    none), with the environment variables ``env`` and no ``RAY_ADDRESS``: (status, stdout, stderr, seconds). A run
+    that lasts more than ``timeout`` seconds is killed and fails the test."""
+    environ = {k: v for k, v in {**DRIVER_ENV, **env}.items() if k != "RAY_ADDRESS"}
+    try:
+        reader, writer = pty.openpty()
+    except OSError:
+        reader, writer = os.pipe()
+    t0 = time.monotonic()
+    with open(cwd / "stderr.txt", "w+b") as err:
+        proc = subprocess.Popen([sys.executable, str(TOOL), *args], cwd=cwd, env=environ, stdin=subprocess.DEVNULL,
+                                stdout=writer, stderr=err)
+        os.close(writer)
+        out = bytearray()
+        try:
+            while True:  # until every writer has closed it (EIO on a terminal)
+                assert time.monotonic() - t0 < timeout, f"no end after {timeout} s: {out.decode(errors='replace')}"
+                if select.select([reader], [], [], 1.0)[0]:
+                    try:
+                        data = os.read(reader, 65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        break
+                    out += data
+            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+        finally:
+            proc.kill()
+            proc.wait()
+            os.close(reader)
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    return proc.returncode, out.decode(errors="replace").replace("\r\n", "\n"), text, time.monotonic() - t0
+
+
+def _gcs_running() -> bool:
+    """Whether a Ray cluster's GCS server runs on this machine (``auto`` would find it)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"/gcs_server"):
+                return True
+    return False
+
+
+@needs_ray
+@pytest.mark.parametrize("address, why", [
+    ("127.0.0.1:{port}", "connection refused"),
+    ("nosuchhost.invalid:6379", "unknown host nosuchhost.invalid"),
+], ids=["nothing-listens", "unknown-host"])
+def test_a_cluster_that_cannot_be_reached_is_one_line_within_seconds(images, tv_file, tmp_path, address, why):
+    """Nothing listening at the address, or a host no one knows: one line naming --ray-address, within seconds
+    (Ray alone waits many minutes), status 2, and no output folder (a set-up failure: nothing to resume)."""
+    address = address.format(port=_free_port())
+    out = tmp_path / "out"
+    rc, stdout, stderr, seconds = _user(_args(tv_file, out, str(images), extra=("--engine", "ray", "--ray-address",
+                                                                                address)), tmp_path)
+    assert rc == 2, stderr
+    line = one_error_line(stderr)  # an unknown host: the resolver's words follow
+    assert line.startswith(f"error: --ray-address {address}: cannot reach a Ray cluster there: {why}"), line
+    assert stdout == "" and not out.exists()
+    assert seconds < 60  # importing torch and Ray, on a busy machine
+
+
+@needs_ray
+def test_auto_without_a_cluster_is_one_line_within_seconds(images, tv_file, tmp_path):
+    """``--ray-address auto`` with no cluster on this machine, or only the address file of one that is gone (a
+    killed ``ray start``): one line in minidet's words naming --ray-address, within seconds, and no output folder.
+    Runs before this module starts its cluster; not while another one runs here (auto would find it)."""
+    if _gcs_running():
+        pytest.skip("a Ray cluster runs on this machine: --ray-address auto finds it")
+    args = _args(tv_file, tmp_path / "out", str(images), extra=("--engine", "ray", "--ray-address", "auto"))
+    empty = tmp_path / "none"  # Ray's temporary folder: no address file (a stale one in /tmp/ray is not read)
+    empty.mkdir()
+    rc, stdout, stderr, seconds = _user(args, tmp_path, RAY_TMPDIR=str(empty))
+    assert rc == 2 and stdout == "" and not (tmp_path / "out").exists(), stderr
+    assert one_error_line(stderr) == ("error: --ray-address auto: no Ray cluster is running on this machine; start "
+                                      "one (ray start --head) or give the head node's address: --ray-address "
+                                      "HOST:PORT")
+    assert seconds < 60
+
+    stale = tmp_path / "stale"
+    (stale / "ray").mkdir(parents=True)
+    gone = f"127.0.0.1:{_free_port()}"
+    (stale / "ray" / "ray_current_cluster").write_text(gone + "\n")
+    rc, stdout, stderr, seconds = _user(args, tmp_path, RAY_TMPDIR=str(stale))
+    assert rc == 2 and stdout == "" and not (tmp_path / "out").exists(), stderr
+    line = one_error_line(stderr)
+    assert line.startswith("error: --ray-address auto (the cluster found at ") and line.endswith(
+        "): cannot reach a Ray cluster there: connection refused"), line  # Ray names this host by its address
+    assert seconds < 60
+
+
 @needs_ray
 def test_two_actors_write_what_one_process_writes(reference, images, tv_file, cluster, tmp_path, capfd, driver_env):
     ref, ref_err = reference
@@ -254,6 +352,42 @@ def test_uri_folder(reference, two, tv_file, cluster, tmp_path, capfd, driver_en
     refs = [json.loads(line) for line in (reference[0] / "all.jsonl").read_text().splitlines()][:2]
     assert [r["file"] for r in lines] == [f"{uri}/{n}" for n in names]
     assert all(_same_but_file(a, b) for a, b in zip(lines, refs)) and len(lines) == 2
+
+
+_RAY_LINE = re.compile(r"\x1b\[|\((raylet|autoscaler|[^)]*pid=)|^\d{4}-\d\d-\d\d[ T][\d:,.]+\s+(INFO|WARNING|ERROR)",
+                       re.M)  # a colour code, a line a Ray process sent to the driver, Ray's log format
+
+
+@needs_ray
+def test_without_debug_stdout_holds_minidet_lines_only(two, tv_file, cluster, tmp_path):
+    """The real command, its stdout on a terminal: minidet's lines, none of Ray's and no colour code (Ray's colour
+    library writes a reset there when the process ends)."""
+    rc, stdout, stderr, _ = _user(_args(tv_file, tmp_path / "out", str(two), extra=(
+        "--engine", "ray", "--ray-address", cluster[0], "--no-vis")), tmp_path, timeout=300)
+    assert rc == 0, stderr[-3000:]
+    assert not _RAY_LINE.search(stdout) and not _RAY_LINE.search(stderr), stdout + stderr
+    lines = stdout.splitlines()
+    assert lines[0] == f"infer: ray: 1 actor with 0 GPU each, cluster {cluster[0]}", stdout
+    assert lines[-2].startswith("infer: 2 inputs, 0 failed") and lines[-1].startswith("infer: this run 2 images")
+
+
+@needs_ray
+def test_actors_that_cannot_load_the_model_print_no_ray_lines(two, tv_state, cluster, tmp_path):
+    """Actors that fail to start (a checkpoint whose mask head does not fit the config: the driver reads only the
+    classes) make the cluster report each retry to the driver, which Ray prints on stdout in colour: without
+    --debug, stdout has minidet's line only and the run ends with one error line naming the cause."""
+    import torch
+
+    state = dict(tv_state)
+    for key in [k for k in state if k.startswith("roi_heads.mask_predictor.")]:
+        state[key] = state[key][:5]
+    weights = tmp_path / "bad_mask_head.pth"
+    torch.save(state, weights)
+    rc, stdout, stderr, _ = _user(_args(weights, tmp_path / "out", str(two), extra=(
+        "--engine", "ray", "--ray-address", cluster[0], "--no-vis")), tmp_path, timeout=300)
+    assert rc == 2, stderr[-3000:]
+    assert stdout == f"infer: ray: 1 actor with 0 GPU each, cluster {cluster[0]}\n", stdout
+    assert "shape mismatch" in one_error_line(stderr) and not _RAY_LINE.search(stderr), stderr
 
 
 @needs_ray

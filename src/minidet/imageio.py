@@ -149,7 +149,7 @@ def native_call(fn: Callable, *args) -> tuple:
     if SHOW_NATIVE_MESSAGES:
         return fn(*args), ""
     with _FD2_LOCK:
-        saved = None
+        saved, called = None, False
         try:
             saved = os.dup(2)
             with tempfile.TemporaryFile() as tmp:
@@ -157,13 +157,16 @@ def native_call(fn: Callable, *args) -> tuple:
                     sys.stderr.flush()
                 os.dup2(tmp.fileno(), 2)
                 try:
+                    called = True
                     result = fn(*args)
                 finally:
                     os.dup2(saved, 2)
                 tmp.seek(0)
                 text = tmp.read(4096).decode("utf-8", "replace")
-        except OSError:  # no fd 2 or no temporary file: run without capturing
-            return fn(*args), ""
+        except OSError:
+            if called:  # fn's own error (a ConnectionError is one): raised, fn is not run again
+                raise
+            return fn(*args), ""  # no fd 2 or no temporary file: run without capturing
         finally:
             if saved is not None:
                 os.close(saved)

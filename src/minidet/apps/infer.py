@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
                    help="keep freed memory in the process for reuse (no page faults; it keeps its peak memory)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local: this process (or torchrun's); ray: an actor pool on a Ray cluster (minidet[ray])")
-    p.add_argument("--ray-address", metavar="ADDR", help="--engine ray: the cluster (default: a local Ray instance)")
+    p.add_argument("--ray-address", metavar="ADDR", help="--engine ray: the cluster, HOST:PORT, ray://HOST:PORT, auto "
+                   "or local (default: RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--actors", type=int, default=1, metavar="N", help="--engine ray: model actors")
     p.add_argument("--gpus-per-actor", type=float, metavar="G",
                    help="--engine ray: GPUs per actor (default: 1 with MODEL.DEVICE cuda, else 0)")

@@ -12,12 +12,16 @@ RayJob is ``minidet infer``'s job with another loop: the same inputs (plus URIs 
 checks, chunks, resume, per-image files and results file. The actors return records (and drawings); the driver
 writes every file, taking the rows in input order, so its chunks and results file are those of one process, and
 a fresh run forms the same forwards as one process. Ray retries the work of an actor that dies; a killed driver
-leaves its chunks for ``--resume``. Ray is imported only here, only for ``--engine ray`` (``pip install
-'minidet[ray]'``)."""
+leaves its chunks for ``--resume``. The cluster is part of the set-up: its address is checked first (a TCP connection
+within seconds, :func:`ray_address`) and it is joined before the run is recorded, so a cluster that cannot be reached
+is one error line and leaves no output folder; without ``--debug`` nothing of Ray's own is printed. Ray is imported
+only here, only for ``--engine ray`` (``pip install 'minidet[ray]'``)."""
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import functools
 import json
 import logging
@@ -26,6 +30,7 @@ import posixpath
 import re
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -55,6 +60,11 @@ from .video import is_video
 
 _URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 BLOCK_ROWS = 256  # at most this many inputs per Ray block (one actor task; what a killed actor redoes)
+CONNECT_S = 5.0  # a cluster's head must accept a TCP connection within this many seconds (checked at set-up)
+# Ray's attempts to reach the GCS of an existing cluster (each up to about 40 s; its default, 20, is many minutes for
+# an address where something that is not Ray listens); read by ray.init, set there unless the environment sets it
+GCS_TRIES = ("RAY_gcs_server_port_wait_time_s", "1")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def is_uri(path: str) -> bool:
@@ -211,6 +221,12 @@ def _import_ray():
     return ray
 
 
+def _first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message, without colour codes (Ray's carry them); its type if it has none."""
+    lines = [line.strip() for line in _ANSI_RE.sub("", str(e)).splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
 def _cause(e: BaseException) -> str:
     """One line for a Ray error: the exception an actor raised (e.g. a checkpoint it could not load), which is the
     last line of the traceback that Ray's message carries."""
@@ -221,6 +237,113 @@ def _cause(e: BaseException) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of ``HOST:PORT``, ``[IPv6]:PORT`` or ``ray://HOST:PORT``; None for anything else."""
+    host, colon, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
+        return None
+    return host, int(port)
+
+
+def _no_answer(host: str, port: int, timeout: float = CONNECT_S) -> str | None:
+    """Why nothing at ``host:port`` accepts a TCP connection within ``timeout`` seconds (the host unknown, the
+    connection refused, no answer), in a few words; None when something does."""
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        return f"unknown host {host} ({why[:1].lower() + why[1:]})"
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except OSError as e:
+        return (os.strerror(e.errno) if e.errno else str(e) or type(e).__name__).lower()
+
+
+def _found_by_ray(address: str) -> str | None:
+    """The ``HOST:PORT`` that ray.init connects to for ``address`` (``auto``: ``RAY_ADDRESS``, else the cluster
+    ``ray start`` last started on this machine, else a running one Ray finds), by Ray's own rules; None where this
+    Ray cannot say. ConnectionError when there is none."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray: ray.init alone decides (bounded, see GCS_TRIES)
+        return None
+    try:
+        return canonicalize_bootstrap_address(address)
+    except ConnectionError:
+        raise
+    except Exception:  # noqa: BLE001 - not Ray's answer to this question: ray.init alone decides
+        return None
+
+
+def ray_address(option: str | None) -> tuple[str, str]:
+    """What ``ray.init`` is given for ``--ray-address option``, and the words naming it in an error, once the
+    cluster is known to accept connections: ``local`` (the option absent with ``RAY_ADDRESS`` unset, or ``local``: a
+    Ray instance started on this machine for the run, nothing to check); ``auto`` (the cluster Ray finds for it:
+    ``RAY_ADDRESS``, else the one ``ray start`` last started on this machine, else one running here); ``HOST:PORT``
+    or ``ray://HOST:PORT``; no option with ``RAY_ADDRESS`` set: that, as Ray does. A host that cannot be resolved, a
+    port where nothing listens (or nothing answers within :data:`CONNECT_S`), ``auto`` with no cluster running, or
+    an address that is none of these is a :class:`ConfigError` naming ``--ray-address``, within seconds."""
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    address = option if option is not None else env or "local"
+    if address == "local":
+        return address, "a local Ray instance"
+    named = f"--ray-address {option}" if option is not None else f"RAY_ADDRESS {env} (no --ray-address given)"
+    target = address
+    if address == "auto":
+        try:
+            target = _found_by_ray(address)
+        except ConnectionError:
+            raise ConfigError(f"{named}: no Ray cluster is running on this machine; start one (ray start --head) or "
+                              "give the head node's address: --ray-address HOST:PORT") from None
+        if target is None:
+            return address, named
+        named += f" (RAY_ADDRESS {env})" if env and option is not None else f" (the cluster found at {target})"
+    if (where := _host_port(target)) is None:
+        raise ConfigError(f"{named}: not a Ray cluster's address; give HOST:PORT (the head node's, port 6379 unless "
+                          "ray start was given another), ray://HOST:PORT, auto or local")
+    if why := _no_answer(*where):
+        raise ConfigError(f"{named}: cannot reach a Ray cluster there: {why}")
+    return address, named
+
+
+@contextlib.contextmanager
+def _environ_default(name: str, value: str) -> Iterator[None]:
+    """Within the block, the environment variable ``name`` is ``value`` unless it was set already."""
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+class _Without:
+    """``sys.stdout`` or ``sys.stderr`` without what ``threads`` write to it: those that ray.init starts in the
+    driver print the errors the cluster reports (a task retried, an actor that died: ``(raylet) ...`` in colour)
+    whatever ``log_to_driver`` says. minidet reports the failures that matter in its own words."""
+
+    def __init__(self, stream, threads: set[threading.Thread]) -> None:
+        self.stream, self.threads = stream, threads
+
+    def write(self, text: str) -> int:
+        if threading.current_thread() in self.threads:
+            return len(text)
+        return self.stream.write(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
 class RayJob(Job):
     """``minidet infer --engine ray``: :class:`Job`'s set-up, chunks and results, with the images run by a pool of
     ``--actors`` :class:`Detect` actors on the Ray cluster at ``--ray-address`` (default: a local Ray instance)."""
@@ -229,8 +352,17 @@ class RayJob(Job):
         if dist.from_env().distributed:
             raise ConfigError("--engine ray: start it once, not under torchrun (the actors do the work)")
         self.ray = _import_ray()
+        if not args.debug:  # as ray.init sets it: Ray's warnings while it looks for a cluster only with --debug
+            logging.getLogger("ray").setLevel(logging.ERROR)
+        self.address, self.cluster = ray_address(args.ray_address)  # first: one line within seconds
         self.gpus = 0.0
-        super().__init__(args)
+        self.connected = False
+        self.streams: tuple | None = None  # sys.stdout and sys.stderr while Ray's threads are kept off them
+        try:
+            super().__init__(args)
+        except BaseException:
+            self._disconnect()
+            raise
 
     def find_inputs(self) -> tuple[list[tuple[str, str]], dict]:
         """:func:`find_inputs` for paths, globs and lists; :func:`find_uri_inputs` for URIs."""
@@ -254,7 +386,67 @@ class RayJob(Job):
         if summary:
             print(f"infer: {summary}")
         self.use_classes(classes)
+        if any(not is_video(path) for _, path in self.share.todo):
+            self._connect()  # set-up: a cluster that cannot be joined fails the run before it writes anything
         return None
+
+    def _connect(self) -> None:
+        """``ray.init`` for the cluster found at set-up, with Ray Data's settings for the run. Without ``--debug``
+        Ray's own messages are not shown: its log level, its native code while it starts, the threads it starts
+        (:class:`_Without`), the colour reset it writes to a terminal at exit (:meth:`_disconnect`). Its wait for
+        the GCS of an existing cluster is bounded (:data:`GCS_TRIES`); a failure is a :class:`ConfigError` naming
+        the cluster."""
+        ray, args = self.ray, self.args
+        local = {"include_dashboard": False} if self.address == "local" else {}
+        init = functools.partial(ray.init, address=self.address, log_to_driver=args.debug,
+                                 logging_level=logging.INFO if args.debug else logging.ERROR, **local)
+
+        def attempt() -> BaseException | None:  # the error as a value: native_call reruns a call raising OSError
+            try:
+                init()
+            except Exception as e:  # noqa: BLE001 - Ray's errors (ConnectionError, RuntimeError...): one line
+                return e
+            return None
+
+        before = set(threading.enumerate())
+        with _environ_default(*GCS_TRIES) if not local else contextlib.nullcontext():
+            if args.debug:
+                error = attempt()
+            else:  # Ray's own messages only with --debug (its errors reach the driver as exceptions)
+                os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+                error, _ = native_call(attempt)  # what its native code says on starting is not shown
+        if error is not None:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            what = "cannot start" if local else "cannot connect to the Ray cluster"
+            raise ConfigError(f"{self.cluster}: {what} ({_first_line(error)})") from None
+        self.connected = True
+        if not args.debug:
+            logging.getLogger("ray.data").setLevel(logging.CRITICAL)  # its errors are raised too
+            ours = set(threading.enumerate()) - before
+            self.streams = sys.stdout, sys.stderr
+            sys.stdout, sys.stderr = _Without(sys.stdout, ours), _Without(sys.stderr, ours)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False  # minidet's bar instead
+        ctx.print_on_execution_start = False
+        ctx.execution_options.preserve_order = True  # the chunks and results file of one process
+
+    def _disconnect(self) -> None:
+        """``ray.shutdown`` once connected; stdout and stderr as they were. Without ``--debug``, the colour reset
+        that Ray's copy of colorama (set up while Ray Data runs) would write to a terminal's stdout at exit is
+        dropped."""
+        if self.connected:
+            self.connected = False
+            self.ray.shutdown()
+        if self.streams is not None:
+            colours = sys.modules.get("colorama.initialise")
+            if colours is not None and hasattr(colours, "reset_all"):
+                atexit.unregister(colours.reset_all)
+            if isinstance(sys.stdout, _Without):
+                sys.stdout = self.streams[0]
+            if isinstance(sys.stderr, _Without):
+                sys.stderr = self.streams[1]
+            self.streams = None
 
     def loop(self) -> None:
         """The images through the actors, their rows taken in input order: files written by two threads, a chunk
@@ -268,10 +460,11 @@ class RayJob(Job):
         bar = tqdm(total=len(images), unit="img", file=sys.stderr, disable=not images or None)
         actors: dict[str, int] = {}  # actor -> its number in the timing records
         last = 0
+        rows = self._rows(images)
         try:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="infer-write") as pool:
                 try:
-                    for row in self._rows(images):
+                    for row in rows:
                         image_id = int(row["image_id"])
                         if image_id <= last:  # rows come in input order; a repeat is dropped
                             continue
@@ -299,10 +492,14 @@ class RayJob(Job):
                 if is_video(path):
                     self._skip(image_id, f"{path}: videos run with --engine local only")
         finally:
-            self._save()
-            bar.close()
-            if self.stream is not None:
-                self.stream.close()
+            rows.close()  # Ray Data's iterator ends before Ray does
+            try:
+                self._save()
+                bar.close()
+                if self.stream is not None:
+                    self.stream.close()
+            finally:
+                self._disconnect()
 
     def _blocks(self, images: list[tuple[int, str]]) -> list:
         """The inputs as Arrow tables, one Ray block each: whole forwards (a multiple of ``TEST.IMS_PER_BATCH``
@@ -317,40 +514,24 @@ class RayJob(Job):
         return [pa.table({"image_id": [i for i, _ in b], "path": [p for _, p in b]}) for b in blocks]
 
     def _rows(self, images: list[tuple[int, str]]) -> Iterator[dict]:
-        """Connect to Ray, run ``images`` through the actor pool, yield the result rows in input order."""
+        """Run ``images`` through the actor pool on the cluster joined at set-up; yield the result rows in input
+        order."""
         if not images:
             return
         ray, args = self.ray, self.args
-        local = {} if args.ray_address else {"include_dashboard": False}
-        init = functools.partial(ray.init, address=args.ray_address, log_to_driver=args.debug,
-                                 logging_level=logging.INFO if args.debug else logging.ERROR, **local)
-        if args.debug:
-            init()
-        else:  # Ray's own messages only with --debug (its errors reach the driver as exceptions)
-            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
-            native_call(init)  # what its native code says on starting
-            logging.getLogger("ray.data").setLevel(logging.CRITICAL)  # its errors are raised too
+        print(f"infer: ray: {args.actors} actor{'s' if args.actors > 1 else ''} with {self.gpus:g} GPU each, "
+              f"cluster {self.address}", flush=True)
+        opts = [*args.opts, *(["MODEL.DEVICE", "cuda"] if self.gpus else [])]  # the GPU Ray gives the actor
+        options = {k: getattr(args, k) for k in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
+                                                 "no_labels")}
+        # two tasks queued per actor: the next block is there when one ends, and the first actor to start does not
+        # take the blocks of those still starting
+        pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)
+        ds = ray.data.from_arrow(self._blocks(images)).map_batches(
+            Detect, batch_size=self.cfg.TEST.IMS_PER_BATCH, compute=pool,
+            num_gpus=self.gpus or None,  # an actor that dies is restarted, its task rerun (Ray Data's default)
+            fn_constructor_kwargs={"config_file": args.config_file, "opts": opts, "workdir": os.getcwd(), **options})
         try:
-            ctx = ray.data.DataContext.get_current()
-            ctx.enable_progress_bars = False  # minidet's bar instead
-            ctx.print_on_execution_start = False
-            ctx.execution_options.preserve_order = True  # the chunks and results file of one process
-            print(f"infer: ray: {args.actors} actor{'s' if args.actors > 1 else ''} with {self.gpus:g} GPU each, "
-                  f"cluster {args.ray_address or 'local'}", flush=True)
-            opts = [*args.opts, *(["MODEL.DEVICE", "cuda"] if self.gpus else [])]  # the GPU Ray gives the actor
-            options = {k: getattr(args, k) for k in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
-                                                     "no_labels")}
-            # two tasks queued per actor: the next block is there when one ends, and the first actor to start
-            # does not take the blocks of those still starting
-            pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)
-            ds = ray.data.from_arrow(self._blocks(images)).map_batches(
-                Detect, batch_size=self.cfg.TEST.IMS_PER_BATCH, compute=pool,
-                num_gpus=self.gpus or None,  # an actor that dies is restarted, its task rerun (Ray Data's default)
-                fn_constructor_kwargs={"config_file": args.config_file, "opts": opts, "workdir": os.getcwd(),
-                                       **options})
-            try:
-                yield from ds.iter_rows()
-            except ray.exceptions.RayError as e:
-                raise RuntimeError(f"the Ray job failed: {_cause(e)}") from None
-        finally:
-            ray.shutdown()
+            yield from ds.iter_rows()
+        except ray.exceptions.RayError as e:
+            raise RuntimeError(f"the Ray job failed: {_cause(e)}") from None
