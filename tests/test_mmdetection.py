@@ -380,8 +380,13 @@ def test_class_names_from_meta(mm_files):
     caffe, _ = mm_files("r50-caffe")  # 2.x: meta["CLASSES"]
     assert mm_family.class_names(read_checkpoint(str(caffe)).meta) == list(COCO_CLASSES)
     assert mm_family.class_names({"meta": mmdet_meta("2.28.2", classes=("cell", "nucleus"))}) == ["cell", "nucleus"]
-    for meta in ({}, {"meta": {}}, {"meta": {"CLASSES": "person"}}, {"meta": {"dataset_meta": {"classes": [1, 2]}}}):
-        assert mm_family.class_names(meta) is None, meta
+    for meta in ({}, {"meta": {}}, {"meta": {"CLASSES": None}}, {"meta": {"dataset_meta": {"palette": []}}}):
+        assert mm_family.class_names(meta) is None, meta  # no names: the config's, the dataset's or class_N
+    assert mm_family.class_names({"meta": {"CLASSES": "person"}}) == ["person"]  # one class, as mmdetection reads it
+    assert mm_family.class_names({"meta": {"dataset_meta": {"CLASSES": ("a", "b")}, "CLASSES": ("c",)}}) == ["a", "b"]
+    for classes in ([1, 2], ["a", "a"], ["a", ""], {"a": 1}, []):  # names it cannot take: one line (test_own_classes)
+        with pytest.raises(ValueError, match=r"^its class names \(meta dataset_meta.classes\): "):
+            mm_family.class_names({"meta": {"dataset_meta": {"classes": classes}}})
 
 
 def test_configs_and_registry():
@@ -434,6 +439,81 @@ def test_mmdetection_1x_files_are_refused_with_the_converter(mm_files, tmp_path)
     assert str(p2) in msg and "bbox_head." in msg and "upgrade_model_version.py" in msg
 
 
+def _retina_state(state: dict) -> dict:
+    """mmdetection's RetinaNet (``RetinaHead``, 9 anchors, 80 classes) on the ResNet-50 and FPN of ``state``: its
+    dense head ``bbox_head.`` at the top (4 ``cls_convs`` and ``reg_convs``, ``retina_cls``, ``retina_reg``), no
+    ``rpn_head.``, no ``roi_head.`` (the FPN's extra P6 conv, on C5, too)."""
+    out = {k: v for k, v in state.items() if k.startswith(("backbone.", "neck."))}
+    out["neck.fpn_convs.4.conv.weight"] = torch.zeros(256, 2048, 3, 3)
+    out["neck.fpn_convs.4.conv.bias"] = torch.zeros(256)
+    for branch in ("cls", "reg"):
+        for i in range(4):
+            out[f"bbox_head.{branch}_convs.{i}.conv.weight"] = torch.zeros(256, 256, 3, 3)
+            out[f"bbox_head.{branch}_convs.{i}.conv.bias"] = torch.zeros(256)
+    for name, rows in (("retina_cls", 9 * 80), ("retina_reg", 9 * 4)):
+        out[f"bbox_head.{name}.weight"], out[f"bbox_head.{name}.bias"] = torch.zeros(rows, 256, 3, 3), torch.zeros(rows)
+    return out
+
+
+def test_a_single_stage_detector_is_named_not_sent_to_the_converter(mm_files, tmp_path):
+    _, state = mm_files("r50")
+    path = tmp_path / "retinanet_r50_fpn_1x_coco.pth"
+    write_mmdet_checkpoint(path, _retina_state(state))
+    with pytest.raises(CheckpointError) as e:
+        minidet.prepare_model(_cfg("r50", path))
+    msg = _one_line(e)
+    assert msg == (f"{path}: a single-stage detector (RetinaNet: bbox_head.retina_cls.weight; no rpn_head or "
+                   "roi_head weights), not a Mask R-CNN: minidet cannot run it (it runs Mask R-CNN files, and Faster "
+                   "R-CNN ones with MODEL.MASK_ON False)")
+    assert "1.x" not in msg and "upgrade_model_version" not in msg
+    fcos = {k.replace("retina_cls", "conv_cls").replace("retina_reg", "conv_reg"): v
+            for k, v in _retina_state(state).items()}
+    fcos["bbox_head.conv_centerness.weight"] = torch.zeros(1, 256, 3, 3)  # FCOSHead's
+    fcos["bbox_head.conv_centerness.bias"] = torch.zeros(1)
+    write_mmdet_checkpoint(path, fcos)
+    with pytest.raises(CheckpointError) as e:
+        minidet.prepare_model(_cfg("r50", path))
+    assert "a single-stage detector (FCOS: bbox_head.conv_centerness.weight; " in _one_line(e)
+
+
+def test_a_faster_rcnn_file_is_told_it_runs_with_mask_on_false(mm_files, tmp_path):
+    _, state = mm_files("r50")
+    path = tmp_path / "faster-rcnn_r50_fpn_1x_coco.pth"
+    write_mmdet_checkpoint(path, {k: v for k, v in state.items() if not k.startswith("roi_head.mask_head.")})
+    with pytest.raises(CheckpointError) as e:
+        minidet.prepare_model(_cfg("r50", path))
+    msg = _one_line(e)
+    assert msg.startswith(f"{path}: 12 model weights not in checkpoint: mask_head.mask_fcn1.{{weight, bias}}; "), msg
+    assert msg.endswith("; the checkpoint has no mask head (a Faster R-CNN?): MODEL.MASK_ON False runs it, boxes only")
+    small = ["INPUT.MIN_SIZE_TEST", 120, "INPUT.MAX_SIZE_TEST", 160, "MODEL.RPN.PRE_NMS_TOPK_TEST", 100,
+             "MODEL.RPN.POST_NMS_TOPK_TEST", 50]
+    predictor = minidet.Predictor(_cfg("r50", path, "MODEL.MASK_ON", False, *small))  # as the hint says
+    report = predictor.load_report
+    assert not report.missing and not report.unexpected and predictor.model.mask_head is None
+    out = predictor(images_bgr([(120, 160)])[0])
+    assert len(out["boxes"]) and "masks" not in out
+
+
+def test_a_truncated_file_is_named_truncated(mm_files, tmp_path):
+    """A model-zoo file cut short (an interrupted download or copy): torch's legacy format, as mmdetection publishes
+    its files; cut inside its pickled entries or inside a tensor's data."""
+    path, _ = mm_files("r50")
+    data = path.read_bytes()
+    cut_path = tmp_path / "mask_rcnn_r50_fpn_1x_coco_20200205-d4b0c5d6.pth"
+    for cut, where in ((20, "its pickled entries"), (2000, "its pickled entries"), (len(data) // 2, "a tensor's data"),
+                       (len(data) - 1, "a tensor's data")):
+        cut_path.write_bytes(data[:cut])
+        with pytest.raises(CheckpointError) as e:
+            minidet.prepare_model(_cfg("r50", cut_path))
+        assert _one_line(e) == (f"{cut_path}: cannot read as a torch checkpoint: the file is truncated: it ends after "
+                                f"{cut} bytes, inside {where} (torch's legacy non-zip format); download or copy it "
+                                "again")
+    named_pkl = tmp_path / "cut.pkl"  # the content decides the reader, whatever the name
+    named_pkl.write_bytes(data[:2000])
+    with pytest.raises(CheckpointError, match="cannot read as a torch checkpoint: the file is truncated"):
+        read_checkpoint(str(named_pkl))
+
+
 def test_caffe_style_file_under_the_pytorch_style_config_and_the_reverse(mm_files):
     caffe, _ = mm_files("r50-caffe")
     with pytest.raises(CheckpointError) as e:
@@ -471,6 +551,7 @@ class HistoryBuffer:
         self.data = [1.0, 0.5]
 
 
+@pytest.mark.slow
 def test_training_checkpoint_and_extract_weights(mm_files, tmp_path):
     _, state = mm_files("r50")
     sgd = {"state": {0: {"momentum_buffer": torch.zeros(3)}}, "param_groups": [{"lr": 0.02, "params": [0]}]}

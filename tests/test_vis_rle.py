@@ -14,7 +14,7 @@ from pycocotools import mask as mask_utils
 
 from minidet.apps.instances import coco_boxes
 from minidet.apps.rle import encode_mask, encode_masks
-from minidet.apps.vis import draw_instances, palette
+from minidet.apps.vis import draw_instances, palette, undrawable
 from minidet.testing.synthetic import structured_image
 
 # pycocotools' decode trips a numpy 2 deprecation warning inside pycocotools itself.
@@ -193,3 +193,18 @@ def test_coco_boxes_property(rows):
     boxes = np.array(rows, np.float32).reshape(-1, 4)
     for (x1, y1, x2, y2), (x, y, w, h) in zip(boxes.astype(np.float64), coco_boxes(boxes, 0), strict=True):
         assert (x, y) == (x1, y1) and x + w == pytest.approx(x2) and y + h == pytest.approx(y2)
+
+
+def test_undrawable_names_are_those_opencv_draws_with_question_marks():
+    """``undrawable`` asks OpenCV itself: a name is drawable when each of its characters is drawn as itself, not as
+    the ``?`` that stands in for a missing glyph (4.x's Hershey fonts: ASCII only; 5.x's font: also Latin, Cyrillic,
+    Hebrew and Arabic letters). Greek and CJK are drawable by neither; ASCII by both."""
+    ascii_names = ["person", "traffic light", "N/A", "a-b_c.d (e) 1/2 ~!@#$%^&*+=[]{}|;:'\",<>?`"]
+    assert undrawable(ascii_names) == []
+    assert undrawable(["αβγ", "cell", "中文", "cell α"]) == ["αβγ", "中文", "cell α"]
+    img = np.zeros((60, 200, 3), np.uint8)
+    boxes, scores = np.array([[50.0, 30.0, 150.0, 55.0]]), np.array([0.9])
+    for name in ("é", "Ж"):  # drawn as themselves where undrawable says so, else exactly as "?" (one per byte)
+        drawn = draw_instances(img, boxes, scores, [name])
+        as_question_marks = [draw_instances(img, boxes, scores, ["?" * k]) for k in (1, 2)]
+        assert (not undrawable([name])) == all(not np.array_equal(drawn, q) for q in as_question_marks), name

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 BACKGROUND = "__background__"
 UNUSED = "N/A"
@@ -99,14 +100,37 @@ def placeholder_names(count: int) -> list[str]:
     return [f"class_{k}" for k in range(1, count + 1)]
 
 
+def names_problem(names: Any) -> str | None:
+    """What keeps ``names`` from naming classes, in a few words (``"'cell' is given twice (names 1 and 3)"``), or
+    None when it is a list (or tuple) of distinct, non-empty strings. The one rule for every source of class names:
+    ``MODEL.CLASS_NAMES``, the names a checkpoint carries, :func:`resolve_classes`."""
+    if not isinstance(names, (list, tuple)):
+        kind = f"the string {names!r}" if isinstance(names, str) else f"a {type(names).__name__}"
+        return f"{kind}, not a list of names"
+    first: dict[str, int] = {}
+    for k, name in enumerate(names, 1):
+        if not isinstance(name, str):
+            return f"name {k} is {name!r} ({type(name).__name__}), not a string"
+        if not name.strip():
+            return f"name {k} is empty" if not name else f"name {k} is blank ({name!r})"
+        if name in first:
+            return f"{name!r} is given twice (names {first[name]} and {k})"
+        first[name] = k
+    return None
+
+
 def resolve_classes(layout: str, count: int, background_last: bool, *sources: tuple[str, list[str] | None]
                     ) -> tuple[Classes, str]:
     """The classes of a checkpoint with ``count`` classes (background excluded): the first of ``sources`` (``(what,
     names)``: the config's ``MODEL.CLASS_NAMES``, the checkpoint's own, ...) that gives names names them; with none,
     ``class_1`` ... A checkpoint of the config's COCO ``layout`` size whose names (if any) are COCO's keeps the COCO
-    layout. Returns the classes and where their names came from ("" for a COCO layout). ValueError (one line) when a
-    source gives another number of names than the checkpoint has classes."""
-    what, names = next(((w, list(n)) for w, n in sources if n), ("", None))
+    layout. Returns the classes and where their names came from ("" for a COCO layout). ValueError (one line naming
+    ``what``) when the names are no list of distinct, non-empty strings (:func:`names_problem`), or another number
+    of names than the checkpoint has classes."""
+    what, names = next(((w, n) for w, n in sources if n), ("", None))
+    if names is not None and (problem := names_problem(names)):
+        raise ValueError(f"{what}: the class names must be distinct, non-empty strings: {problem}")
+    names = None if names is None else list(names)
     if names is not None and len(names) != count:
         raise ValueError(f"{what} gives {len(names)} class names but the checkpoint has {count} classes "
                          "(background excluded)")

@@ -228,8 +228,16 @@ class Checkpoint:
         return next((tuple(v.shape) for k, v in self.tensors.items() if rename(k) == name), None)
 
     def class_names(self) -> list[str] | None:
-        """The class names the file carries (in its ``meta``), in class order; None where its family stores none."""
-        return self.family.class_names(self.meta) if self.family and self.family.class_names else None
+        """The class names the file carries (in its ``meta``), in class order; None where its family stores none.
+        CheckpointError (one line naming the file, the entry and what is wrong) when they are no list of distinct,
+        non-empty names."""
+        if not (self.family and self.family.class_names):
+            return None
+        try:
+            return self.family.class_names(self.meta)
+        except ValueError as e:
+            raise CheckpointError(f"{self.path}: {e}; set MODEL.CLASS_NAMES (names separated "
+                                  "by commas), which overrides the file's names") from None
 
 
 def open_checkpoint(path: str) -> Checkpoint:
@@ -298,7 +306,10 @@ def load_checkpoint(
         raise CheckpointError(f"{path}: shape mismatch for {name}: checkpoint {a} vs model {b}{more}{hint}")
     if report.missing and not allow_missing:
         n = len(report.missing)
-        raise CheckpointError(f"{path}: {n} model weights not in checkpoint: {_group(report.missing)}")
+        boxes_only = all(k.startswith("mask_head.") for k in report.missing)  # the rest loaded: a Faster R-CNN
+        hint = "; the checkpoint has no mask head (a Faster R-CNN?): MODEL.MASK_ON False runs it, boxes only"
+        raise CheckpointError(f"{path}: {n} model weights not in checkpoint: {_group(report.missing)}"
+                              f"{hint if boxes_only else ''}")
     if report.unexpected:
         logger.warning("%s: %d unexpected keys ignored: %s", path, len(report.unexpected), _group(report.unexpected))
     return report

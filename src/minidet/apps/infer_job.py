@@ -33,7 +33,7 @@ from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_writ
 from minidet.apps.inputs import describe_skipped, find_inputs
 from minidet.apps.instances import record_instances
 from minidet.apps.video import STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
-from minidet.apps.vis import draw_instances
+from minidet.apps.vis import draw_instances, undrawable
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, Classes
 from minidet.config import ConfigError
 from minidet.timing import format_table
@@ -242,9 +242,17 @@ class Job(BulkJob):
         return predictor
 
     def use_classes(self, classes: Classes) -> None:
-        """The model's classes (for the results file) and the ``--classes`` kept (names among them)."""
+        """The model's classes (for the results file) and the ``--classes`` kept (names among them); one warning for
+        the run (rank 0) when labels will be drawn and some of those names have characters the drawing cannot show."""
         self.classes = classes
         self.keep = parse_classes(self.args.classes, list(classes.names))
+        if self.info.is_main and not self.args.no_vis and not self.args.no_labels:
+            drawn = [n for k, _, n in classes.real() if self.keep is None or k in self.keep]
+            if bad := undrawable(drawn):
+                shown = ", ".join(map(repr, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+                print(f"warning: the drawings show {len(bad)} class name{'s' if len(bad) > 1 else ''} with '?' for "
+                      f"the characters OpenCV {cv2.__version__}'s font lacks: {shown}; the JSON records have the "
+                      "names in full", file=sys.stderr)
 
     def find_inputs(self) -> tuple[list[tuple[str, str]], dict]:
         """The inputs as ``(path, name)`` and what folders left out (see :func:`find_inputs`)."""
@@ -396,10 +404,15 @@ class Job(BulkJob):
                     self.stream.flush()
             self._save(full=True)
 
-    def _skip(self, image_id: int, error: str) -> None:
+    def _skip(self, image_id: int, error: str, incomplete_instances: int | None = None) -> None:
+        """An input failed (``error``: one line, printed); ``incomplete_instances``: it is a damaged video whose
+        frames read are kept, with that many instances (counted in the summary, :meth:`finish`)."""
         error = " ".join(error.split())
+        entry = {"image_id": image_id, "file": self.paths[image_id - 1], "error": error}
+        if incomplete_instances is not None:
+            entry.update(incomplete=True, instances=incomplete_instances)
         with self.lock:
-            self.pending["skipped"].append({"image_id": image_id, "file": self.paths[image_id - 1], "error": error})
+            self.pending["skipped"].append(entry)
             self._finished_one(image_id)
             tqdm.write(f"error: {error}", file=sys.stderr)
             self._save(full=True)
@@ -501,8 +514,8 @@ class Job(BulkJob):
             tqdm.write(f"warning: {warning}", file=sys.stderr)
         if (short := reader.shortfall()) is not None:
             kept = "records and drawing" if writer is not None else "records"
-            self._skip(video_id, f"{short}; the {kept} of the frames read are kept, --resume redoes it")
-            self.pending["skipped"][-1]["incomplete"] = True  # finish() counts it apart from the failed inputs
+            # finish() counts it apart from the failed inputs, and the instances of its frames read
+            self._skip(video_id, f"{short}; the {kept} of the frames read are kept, --resume redoes it", n_instances)
             return
         self._done(video_id, n_instances)
 
@@ -536,9 +549,10 @@ class Job(BulkJob):
             print(format_table(stage_stats, title=f"timing per image{' (' + note + ')' if note else ''}:"))
         this_run = sum(t["n"] for t in timings if t["run"] == self.share.run_id)
         rate = this_run / t_loop if t_loop > 0 else 0.0
-        incomplete = sum(1 for s in skipped.values() if s.get("incomplete"))  # damaged videos, partly done
+        partial = [s for s in skipped.values() if s.get("incomplete")]  # damaged videos: their frames read are kept
+        incomplete, instances = len(partial), sum(done.values()) + sum(s.get("instances", 0) for s in partial)
         print(f"infer: {len(self.items)} inputs, {len(skipped) - incomplete} failed"
-              f"{f', {incomplete} incomplete' if incomplete else ''}, {sum(done.values())} instances, "
+              f"{f', {incomplete} incomplete' if incomplete else ''}, {instances} instances, "
               f"output in {self.args.output}")
         print(f"infer: this run {this_run} images and video frames in {t_loop:.1f} s: {rate:.2f} per second "
               f"({self.info.world_size} process{'es' if self.info.distributed else ''})")

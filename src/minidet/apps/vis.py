@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import cv2
 import numpy as np
@@ -74,6 +75,29 @@ def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
         x1, y1, _, _ = _clip_box(boxes[i], width, height)
         _draw_label(out, f"{labels[i]} {scores[i]:.2f}", x1, y1, colors[i], scale, thick)
     return out
+
+
+@functools.cache
+def _has_glyph(char: str) -> bool:
+    """Whether ``cv2.putText`` draws ``char`` as itself, not as the ``?`` it puts for a character its font lacks (one
+    per UTF-8 byte with OpenCV 4's Hershey fonts, which have ASCII only; one with OpenCV 5's built-in font, which
+    also has Latin, Cyrillic, Hebrew and Arabic letters but no Greek or CJK ones)."""
+    if " " <= char <= "~":
+        return True
+
+    def ink(text: str) -> np.ndarray:
+        img = np.zeros((40, 160), np.uint8)
+        cv2.putText(img, text, (4, 30), _FONT, 1.0, 255, 1, cv2.LINE_8)
+        return img
+
+    drawn = ink(char)
+    return not any(np.array_equal(drawn, ink("?" * k)) for k in range(1, len(char.encode("utf-8")) + 1))
+
+
+def undrawable(names: Iterable[str]) -> list[str]:
+    """The ``names`` whose labels cannot show them as they are: ``cv2.putText`` draws ``?`` for each character its
+    font has no glyph for (:func:`draw_instances` draws them so all the same; the JSON records keep the names)."""
+    return [n for n in names if not all(_has_glyph(c) for c in n)]
 
 
 def _clip_box(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:

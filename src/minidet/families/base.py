@@ -70,7 +70,8 @@ class Family:
     - ``background_last``: the background is the last class index (detectron2, mmdetection), else the first; the
       family's configs count ``MODEL.ROI_HEADS.NUM_CLASSES`` without it, else with it;
     - ``class_names(meta)``: the class names a file carries beside its weights (its wrapper's other entries), or
-      None; None where the family's files carry none."""
+      None; ValueError (one line naming the entry) when they are no list of distinct, non-empty names; None where
+      the family's files carry none."""
 
     name: str
     title: str  # for messages: "detectron2", "maskrcnn-benchmark", ...

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from ..categories import names_problem
 from ..errors import CheckpointError
 from . import torchvision
 from .base import Family, WeightsEntry, rename_by_rules
@@ -69,6 +70,25 @@ _UPGRADE = ("convert it with mmdetection's tools/model_converters/upgrade_model_
             "mmengine, not mmcv's compiled ops)")
 
 
+# the output layers that name a single-stage head of mmdetection (dense_heads/): RetinaHead, FCOSHead, ATSSHead
+_DENSE_HEADS = (("retina_cls", "RetinaNet"), ("conv_centerness", "FCOS"), ("atss_cls", "ATSS"))
+
+
+def _check_two_stage(tensors: Mapping, path: str) -> None:
+    """Refuse a single-stage detector (RetinaNet, FCOS, ATSS, ...): its dense head is ``bbox_head.`` at the top, as
+    in every mmdetection version, and it has no ``rpn_head.``; minidet runs two-stage Mask R-CNN files only."""
+    if any(k.startswith("rpn_head.") for k in tensors):
+        return
+    heads = [k for k in tensors if k.startswith("bbox_head.")]
+    if not heads:
+        return
+    key, name = next(((k, n) for layer, n in _DENSE_HEADS for k in heads if f".{layer}." in k), (heads[0], ""))
+    raise CheckpointError(
+        f"{path}: a single-stage detector ({f'{name}: ' if name else ''}{key}; no rpn_head or roi_head weights), not "
+        "a Mask R-CNN: minidet cannot run it (it runs Mask R-CNN files, and Faster R-CNN ones with MODEL.MASK_ON False)"
+    )
+
+
 def _check_v1(tensors: Mapping, path: str) -> None:
     """Refuse an mmdetection 1.x file: heads outside ``roi_head.``, or the background class first (81 class
     logits, 4 x 81 box deltas, 81 mask logits)."""
@@ -112,8 +132,9 @@ def _check_style(model, tensors: Mapping, path: str) -> None:
 
 
 def check(model, tensors: dict, path: str) -> None:
-    """Fail naming the key to change (or the conversion tool) when the file is not what the model describes: an
-    mmdetection 1.x file, the other backbone style, other ResNeXt groups."""
+    """Fail naming the key to change (or the conversion tool) when the file is not what the model describes: a
+    single-stage detector, an mmdetection 1.x file, the other backbone style, other ResNeXt groups."""
+    _check_two_stage(tensors, path)
     _check_v1(tensors, path)
     _check_style(model, tensors, path)
     w, conv = tensors.get("backbone.layer1.0.conv2.weight"), model.backbone.res2[0].conv2
@@ -129,17 +150,29 @@ def check(model, tensors: dict, path: str) -> None:
 
 
 def class_names(meta: Mapping[str, Any] | None) -> list[str] | None:
-    """The class names an mmdetection file carries: ``meta`` is what its wrapper holds beside the weights
-    (``readers.StateDict.meta``, ``{"meta": {...}}``); 3.x files name them in ``meta["dataset_meta"]["classes"]``,
-    2.x files in ``meta["CLASSES"]``. None when neither is a list of strings."""
+    """The class names an mmdetection file carries, read as mmdetection reads them: ``meta`` is what its wrapper
+    holds beside the weights (``readers.StateDict.meta``, ``{"meta": {...}}``); 3.x files name them in
+    ``meta["dataset_meta"]["classes"]`` (its keys in any case: mmdetection lowercases them), 2.x files in
+    ``meta["CLASSES"]``; a list or tuple, or a single string for one class (``classes = ('balloon')``, which
+    mmdetection's datasets match as one category name). None when the file names none. ValueError (one line, naming
+    the entry and ``names_problem``'s reason) when they are no list of distinct, non-empty strings."""
     inner = (meta or {}).get("meta")
     if not isinstance(inner, Mapping):
         return None
     dataset = inner.get("dataset_meta")
-    names = dataset.get("classes") if isinstance(dataset, Mapping) else None
-    names = inner.get("CLASSES") if names is None else names
-    ok = isinstance(names, (list, tuple)) and names and all(isinstance(n, str) for n in names)
-    return list(names) if ok else None
+    found = None
+    if isinstance(dataset, Mapping):
+        found = next(((f"dataset_meta.{k}", v) for k, v in dataset.items() if str(k).lower() == "classes"), None)
+    if (found is None or found[1] is None) and inner.get("CLASSES") is not None:
+        found = ("CLASSES", inner["CLASSES"])
+    if found is None or found[1] is None:
+        return None
+    key, names = found
+    names = [names] if isinstance(names, str) else names
+    if (problem := names_problem(names)) or not names:
+        problem = problem or f"an empty {type(names).__name__}, no names"
+        raise ValueError(f"its class names (meta {key}): {problem}")
+    return list(names)
 
 
 _SOURCE = ("mmdetection's configs/mask_rcnn/metafile.yml (URL, AP); the 8 hex digits in each file name begin its "
