@@ -130,6 +130,7 @@ def test_from_pretrained_downloads_once_and_matches_the_file(home, tv_served, tv
     assert fast.cfg.MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE == 10
 
 
+@pytest.mark.slow
 def test_infer_with_a_url_from_another_folder(home, server, tv_file, tmp_path):
     """``minidet infer`` with a config name and ``MODEL.WEIGHTS URL``, run from a folder outside the checkout: the
     file is downloaded into $MINIDET_HOME once, and the run's first line names the cached file."""

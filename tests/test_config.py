@@ -1,4 +1,6 @@
+import numpy as np
 import pytest
+import torch
 
 import minidet
 from minidet.config import ConfigError, validate_cfg
@@ -66,15 +68,26 @@ def test_validate_names_the_key(opts, match):
         minidet.build_model(cfg)
 
 
-def test_shipped_configs_build():
-    for path in (
-        "configs/Base-RCNN-FPN.yaml",
-        "configs/torchvision/maskrcnn_resnet50_fpn.yaml",
-        "configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml",
-    ):
-        cfg = minidet.get_cfg()
-        cfg.merge_from_file(path)
-        validate_cfg(cfg)
+@pytest.mark.parametrize("name", minidet.config.config_names(bases=True))
+def test_shipped_configs_build(name):
+    """Every shipped config (the bases too) is valid and builds its model (on the meta device: no weights made)."""
+    cfg = minidet.get_cfg(name)
+    validate_cfg(cfg)
+    with torch.device("meta"):
+        model = minidet.build_model(cfg)
+    assert (model.mask_head is not None) == cfg.MODEL.MASK_ON
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", minidet.config.config_names())
+def test_shipped_configs_run(name):
+    """Every shipped config's model runs on a small picture (random weights: each module's shapes fit together)."""
+    cfg = minidet.get_cfg(name)
+    cfg.merge_from_list(["MODEL.WEIGHTS", "none", "INPUT.MIN_SIZE_TEST", 96, "INPUT.MAX_SIZE_TEST", 128,  # small: quick
+                         "MODEL.RPN.PRE_NMS_TOPK_TEST", 50, "MODEL.RPN.POST_NMS_TOPK_TEST", 20,
+                         "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 5])
+    out = minidet.Predictor(cfg)(np.full((90, 120, 3), 114, np.uint8))
+    assert out["boxes"].shape[1:] == (4,) and (out["masks"].shape[1:] == (90, 120)) == cfg.MODEL.MASK_ON
 
 
 @pytest.mark.parametrize("version", ["", "_v2"])

@@ -20,7 +20,9 @@ import torch
 
 import minidet
 from helpers import ROOT, config, images_bgr, load_tool, one_error_line
-from minidet.config import ConfigError
+from minidet.checkpoint import CheckpointError
+from minidet.config import ConfigError, validate_cfg
+from minidet.predictor import classes_of
 from minidet.testing.checkpoints import d2_weights, make_blobs, mb_state_shapes, mb_weights, write_detectron_pkl
 from minidet.testing.compare import assert_same_detections, compare_detections
 from minidet.testing.mmdet import mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
@@ -30,6 +32,8 @@ SIZE = ["INPUT.MIN_SIZE_TEST", 240, "INPUT.MAX_SIZE_TEST", 400]
 SHAPES = [(200, 260), (240, 180)]
 TINY = ROOT.parent / "shared" / "data" / "coco_tiny"
 NAMES = ["cell", "nucleus", "debris"]
+FAST = ["INPUT.MIN_SIZE_TEST", 120, "INPUT.MAX_SIZE_TEST", 200, "MODEL.RPN.PRE_NMS_TOPK_TEST", 100,
+        "MODEL.RPN.POST_NMS_TOPK_TEST", 50, "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 10]  # runs that test no numbers
 
 
 # ----------------------------------------------------------------------------------------------- torchvision
@@ -181,9 +185,16 @@ def _variants(family: str, state: dict, picked: list[int], agnostic: bool) -> tu
     return small, ref
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("picked,agnostic", [([0, 2, 16], False), ([5, 1], False), ([0, 2, 16], True)],
-                         ids=["3-classes", "2-classes", "3-classes-agnostic"])
+# the first check runs a family with the background first and one with it last; the rest is slow (5 s each)
+QUICK_OWN = {("torchvision", "3-classes"), ("mmdetection", "3-classes")}
+OWN_CASES = [pytest.param(family, picked, agnostic, id=f"{name}-{family}",
+                          marks=() if (family, name) in QUICK_OWN else pytest.mark.slow)
+             for name, picked, agnostic in (("3-classes", [0, 2, 16], False), ("2-classes", [5, 1], False),
+                                            ("3-classes-agnostic", [0, 2, 16], True))
+             for family in FAMILIES]
+
+
+@pytest.mark.parametrize(("family", "picked", "agnostic"), OWN_CASES)
 def test_each_family_runs_its_own_classes(zoo, tmp_path, family, picked, agnostic):
     config_file, _, bg_last, _ = FAMILIES[family]
     small, ref = _variants(family, zoo[family], picked, agnostic)
@@ -244,6 +255,7 @@ def _eval(capsys, own_dataset, tv_three, out: Path, *opts: str) -> tuple[int, st
     return rc, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_eval_maps_named_classes_by_name(capsys, own_dataset, tv_three, tmp_path):
     rc, out, err = _eval(capsys, own_dataset, tv_three, tmp_path / "named", "MODEL.CLASS_NAMES", "seat,walker,mug")
     assert rc == 0, err
@@ -295,3 +307,127 @@ def test_mmdetection_names_come_from_the_files_meta(zoo, tmp_path):
     assert p.classes_summary.endswith(f"cell, nucleus, debris (names: {path} (its meta))")
     p = minidet.Predictor(config(config_file, *SIZE, "MODEL.CLASS_NAMES", "a,b,c", weights=path))
     assert p.class_names == ["a", "b", "c"]  # the config's names come first
+
+
+# --------------------------------------------------------------- names that cannot name classes, and what can
+
+
+def _mm_box_predictor(path: Path, k: int, meta: dict) -> Path:
+    """An mmdetection file (``{"meta", "state_dict"}``, torch's legacy format, as mmdetection publishes them) of a
+    ``k``-class model's box predictor alone: what the classes are read from (``classes_of`` builds no model)."""
+    head = "roi_head.bbox_head"
+    state = {f"{head}.fc_cls.weight": torch.zeros(k + 1, 16), f"{head}.fc_cls.bias": torch.zeros(k + 1),
+             f"{head}.fc_reg.weight": torch.zeros(4 * k, 16), f"{head}.fc_reg.bias": torch.zeros(4 * k)}
+    write_mmdet_checkpoint(path, state, meta={"mmdet_version": "3.3.0", **meta})
+    return path
+
+
+BAD_META = {  # the meta of a 3-class file -> the entry named and what is wrong with it
+    "3.x-twice": ({"dataset_meta": {"classes": ("cell", "nucleus", "cell")}},
+                  "(meta dataset_meta.classes): 'cell' is given twice (names 1 and 3)"),
+    "2.x-empty": ({"CLASSES": ("cell", "", "debris")}, "(meta CLASSES): name 2 is empty"),
+    "blank": ({"CLASSES": ["cell", " ", "debris"]}, "(meta CLASSES): name 2 is blank (' ')"),
+    "numbers": ({"dataset_meta": {"classes": [1, 2, 3]}},
+                "(meta dataset_meta.classes): name 1 is 1 (int), not a string"),
+    "mapping": ({"dataset_meta": {"classes": {"cell": 1}}}, "(meta dataset_meta.classes): a dict, not a list of names"),
+    "none-at-all": ({"CLASSES": ()}, "(meta CLASSES): an empty tuple, no names"),
+    "upper-case-3.x": ({"dataset_meta": {"CLASSES": ["a", "a", "b"]}},  # mmdetection lowercases dataset_meta's keys
+                       "(meta dataset_meta.CLASSES): 'a' is given twice (names 1 and 2)"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_META))
+def test_a_files_names_are_checked_as_model_class_names_is(tmp_path, case):
+    meta, reason = BAD_META[case]
+    path = _mm_box_predictor(tmp_path / "fine.pth", 3, meta)
+    with pytest.raises(CheckpointError) as e:
+        classes_of(config(FAMILIES["mmdetection"][0], weights=path))
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(f"{path}: its class names {reason}; "), line
+    assert line.endswith("set MODEL.CLASS_NAMES (names separated by commas), which overrides the file's names"), line
+    classes, summary = classes_of(config(FAMILIES["mmdetection"][0], "MODEL.CLASS_NAMES", "x,y,z", weights=path))
+    assert classes.names == ("x", "y", "z") and summary.endswith("x, y, z (names: MODEL.CLASS_NAMES)")
+
+
+def test_a_single_string_names_one_class_as_mmdetection_reads_it(tmp_path):
+    """``classes = ('balloon')`` in an mmdetection config is a string, not a tuple; its datasets match it as one
+    category name, and the file keeps the string: one class named balloon, not seven named by its letters."""
+    path = _mm_box_predictor(tmp_path / "balloon.pth", 1, {"dataset_meta": {"classes": "balloon"}})
+    classes, summary = classes_of(config(FAMILIES["mmdetection"][0], weights=path))
+    assert classes.names == ("balloon",) and summary.endswith(f"balloon (names: {path} (its meta))")
+    three = _mm_box_predictor(tmp_path / "three.pth", 3, {"CLASSES": "balloon"})
+    with pytest.raises(ConfigError) as e:
+        classes_of(config(FAMILIES["mmdetection"][0], weights=three))
+    assert str(e.value) == (f"{three} (its meta) gives 1 class names but the checkpoint has 3 classes (background "
+                            "excluded); set MODEL.CLASS_NAMES, which overrides the file's names")
+
+
+def test_class_names_from_the_command_line_and_python_are_checked(tmp_path, capsys):
+    cfg = minidet.get_cfg()
+    for given, item in (("a,,b", 2), ("a,b,", 3), (",a", 1)):
+        with pytest.raises(ConfigError, match=rf"^config key MODEL.CLASS_NAMES: item {item} of '{given}' is empty "):
+            cfg.merge_from_list(["MODEL.CLASS_NAMES", given])
+    cfg.merge_from_list(["MODEL.CLASS_NAMES", " cell , nucleus "])
+    assert cfg.MODEL.CLASS_NAMES == ["cell", "nucleus"]
+    cfg.merge_from_list(["MODEL.CLASS_NAMES", ""])  # none: the checkpoint's or the dataset's names
+    assert cfg.MODEL.CLASS_NAMES == []
+    cfg.MODEL.CLASS_NAMES = "dog"  # in Python, not through a list: one string, not the names d, o, g
+    with pytest.raises(ConfigError, match="MODEL.CLASS_NAMES must be distinct, non-empty names: the string 'dog', "
+                                          "not a list of names"):
+        validate_cfg(cfg)
+    cfg.MODEL.CLASS_NAMES = ["cell", "nucleus", "cell"]
+    with pytest.raises(ConfigError, match=r"names: 'cell' is given twice \(names 1 and 3\); got \['cell', "):
+        validate_cfg(cfg)
+    # as a user meets it: one line, before any weights are read
+    image = tmp_path / "a.png"
+    cv2.imwrite(str(image), images_bgr([(40, 40)])[0])
+    argv = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--input", str(image), "--output",
+            str(tmp_path / "out"), "MODEL.WEIGHTS", str(tmp_path / "absent.pth"), "MODEL.CLASS_NAMES", "cell,,debris"]
+    assert load_tool(Path("infer.py")).main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line == ("error: config key MODEL.CLASS_NAMES: item 2 of 'cell,,debris' is empty (a list here is "
+                    "comma-separated values, none of them empty)")
+
+
+def test_infer_with_a_files_duplicated_names_is_one_line_until_the_config_names_them(tmp_path, capsys):
+    state = mmdet_weights(mmdet_state_shapes(50, num_classes=3), seed=7)
+    path = tmp_path / "fine.pth"
+    write_mmdet_checkpoint(path, state, meta={"mmdet_version": "3.3.0",
+                                              "dataset_meta": {"classes": ("cell", "nucleus", "cell")}})
+    image = tmp_path / "a.png"
+    cv2.imwrite(str(image), images_bgr(SHAPES)[0])
+    argv = ["--config-file", "mmdetection/mask-rcnn_r50_fpn_1x_coco", "--input", str(image), "--output",
+            str(tmp_path / "out"), "--workers", "0", "MODEL.WEIGHTS", str(path), *map(str, SIZE)]
+    assert load_tool(Path("infer.py")).main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: {path}: its class names (meta dataset_meta.classes): 'cell' is given twice"), line
+    assert load_tool(Path("infer.py")).main([*argv, "--no-vis", "MODEL.CLASS_NAMES", "cell,nucleus,debris"]) == 0
+    assert "3 classes (background excluded) from the checkpoint: cell, nucleus, debris" in capsys.readouterr().out
+
+
+def test_names_the_drawing_cannot_show_are_one_warning_per_run(tv_three, tmp_path, capsys):
+    """Greek and CJK letters are in no font OpenCV draws labels with (4.x: ASCII only; 5.x: also Latin, Cyrillic,
+    Hebrew, Arabic): one warning for the run, whatever the number of images, naming those names only; the JSON
+    records have them in full. None when no label is drawn or those classes are filtered out."""
+    path, _ = tv_three
+    for k, image in enumerate(images_bgr(SHAPES)):
+        cv2.imwrite(str(tmp_path / f"{k}.jpg"), image)
+    names = "cell,αβγ,中文"
+
+    def infer(out: str, *opts: str, pattern: str = "*.jpg") -> str:
+        argv = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--input", str(tmp_path / pattern),
+                "--output", str(tmp_path / out), "--workers", "0", "--vis-thresh", "0", *opts,
+                "MODEL.WEIGHTS", str(path), *map(str, FAST)]
+        assert load_tool(Path("infer.py")).main(argv) == 0
+        return capsys.readouterr().err
+
+    err = infer("out", "MODEL.CLASS_NAMES", names)  # two images, one line
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: the drawings show 2 class names with '?' for the characters OpenCV "
+                        f"{cv2.__version__}'s font lacks: 'αβγ', '中文'; the JSON records have the names in full"], err
+    recorded = {i["category_name"] for k in range(2) for i in json.loads((tmp_path / f"out/{k}.json").read_text(
+        encoding="utf-8"))["instances"]}
+    assert recorded and recorded <= {"cell", "αβγ", "中文"}
+    for out, opts in (("labels", ["--no-labels"]), ("vis", ["--no-vis"]), ("kept", ["--classes", "cell"])):
+        assert "warning:" not in infer(out, *opts, "MODEL.CLASS_NAMES", names, pattern="0.jpg"), opts
+    assert "warning:" not in infer("ascii", "MODEL.CLASS_NAMES", ",".join(NAMES), pattern="0.jpg")

@@ -140,8 +140,13 @@ def test_every_key_has_a_rule():
     """A new key cannot be added without saying what it may hold (booleans: True or False)."""
     keys = _leaves(minidet.get_cfg())
     free = {k for k, v in keys.items() if k not in RULES and not isinstance(v, bool)}
-    # CLASS_NAMES: distinct non-empty names (validate_cfg); WEIGHTS and GRAPH: files, checked where they are opened
-    assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES", "MODEL.GRAPH"}
+    # CLASS_NAMES: distinct non-empty names, GRAPH_SHA256: 64 hex digits or empty (validate_cfg); WEIGHTS and GRAPH:
+    # files, checked where they are opened
+    assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES", "MODEL.GRAPH", "MODEL.GRAPH_SHA256"}
+    bad = minidet.get_cfg()
+    bad.merge_from_list(["MODEL.GRAPH_SHA256", "abc"])
+    with pytest.raises(ConfigError, match="MODEL.GRAPH_SHA256 must be a SHA-256"):
+        validate_cfg(bad)
     assert set(RULES) <= set(keys)
     validate_cfg(minidet.get_cfg())
 

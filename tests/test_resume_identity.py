@@ -75,6 +75,7 @@ def _wait(condition, proc: subprocess.Popen, seconds: float) -> bool:
 # ------------------------------------------------------------------------------ §2 resume keeps what it promises
 
 
+@pytest.mark.slow
 def test_sigkill_after_three_of_four_images_keeps_them_and_their_run(tv_file, tv_file_init, tmp_path, capfd):
     """``--chunk-size 1``, four inputs of which the last is a pipe that nobody writes: the run writes three images,
     then waits. SIGKILL there (nothing runs on the way out): each written image has its chunk, and the run's

@@ -15,6 +15,7 @@ import yaml
 from yacs.config import CfgNode as _YacsNode
 
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
+from .categories import names_problem
 from .families import FAMILIES
 from .imageio import DEFAULT_MAX_PIXELS
 
@@ -30,10 +31,11 @@ class CfgNode(_YacsNode):
     """yacs node with ``_BASE_`` inheritance, int->float coercion and one-line errors."""
 
     def merge_from_file(self, cfg_filename: str) -> None:
-        """Merge a yaml file or shipped config name (``config_file``) and, first, the ``_BASE_`` files it names."""
+        """Merge a yaml file or shipped config name (``config_file``) and, first, the ``_BASE_`` files it names.
+        Relative paths in a file resolve beside it (``_beside``)."""
         for path, data in _base_chain(config_file(cfg_filename)):
             try:
-                _merge_dict(self, data, [])
+                _merge_dict(self, _beside(data, os.path.dirname(path)), [])
             except ConfigError as e:
                 raise ConfigError(f"{path}: {e}") from None
 
@@ -165,6 +167,25 @@ def _base_chain(path: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict]]
     return _base_chain(base_path, (*seen, path)) + [(path, data)]
 
 
+def _beside(data: dict, folder: str) -> dict:
+    """A config file's mapping with the paths that are relative to the file made absolute (``folder``: the file's),
+    so that a folder holding a config and its files (``minidet export``'s) can be copied or moved: ``MODEL.GRAPH``
+    when relative, ``MODEL.WEIGHTS`` when it starts with ``./`` or ``../`` (other relative weights, such as the
+    shipped configs' ``weights/<file>``, are looked for by ``hub.weights_path``: the current folder,
+    ``$MINIDET_HOME``, the checkout)."""
+    model = data.get("MODEL")
+    if not isinstance(model, dict):
+        return data
+    model = dict(model)
+    for key in ("GRAPH", "WEIGHTS"):
+        value = model.get(key)
+        if not isinstance(value, str) or not value.strip() or os.path.isabs(os.path.expanduser(value)):
+            continue
+        if key == "GRAPH" or value.startswith(("./", "../", f".{os.sep}", f"..{os.sep}")):
+            model[key] = os.path.normpath(os.path.join(folder, value))
+    return {**data, "MODEL": model}
+
+
 def _coerce(value: Any, original: Any, key: str) -> Any:
     """``value`` as the type of the default ``original`` (an int stands for a float, a list for a tuple)."""
     if original is None or value is None:
@@ -172,7 +193,11 @@ def _coerce(value: Any, original: Any, key: str) -> Any:
     if isinstance(original, (list, tuple)) and isinstance(value, (list, tuple)):
         return type(original)(value)
     if isinstance(original, (list, tuple)) and isinstance(value, str):  # "cell,nucleus,debris" on a command line
-        return type(original)(v.strip() for v in value.split(",") if v.strip())
+        items = [v.strip() for v in value.split(",")] if value.strip() else []  # "": the empty list
+        if "" in items:
+            raise ConfigError(f"config key {key}: item {items.index('') + 1} of {value!r} is empty (a list here is "
+                              "comma-separated values, none of them empty)")
+        return type(original)(items)
     if isinstance(original, float) and isinstance(value, str):
         with contextlib.suppress(ValueError):  # YAML 1.1 reads "1e-5" (no dot) as a string
             return float(value)
@@ -221,6 +246,9 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.CONVENTION": ("torchvision", tuple(FAMILIES)),  # the weights' family and its arithmetic (families/)
     "MODEL.RUNTIME": ("torch", ("torch", "onnxruntime", "openvino")),  # the network: torch, or MODEL.GRAPH's runtime
     "MODEL.GRAPH": ("", None),  # the model.onnx of `minidet export`, for MODEL.RUNTIME onnxruntime / openvino
+    "MODEL.GRAPH_SHA256": ("", None),  # MODEL.GRAPH's SHA-256, checked before the graph is opened ('': unchecked)
+    # what the runtime of MODEL.GRAPH computes in: fp32 whatever the CPU; bf16 (OpenVINO, CPUs with bf16) on request
+    "MODEL.RUNTIME_PRECISION": ("fp32", ("fp32", "bf16")),
     "MODEL.RESNETS.DEPTH": (50, (50, 101)),
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
     "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),
@@ -388,6 +416,12 @@ def validate_cfg(cfg: CfgNode) -> None:
     m = cfg.MODEL
     if m.FOLD_NORM and m.NORM == "GN":
         raise ConfigError("MODEL.FOLD_NORM applies to FrozenBN/Affine only; GroupNorm cannot be folded")
+    if m.GRAPH_SHA256 and not re.fullmatch(r"[0-9a-fA-F]{64}", str(m.GRAPH_SHA256)):
+        raise ConfigError(f"MODEL.GRAPH_SHA256 must be a SHA-256 (64 hexadecimal digits) or empty; got "
+                          f"{_short(m.GRAPH_SHA256)}")
+    if m.RUNTIME == "torch" and m.RUNTIME_PRECISION != "fp32":
+        raise ConfigError(f"MODEL.RUNTIME_PRECISION {m.RUNTIME_PRECISION} is the precision of an exported graph's "
+                          "runtime (MODEL.RUNTIME openvino); the eager network's is TEST.AMP")
     if m.ROI_BOX_HEAD.NUM_CONV == 0 and m.ROI_BOX_HEAD.NUM_FC == 0:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
     if m.ROI_BOX_HEAD.NORM_FC and m.NORM != "GN":
@@ -395,9 +429,9 @@ def validate_cfg(cfg: CfgNode) -> None:
     if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:
         raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CONVENTION "
                           f"{m.CONVENTION}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
-    names = m.CLASS_NAMES
-    if not all(isinstance(n, str) and n.strip() for n in names) or len(set(names)) != len(names):
-        raise ConfigError(f"MODEL.CLASS_NAMES must be distinct, non-empty names; got {_short(list(names))}")
+    if m.CLASS_NAMES and (problem := names_problem(m.CLASS_NAMES)):  # set in Python, a string: not its letters
+        shown = _short(list(m.CLASS_NAMES) if isinstance(m.CLASS_NAMES, (list, tuple)) else m.CLASS_NAMES)
+        raise ConfigError(f"MODEL.CLASS_NAMES must be distinct, non-empty names: {problem}; got {shown}")
     if m.NORM == "GN":  # GroupNorm splits the channels of every normalized layer into equal groups
         normalized = {
             "the ResNet stem": 64,

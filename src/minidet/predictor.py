@@ -51,20 +51,21 @@ def _load(cfg: CfgNode, weights: str | None) -> tuple[MaskRCNN, LoadReport | Non
     """The model of ``cfg`` fitted to the checkpoint (:func:`fit_to_checkpoint`) and loaded (see
     :func:`prepare_model`); also the fitted config and the opened checkpoint. Under ``MODEL.RUNTIME onnxruntime``
     or ``openvino`` the graph ``MODEL.GRAPH`` (``minidet export``) runs the network instead, checked against the
-    checkpoint (not loaded: the graph holds the weights); the model keeps minidet's pre- and post-processing."""
+    checkpoint and the config (``ExportedNetwork.check_config``); the eager model is loaded all the same (every check
+    of the weights against the config applies), for the images the graph cannot take, and keeps minidet's pre- and
+    post-processing; the report names the graph."""
     validate_cfg(cfg)  # every value in range before anything is read
     path = checkpoint_file(cfg, weights)
     network = None
-    if cfg.MODEL.RUNTIME != "torch":  # the exported graph runs the network (it holds the weights: checked, not loaded)
+    if cfg.MODEL.RUNTIME != "torch":  # the exported graph runs the network
         from .export.runtime import load_network
 
-        network, report = load_network(cfg, path)  # first: a weights file changed since the export is that error
+        network, graph_report = load_network(cfg, path)  # first: a weights file changed since the export is that error
     ckpt = open_checkpoint(path) if path is not None else None
     cfg, _ = fit_to_checkpoint(cfg, ckpt)
-    model = build_model(cfg)
     if network is not None:
-        model.network = network
-        return model.set_runtime(timer=StageTimer(enabled=cfg.TEST.TIMING)).eval(), report, cfg, ckpt
+        network.check_config(cfg)
+    model = build_model(cfg)
     report = None if ckpt is None else load_checkpoint(model, ckpt, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
                                                        convention=cfg.MODEL.CONVENTION)
     if cfg.MODEL.FOLD_NORM:
@@ -76,6 +77,9 @@ def _load(cfg: CfgNode, weights: str | None) -> tuple[MaskRCNN, LoadReport | Non
         raise ConfigError(f"MODEL.DEVICE is {cfg.MODEL.DEVICE} but CUDA is not available")
     model.to(device)
     model.set_runtime(timer=StageTimer(enabled=cfg.TEST.TIMING, device=device), channels_last=cfg.MODEL.CHANNELS_LAST)
+    if network is not None:  # the eager network of the same weights takes what the graph cannot (not random ones)
+        network.eager = model._detect if ckpt is not None else None
+        model.network, report = network, graph_report
     return model.eval(), report, cfg, ckpt
 
 
@@ -90,16 +94,20 @@ def prepare_model(cfg: CfgNode, weights: str | None = None) -> tuple[MaskRCNN, L
 def checkpoint_classes(cfg: CfgNode, ckpt: Checkpoint | None) -> tuple[Classes, str]:
     """The classes of the (fitted) ``cfg``'s model: COCO's for a checkpoint of its ``MODEL.CATEGORY_LAYOUT``'s size,
     else the checkpoint's own, named by ``MODEL.CLASS_NAMES``, else by the names the file carries, else ``class_1``
-    ...; and, for own classes, the line that says so (else "")."""
+    ...; and, for own classes, the line that says so (else ""). The file's names are read only when
+    ``MODEL.CLASS_NAMES`` gives none: names it cannot take (``Checkpoint.class_names``: CheckpointError) or of another
+    count are one line that says ``MODEL.CLASS_NAMES`` overrides them."""
     m = cfg.MODEL
     background_last = FAMILIES[m.CONVENTION].background_last
     count = m.ROI_HEADS.NUM_CLASSES - (0 if background_last else 1)
-    sources = [("MODEL.CLASS_NAMES", list(m.CLASS_NAMES)),
-               (f"{ckpt.path if ckpt else ''} (its meta)", ckpt.class_names() if ckpt else None)]
+    sources = [("MODEL.CLASS_NAMES", m.CLASS_NAMES)]
+    if ckpt is not None and not m.CLASS_NAMES:
+        sources.append((f"{ckpt.path} (its meta)", ckpt.class_names()))
     try:
         classes, where = resolve_classes(m.CATEGORY_LAYOUT, count, background_last, *sources)
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        hint = "; set MODEL.CLASS_NAMES, which overrides the file's names" if len(sources) > 1 else ""
+        raise ConfigError(f"{e}{hint}") from None
     if not classes.own:
         return classes, ""
     shown = ", ".join(n for _, _, n in classes.real()[:12]) + (", ..." if count > 12 else "")

@@ -55,14 +55,18 @@ def detectron_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: 
 
 def topk_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One level's (N, L) objectness logits -> the ``k`` highest per image, (N, k') logits and indices, by
-    ``torch.topk`` (torchvision, Detectron, detectron2, maskrcnn-benchmark)."""
-    return logits.topk(min(k, logits.shape[1]), dim=1)
+    ``torch.topk`` (torchvision, Detectron, detectron2, maskrcnn-benchmark). Exportable: L may be symbolic."""
+    return logits.topk(torch.sym_min(k, logits.shape[1]), dim=1)
 
 
 def sorted_sigmoid(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """mmdetection's ``RPNHead``: per image the sigmoid of the level's (L,) logits; where L > ``k``, the first ``k``
     of ``sort(descending=True)`` (PyTorch's unstable sort: equal scores in its order), else all L in anchor order.
-    Returns (N, k') probabilities and indices."""
+    Returns (N, k') probabilities and indices. Under ``torch.export`` (L symbolic, no branch on it): the
+    ``min(k, L)`` highest probabilities by ``topk``, the same set but for the order of equal probabilities (the
+    graph's top-k orders them by index; which of them the cut at ``k`` keeps is the one inexact step there)."""
+    if torch.compiler.is_exporting():
+        return logits.sigmoid().topk(torch.sym_min(k, logits.shape[1]), dim=1)
     probs = [lg.sigmoid() for lg in logits]  # one image at a time, as mmdetection computes them
     if logits.shape[1] <= k:
         idx = torch.arange(logits.shape[1], device=logits.device)

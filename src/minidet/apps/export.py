@@ -1,9 +1,11 @@
-"""``minidet export``: the loaded model to ONNX, run by ONNX Runtime, checked against eager by a parity gate.
+"""``minidet export``: the loaded model to ONNX, run by ONNX Runtime or OpenVINO, checked against eager by a parity
+gate; ``minidet export --check DIR``: that gate again, where the export runs.
 
 Usage::
 
     minidet export --config-file CFG --output DIR [--images IMG ...] [--runtime onnxruntime|openvino]
         [--repeats N] [--force] [KEY VALUE ...]
+    minidet export --check DIR [--images IMG ...] [--repeats N] [--json FILE] [KEY VALUE ...]
     python tools/export.py ...   # the same program
 
 Builds and loads the model of ``CFG`` (any family, any norm, folded or not) on the CPU in float32, exports its
@@ -11,25 +13,30 @@ network (``minidet.export.graph.NetworkGraph``: backbone to mask probabilities, 
 runs the parity gate (``minidet.apps.export_gate``) on the verification images: the ``--images`` given, else five
 real COCO photos of several sizes and aspect ratios from the checkout's ``../shared/data/coco_tiny`` (synthetic
 pictures of the same sizes where it is absent; photos are not shipped in the package) and one blank picture
-(no objects). It writes into ``DIR``:
+(no objects). It writes into ``DIR``, one unit that can be copied or moved (its paths are relative to it):
 
 - ``model.onnx``: the graph, weights inside, with minidet's metadata (version, weights' SHA-256, config);
 - ``config.yaml``: the resolved config with ``MODEL.RUNTIME`` (``--runtime``: ONNX Runtime, the default, or
-  OpenVINO, which runs the same file; the gate runs it) and ``MODEL.GRAPH`` naming the graph, so
+  OpenVINO, which runs the same file; the gate runs it), ``MODEL.GRAPH: model.onnx`` and its ``MODEL.GRAPH_SHA256``,
+  ``MODEL.WEIGHTS`` relative to ``DIR`` (or the registry name or URL given), ``MODEL.RUNTIME_PRECISION fp32``, so
   that ``minidet infer|eval --config-file DIR/config.yaml`` runs it (minidet's resize and normalization before it,
   rescale and mask paste after it);
 - ``report.json``: the gate per image and stage, the steps the graph cannot compute exactly, the exporter's and
-  the runtime's versions, the speed of each.
+  the runtime's versions, the runtime's options and the precision its compiled layers got, the CPU and its flags,
+  the speed of each.
 
 The gate's table is printed. When an image's exported detections are not the eager ones, ``model.onnx`` and
 ``config.yaml`` are not written (``report.json`` is), one ``error:`` line says so and the exit status is 1;
 ``--force`` writes them anyway, marked in the report and in the config's first line. A bad config, checkpoint
-or image, or a missing ``minidet[export]`` extra, is one ``error:`` line (status 2).
+or image, or a missing ``minidet[export]`` extra, is one ``error:`` line (status 2). ``--check DIR`` loads
+``DIR/config.yaml`` as ``minidet infer`` does (overrides such as ``MODEL.RUNTIME openvino`` change what runs) and
+runs the same gate with this machine's runtime and CPU: status 0 when it passes, 1 when it fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -40,11 +47,12 @@ import numpy as np
 import torch
 
 import minidet
-from minidet.apps import fail, run_app
+from minidet.apps import fail, parse_with_overrides, run_app
 from minidet.apps.fileio import OutputDir, atomic_write, write_json
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError
 from minidet.hub import weights_path
+from minidet.hub.cache import NO_WEIGHTS
 from minidet.imageio import ImageReadError, read_image
 
 SETUP_ERRORS = (ConfigError, CheckpointError, ImageReadError, OSError)
@@ -55,12 +63,18 @@ VERIFY = {  # file -> (height, width): small, wide, tall, square, the common 4:3
     "000000436738.jpg": (486, 500), "000000005001.jpg": (480, 640),
 }
 BLANK = (300, 400)  # the picture without objects
+GRAPH = "model.onnx"  # the graph's file in the export folder
+PROG = "export"
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=prog, description="Export a model to ONNX, checked against eager minidet.")
-    p.add_argument("--config-file", required=True, metavar="CFG", help="config name or yaml file of the model")
-    p.add_argument("--output", required=True, metavar="DIR", help="output folder (created if needed)")
+    p = argparse.ArgumentParser(prog=prog, description="Export a model to ONNX, checked against eager minidet; or "
+                                "check an export where it runs (--check DIR).")
+    p.add_argument("--config-file", metavar="CFG", help="config name or yaml file of the model")
+    p.add_argument("--output", metavar="DIR", help="output folder (created if needed)")
+    p.add_argument("--check", metavar="DIR", help="instead of exporting: run the parity gate of the export in DIR "
+                   "(its config.yaml, with the KEY VALUE overrides) here, with this machine's runtime")
+    p.add_argument("--json", metavar="FILE", help="--check: write its report (as report.json's) to FILE")
     p.add_argument("--images", nargs="+", metavar="IMG", help="verification images (default: a built-in set)")
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each image per runtime (0: no timing)")
     p.add_argument("--force", action="store_true", help="write the export even when the parity gate fails")
@@ -70,7 +84,15 @@ def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argpar
     p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="keep freed memory in the process (minidet.memory)")
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides (last)")
-    args = p.parse_args(argv)
+    # overrides as infer takes them: after --images too (`--images a.jpg MODEL.WEIGHTS x.pth`), options after them
+    args = parse_with_overrides(p, argv, lists=("images",))
+    if args.check:
+        if args.config_file or args.output or args.force:
+            p.error("--check DIR takes the export's own config.yaml: no --config-file, --output or --force")
+    elif not (args.config_file and args.output):
+        p.error("give --config-file CFG --output DIR (to export), or --check DIR (to check an export)")
+    elif args.json:
+        p.error("--json goes with --check (an export writes report.json)")
     if args.repeats < 0:
         p.error("--repeats must be >= 0")
     return args
@@ -98,8 +120,23 @@ def source_config(args: argparse.Namespace) -> tuple[minidet.config.CfgNode, lis
         notes.append(f"TEST.AMP {cfg.TEST.AMP}: the graph runs float32 and is checked against float32 eager")
     if cfg.MODEL.DEVICE != "cpu":
         notes.append(f"MODEL.DEVICE {cfg.MODEL.DEVICE}: exported and checked on the CPU (ONNX Runtime's CPU kernels)")
-    cfg.merge_from_list(["TEST.AMP", "", "MODEL.DEVICE", "cpu", "MODEL.RUNTIME", "torch", "MODEL.GRAPH", ""])
+    cfg.merge_from_list(["TEST.AMP", "", "MODEL.DEVICE", "cpu", "MODEL.RUNTIME", "torch", "MODEL.GRAPH", "",
+                         "MODEL.GRAPH_SHA256", "", "MODEL.RUNTIME_PRECISION", "fp32"])
     return cfg, notes
+
+
+def weights_reference(value: str, resolved: str | None, output: str) -> str:
+    """How the export's config.yaml names its weights, so that the folder can be moved: a registry name or URL as
+    given (found or downloaded on any machine), else the file's path relative to the folder (``./`` or ``../``:
+    resolved beside the config, ``config._beside``); ``none`` for random weights."""
+    from minidet.hub import REGISTRY, is_url
+
+    if resolved is None:
+        return NO_WEIGHTS
+    if is_url(value) or value.strip() in REGISTRY:
+        return value.strip()
+    rel = os.path.relpath(resolved, os.path.abspath(output))
+    return rel if rel.startswith("..") else f"./{rel}"
 
 
 def versions(runtime: str) -> dict[str, str]:
@@ -110,11 +147,26 @@ def versions(runtime: str) -> dict[str, str]:
             "python": platform.python_version()}
 
 
-def export(args: argparse.Namespace) -> int:
+def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, report: dict) -> dict:
+    """The parity gate of ``network`` against eager ``model`` (``export_gate.run_gate``), printed, and ``report``
+    with it, what ran the graph (runtime, precision, options) and on which CPU."""
     from minidet.apps.export_gate import format_table, run_gate
+    from minidet.export.onnxfile import cpu_facts
+
+    facts = network.graph.runtime
+    print(f"{PROG}: parity gate on {len(images)} images ({facts.get('name')} {facts.get('version')}, "
+          f"{facts.get('precision')}, {torch.get_num_threads()} threads)")
+    result = run_gate(model, network, images, repeats)
+    print(format_table(result))
+    report.update(frame=network.graph.frame, min_side=network.graph.min_side, runtime_facts=facts, cpu=cpu_facts(),
+                  threads=torch.get_num_threads(), **result)
+    return report
+
+
+def export(args: argparse.Namespace) -> int:
     from minidet.export import require
     from minidet.export.graph import FLOAT_ORDER, inexact_steps
-    from minidet.export.onnxfile import NO_WEIGHTS, export_onnx, open_graph
+    from minidet.export.onnxfile import export_onnx, graph_sha256, open_graph
     from minidet.export.runtime import ExportedNetwork
     from minidet.hub import file_sha256
 
@@ -126,11 +178,11 @@ def export(args: argparse.Namespace) -> int:
     predictor = minidet.Predictor(cfg, weights)  # its config fitted to the checkpoint (class count, agnostic heads)
     model, load, cfg = predictor.model, predictor.load_report, predictor.cfg
     digest = NO_WEIGHTS if weights is None else file_sha256(weights)
-    graph_path = os.path.abspath(os.path.join(args.output, "model.onnx"))
+    graph_path = os.path.abspath(os.path.join(args.output, GRAPH))
     out_cfg = cfg.clone()
-    out_cfg.defrost()
-    out_cfg.merge_from_list(["MODEL.RUNTIME", args.runtime, "MODEL.GRAPH", graph_path, "MODEL.WEIGHTS",
-                             weights or NO_WEIGHTS])
+    out_cfg.defrost()  # the paths relative to the folder: it can be copied or moved (config._beside)
+    out_cfg.merge_from_list(["MODEL.RUNTIME", args.runtime, "MODEL.GRAPH", GRAPH, "MODEL.WEIGHTS",
+                             weights_reference(cfg.MODEL.WEIGHTS, weights, args.output)])
     metadata = {"minidet.weights": weights or NO_WEIGHTS, "minidet.weights_sha256": digest,
                 "minidet.weights_format": load.format if load else "random",
                 "minidet.tensors": str(load.loaded if load else 0), "minidet.config": out_cfg.dump()}
@@ -140,22 +192,22 @@ def export(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     data = export_onnx(model, model.preprocess([images[0][1]]), metadata)
     t_export = time.perf_counter() - t0
-    print(f"export: graph of {len(data) / 2**20:.0f} MiB in {t_export:.0f} s; parity gate on {len(images)} images "
-          f"({args.runtime})")
+    sha = graph_sha256(data)
+    out_cfg.merge_from_list(["MODEL.GRAPH_SHA256", sha])
+    print(f"export: graph of {len(data) / 2**20:.0f} MiB in {t_export:.0f} s")
     report = {"config": args.config_file, "overrides": list(args.opts), "runtime": args.runtime,
-              "weights": {"path": weights or NO_WEIGHTS, "sha256": digest}, "export_seconds": t_export,
-              "versions": versions(args.runtime), "images_from": image_source,
-              "not_exact": inexact_steps(model) + notes, "float_order": FLOAT_ORDER, "threads": torch.get_num_threads()}
-    network = ExportedNetwork(open_graph(graph_path, digest, data=data, runtime=args.runtime))
-    gate = run_gate(model, network, images, args.repeats)
-    print(format_table(gate))
-    written = gate["passed"] or args.force
-    report.update(frame=network.graph.frame, min_side=network.graph.min_side, written=written,
-                  forced=written and not gate["passed"], **gate)
+              "weights": {"path": weights or NO_WEIGHTS, "sha256": digest}, "graph_sha256": sha,
+              "export_seconds": t_export, "versions": versions(args.runtime), "images_from": image_source,
+              "not_exact": inexact_steps(model) + notes, "float_order": FLOAT_ORDER}
+    network = ExportedNetwork(open_graph(graph_path, digest, data=data, runtime=args.runtime, sha256=sha))
+    gate(model, network, images, args.repeats, report)
+    written = report["passed"] or args.force
+    report.update(written=written, forced=written and not report["passed"])
     if written:
         atomic_write(graph_path, data)
-        mark = "passed" if gate["passed"] else "FAILED (written with --force)"
-        text = f"# minidet export of {weights or 'random weights'}: parity gate {mark}\n{out_cfg.dump()}"
+        mark = "passed" if report["passed"] else "FAILED (written with --force)"
+        source = "random weights" if weights is None else f"{out_cfg.MODEL.WEIGHTS} (SHA-256 {digest[:12]}...)"
+        text = f"# minidet export of {source}: parity gate {mark}\n{out_cfg.dump()}"
         atomic_write(os.path.join(args.output, "config.yaml"), text.encode())
     write_json(os.path.join(args.output, "report.json"), report, indent=1)
     for line in report["not_exact"]:
@@ -163,28 +215,68 @@ def export(args: argparse.Namespace) -> int:
     return finish(args, report)
 
 
+def check(args: argparse.Namespace) -> int:
+    """``--check DIR``: the export's config.yaml (and the overrides) loaded as ``minidet infer`` loads it (the graph
+    and its checks, the eager network of the same weights beside it), and the parity gate run here."""
+    from minidet.export.graph import FLOAT_ORDER, inexact_steps
+
+    path = os.path.join(args.check, "config.yaml")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--check {args.check}: no config.yaml there (the folder `minidet export --output` wrote)")
+    cfg = minidet.get_cfg(path)
+    cfg.merge_from_list(args.opts)
+    if cfg.MODEL.RUNTIME == "torch":
+        raise ConfigError(f"--check {args.check}: its config runs MODEL.RUNTIME torch, no exported graph")
+    images, image_source = verification_images(args.images, cfg.INPUT.MAX_PIXELS)
+    predictor = minidet.Predictor(cfg)
+    model = predictor.model
+    network, model.network = model.network, None  # the eager network of the same weights, and the graph
+    print(f"{PROG}: {predictor.weights_summary}")
+    report = {"check": os.path.abspath(args.check), "overrides": list(args.opts), "runtime": cfg.MODEL.RUNTIME,
+              "versions": versions(cfg.MODEL.RUNTIME), "images_from": image_source,
+              "not_exact": inexact_steps(model), "float_order": FLOAT_ORDER}
+    try:
+        gate(model, network, images, args.repeats, report)
+    finally:
+        model.network = network
+    if args.json:
+        write_json(args.json, report, indent=1)
+    facts = report["runtime_facts"]
+    where = f"{facts.get('name')} {facts.get('version')} ({facts.get('precision')}) on {report['cpu']['model']}"
+    if report["passed"]:
+        print(f"{PROG}: the graph of {args.check} gives eager's detections under {where}")
+        return 0
+    fail(f"--check {args.check}: the parity gate failed {why_failed(report)} under {where}", args.debug)
+    return 1
+
+
+def why_failed(report: dict) -> str:
+    bad = [c for c in report["images"] if c["verdict"] == "DIFFERS"]
+    return (f"on {len(bad)} of {len(report['images'])} images (first: {bad[0]['name']}, at {bad[0]['first']}: "
+            f"{bad[0]['problem']})" if bad else "to check anything: no image with detections was judged")
+
+
 def finish(args: argparse.Namespace, report: dict) -> int:
     """The last line: what was written, or why not (status 1 when the gate failed without ``--force``)."""
     config = os.path.join(args.output, "config.yaml")
     if report["passed"]:
         print(f"export: wrote model.onnx, config.yaml and report.json into {args.output}; run it with --config-file "
-              f"{config}")
+              f"{config}; check it where it runs with `minidet export --check {args.output}`")
         return 0
-    bad = [c for c in report["images"] if c["verdict"] == "DIFFERS"]
-    why = (f"on {len(bad)} of {len(report['images'])} images (first: {bad[0]['name']}, at {bad[0]['first']}: "
-           f"{bad[0]['problem']})" if bad else "to check anything: no image with detections was judged")
     if report["written"]:
-        print(f"warning: the parity gate failed {why}; written anyway (--force), marked in report.json and "
-              f"{config}", file=sys.stderr)
+        print(f"warning: the parity gate failed {why_failed(report)}; written anyway (--force), marked in "
+              f"report.json and {config}", file=sys.stderr)
         return 0
-    fail(f"the parity gate failed {why}; nothing exported (details: {args.output}/report.json; --force writes it "
-         "anyway)", args.debug)
+    fail(f"the parity gate failed {why_failed(report)}; nothing exported (details: {args.output}/report.json; "
+         "--force writes it anyway)", args.debug)
     return 1
 
 
 def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
-    """Run the program; return the exit status (0 written, 1 the gate failed, 2 error, 130 Ctrl-C)."""
+    """Run the program; return the exit status (0 written or checked, 1 the gate failed, 2 error, 130 Ctrl-C)."""
     args = parse_args(argv, prog)
+    if args.check:
+        return run_app(args, SETUP_ERRORS, contextlib.nullcontext, lambda: check(args))
     return run_app(args, SETUP_ERRORS, lambda: OutputDir(args.output, "--output"), lambda: export(args))
 
 

@@ -3,12 +3,13 @@
 
 Every part with weights is the model's own module (backbone, FPN, RPN head, box head, box predictor, mask
 head, with the fused CPU paths off); every family rule is the model's own attribute or function, called as
-the eager engine calls it: the RPN's cell anchors, stride rule, box rule (decode, clip, +1 sizes, inclusive
-NMS), proposal filter, logit or sigmoid ranking, per-level cut; the poolers' level rule, alignment and
-sampling; the box predictor's thresholds, background column, frame, small-box filter and ties at the cap.
-What is restated here is only the control flow around them, written without Python branches on data:
-per-level top-k, NMS (``ops.batched_nms``), multi-scale RoIAlign (torchvision's ``roi_align``, ONNX's
-``RoiAlign``), the detection cap. So a family that only recombines these rules exports unchanged.
+the eager engine calls it: the RPN's cell anchors, stride rule, per-level top-k (``level_topk``: on logits, or on
+mmdetection's sigmoid scores), box rule (decode, clip, +1 sizes, inclusive NMS), proposal filter, logit or sigmoid
+ranking, per-level cut; the poolers' level rule, alignment and sampling; the box predictor's thresholds,
+background column, frame, small-box filter and ties at the cap. What is restated here is only the control flow
+around them, written without Python branches on data: NMS (``ops.batched_nms``), multi-scale RoIAlign
+(torchvision's ``roi_align``, ONNX's ``RoiAlign``), the detection cap. So a family that only recombines these
+rules exports unchanged.
 """
 
 from __future__ import annotations
@@ -137,9 +138,9 @@ class NetworkGraph(nn.Module):
         for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
             a, h, w = lg.shape[1:]
             stride = (rpn.strides[lvl],) * 2 if rpn.fixed_strides else (padded[0] // h, padded[1] // w)
-            lg = lg.permute(0, 2, 3, 1).reshape(-1)
+            lg = lg.permute(0, 2, 3, 1).reshape(1, -1)
             dl = dl.view(a, 4, h, w).permute(2, 3, 0, 1).reshape(-1, 4)
-            top, idx = lg.topk(torch.sym_min(rpn.pre_nms_topk, lg.shape[0]))
+            top, idx = (t[0] for t in rpn.level_topk(lg, rpn.pre_nms_topk))  # the family's rule (scores, ranks)
             scores.append(top)
             boxes.append(dl[idx])
             anchors.append(self.grid_anchors(lvl, h, w, stride)[idx])

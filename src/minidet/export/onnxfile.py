@@ -9,9 +9,11 @@ one whose weights are not those of ``MODEL.WEIGHTS`` any more.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -75,16 +77,26 @@ def export_onnx(model: MaskRCNN, example: ImageBatch, metadata: dict[str, str]) 
 
 
 Runner = Callable[[dict], dict]  # the graph's inputs by name (``graph_inputs``) -> its outputs by name (numpy)
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}  # MODEL.RUNTIME_PRECISION -> what the runtime computes in
+# the CPU flags that decide which kernels (and so which float arithmetic) a runtime picks by itself
+NUMERIC_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16",
+                 "amx_fp16", "amx_int8", "asimd", "bf16", "i8mm", "sve")
+
+
+class PrecisionError(ExportError):
+    """A runtime that cannot compute, or did not compute, in the precision asked (``MODEL.RUNTIME_PRECISION``)."""
 
 
 @dataclass
 class Graph:
-    """An opened, checked ``model.onnx``: ``run`` (its runtime: inputs by name -> outputs by name) and minidet's
-    ``metadata``."""
+    """An opened, checked ``model.onnx``: ``run`` (its runtime: inputs by name -> outputs by name), minidet's
+    ``metadata`` and ``runtime``, what opened it (name, version, the options that fix its numerics, the precision
+    asked and the one its compiled layers got)."""
 
     path: str
     run: Runner
     metadata: dict[str, str]
+    runtime: dict[str, object] = field(default_factory=dict)
 
     @property
     def frame(self) -> str:
@@ -95,56 +107,155 @@ class Graph:
         return int(self.metadata.get("minidet.min_side", MIN_SIDE))
 
 
-def _onnxruntime(source: str | bytes, threads: int) -> tuple[Runner, dict[str, str]]:
-    """The graph in an ONNX Runtime session on the CPU: ``threads`` intra-op threads, which sleep between runs (no
-    spinning that would take the cores from the rest of the pipeline); its runner and metadata."""
+def cpu_facts() -> dict[str, object]:
+    """The processor (``/proc/cpuinfo``'s model name on Linux) and which of ``NUMERIC_FLAGS`` it has."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                if key in ("model name", "cpu model") and model in ("", platform.machine(), platform.processor()):
+                    model = value.strip()
+                elif key in ("flags", "features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": model, "machine": platform.machine(), "flags": [f for f in NUMERIC_FLAGS if f in flags]}
+
+
+def _feeding(accepted: set[str]) -> Callable[[dict], dict]:
+    """The graph's inputs cut to those the runtime kept (a runtime may drop an input the graph does not use: the
+    torchvision graph's ``original_size`` under OpenVINO)."""
+    return lambda feeds: {k: v for k, v in feeds.items() if k in accepted}
+
+
+# ONNX Runtime's session settings that bear on numerics, set whatever its defaults are: no denormals flushed to
+# zero, no bf16 fast-math GEMMs (Arm); spinning off (the cores are the pipeline's between runs)
+ORT_ENTRIES = {"session.set_denormal_as_zero": "0", "mlas.enable_gemm_fastmath_arm64_bfloat16": "0",
+               "session.intra_op.allow_spinning": "0"}
+
+
+def _onnxruntime(source: bytes, threads: int, precision: str) -> tuple[Runner, dict[str, str], dict[str, object]]:
+    """The graph in an ONNX Runtime session on the CPU, float32 (its CPU provider's only precision for this graph),
+    every graph optimization (float order only), ``threads`` intra-op threads; its runner, metadata and facts."""
     ort = require("onnxruntime", "MODEL.RUNTIME onnxruntime")
+    if precision != "fp32":
+        raise PrecisionError(f"MODEL.RUNTIME_PRECISION {precision}: ONNX Runtime runs the graph in float32 only "
+                             "(MODEL.RUNTIME_PRECISION fp32); MODEL.RUNTIME openvino runs bf16")
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    for key, value in ORT_ENTRIES.items():
+        so.add_session_config_entry(key, value)
     session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return lambda feeds: dict(zip(names, session.run(None, feeds))), dict(session.get_modelmeta().custom_metadata_map)
+    names, feed = [o.name for o in session.get_outputs()], _feeding({i.name for i in session.get_inputs()})
+    facts = {"name": "onnxruntime", "version": ort.__version__, "device": "CPU", "precision_asked": precision,
+             "precision": "fp32", "options": {**ORT_ENTRIES, "graph_optimization_level": "ORT_ENABLE_ALL",
+                                               "intra_op_num_threads": threads}}
+    meta = dict(session.get_modelmeta().custom_metadata_map)
+    return lambda feeds: dict(zip(names, session.run(None, feed(feeds)))), meta, facts
 
 
-def _openvino(source: str | bytes, threads: int) -> tuple[Runner, dict[str, str]]:
-    """The graph compiled by OpenVINO for the CPU with ``threads`` inference threads; its runner (labels as int64,
-    as ONNX Runtime gives them) and metadata."""
+def openvino_options(precision: str, threads: int) -> dict[str, object]:
+    """What ``compile_model`` gets for ``MODEL.RUNTIME_PRECISION`` ``precision``: every CPU-plugin property that
+    changes numerics, set (its defaults differ by CPU: bf16 by itself where the CPU has AVX512_BF16 or AMX)."""
+    return {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision],
+        "EXECUTION_MODE_HINT": "ACCURACY" if precision == "fp32" else "PERFORMANCE",  # ACCURACY: no lower precision
+        "CPU_DENORMALS_OPTIMIZATION": False,  # denormals computed, not flushed to zero
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,  # no run-time int8 of activations
+    }
+
+
+def layer_precisions(compiled) -> dict[str, int]:
+    """How many layers of OpenVINO's compiled model compute in each floating precision (``f32``, ``bf16``, ``f16``),
+    read from its runtime model (what the plugin will run, not what was asked)."""
+    counts: dict[str, int] = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if "runtimePrecision" in info.keys() and "layerType" in info.keys():
+            kind, p = info["layerType"].astype(str), info["runtimePrecision"].astype(str)
+            if p in ("f32", "bf16", "f16") and kind not in ("Input", "Output", "Const", "Reorder"):
+                counts[p] = counts.get(p, 0) + 1
+    return counts
+
+
+def _openvino(source: bytes, threads: int, precision: str) -> tuple[Runner, dict[str, str], dict[str, object]]:
+    """The graph compiled by OpenVINO for the CPU in ``precision`` (``openvino_options``), checked: every layer of
+    the compiled model computes in it; its runner (labels as int64, as ONNX Runtime gives them), metadata, facts."""
     ov = require("openvino", "MODEL.RUNTIME openvino", "openvino")
     core = ov.Core()
+    if precision == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        raise PrecisionError("MODEL.RUNTIME_PRECISION bf16: this CPU has no bf16 instructions OpenVINO computes with "
+                             "(AVX512_BF16 or AMX); use fp32")
     model = core.read_model(source)
     info = model.get_rt_info()
     framework = info["framework"] if "framework" in info.keys() else {}
     meta = {k: framework[k].astype(str) for k in framework.keys()} if framework else {}
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads})
+    options = openvino_options(precision, threads)
+    compiled = core.compile_model(model, "CPU", options)
+    layers = layer_precisions(compiled)
+    wanted = {"fp32": "f32", "bf16": "bf16"}[precision]
+    if precision == "fp32" and set(layers) - {"f32"}:
+        other = ", ".join(f"{n} in {p}" for p, n in layers.items() if p != "f32")
+        raise PrecisionError(f"OpenVINO {ov.__version__} compiled {other} of {sum(layers.values())} layers although "
+                             "float32 was asked (MODEL.RUNTIME_PRECISION fp32: INFERENCE_PRECISION_HINT f32, "
+                             "EXECUTION_MODE_HINT ACCURACY); its detections would not be the exported model's")
+    got = "fp32" if set(layers) <= {"f32"} else "bf16" if wanted in layers else "+".join(sorted(layers))
+    facts = {"name": "openvino", "version": ov.__version__, "device": "CPU", "precision_asked": precision,
+             "precision": got, "layers": layers, "options": {k: str(v) for k, v in options.items()},
+             "capabilities": list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))}
     request, outputs = compiled.create_infer_request(), compiled.outputs
+    feed = _feeding({name for i in compiled.inputs for name in i.get_names()})
 
     def run(feeds: dict) -> dict:
-        result = request.infer(feeds)
+        result = request.infer(feed(feeds))
         out = {o.get_any_name(): result[o] for o in outputs}
         out["labels"] = out["labels"].astype(np.int64)
         return out
 
-    return run, meta
+    return run, meta, facts
 
 
 RUNTIMES = {"onnxruntime": _onnxruntime, "openvino": _openvino}  # MODEL.RUNTIME -> how it opens a graph
 RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
 
 
+def graph_sha256(data: bytes) -> str:
+    """The SHA-256 of a graph's bytes (``MODEL.GRAPH_SHA256``)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def open_graph(path: str, weights_sha256: str | None = None, threads: int | None = None, data: bytes | None = None,
-               runtime: str = "onnxruntime") -> Graph:
+               runtime: str = "onnxruntime", precision: str = "fp32", sha256: str = "") -> Graph:
     """``path`` (or the serialized model ``data``, named ``path``) opened by ``runtime`` (``RUNTIMES``; CPU, ``threads``
-    threads, default torch's count, so that ``OMP_NUM_THREADS`` and ``torch.set_num_threads`` govern both) and
-    checked: an ONNX model, exported by this minidet version's ``export`` with this interface, and, where
-    ``weights_sha256`` is given (the SHA-256 of the file ``MODEL.WEIGHTS`` names, or ``NO_WEIGHTS``), holding those
-    weights. Anything else: ``ExportError``, one line naming ``path``."""
-    if data is None and not os.path.isfile(path):
-        what = "is a folder, not a model.onnx" if os.path.isdir(path) else "not found"
-        raise ExportError(f"exported graph {path}: {what}")
+    threads, default torch's count, so that ``OMP_NUM_THREADS`` and ``torch.set_num_threads`` govern both) in
+    ``precision`` (``MODEL.RUNTIME_PRECISION``) and checked: its bytes of SHA-256 ``sha256`` where given (read once:
+    the bytes checked are the bytes run), an ONNX model, exported by this minidet version's ``export`` with this
+    interface, and, where ``weights_sha256`` is given (the SHA-256 of the file ``MODEL.WEIGHTS`` names, or
+    ``NO_WEIGHTS``), holding those weights; compiled in the precision asked. Anything else: ``ExportError``, one
+    line naming ``path``."""
+    if data is None:
+        if not os.path.isfile(path):
+            what = "is a folder, not a model.onnx" if os.path.isdir(path) else "not found"
+            raise ExportError(f"exported graph {path}: {what}")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ExportError(f"exported graph {path}: cannot read ({e.strerror})") from None
+    if sha256 and (got := graph_sha256(data)) != sha256.strip().lower():
+        raise ExportError(f"exported graph {path}: its SHA-256 is {got[:12]}..., not the {sha256.strip()[:12]}... "
+                          "recorded when it was exported (MODEL.GRAPH_SHA256): the file is damaged or was replaced; "
+                          "copy the export folder again, or export again")
     load = RUNTIMES[runtime]
     try:
-        run, meta = load(path if data is None else data, threads or torch.get_num_threads())
+        run, meta, facts = load(data, threads or torch.get_num_threads(), precision)
+    except PrecisionError as e:
+        raise ExportError(f"exported graph {path}: {e}") from None
     except ExportError:
         raise
     except Exception as e:  # noqa: BLE001 - each runtime raises its own types for unreadable models
@@ -164,4 +275,4 @@ def open_graph(path: str, weights_sha256: str | None = None, threads: int | None
         raise ExportError(
             f"exported graph {path}: MODEL.WEIGHTS changed since the export (the graph holds the weights of "
             f"{source}, SHA-256 {held[:12]}; MODEL.WEIGHTS is now SHA-256 {weights_sha256[:12]}); export again")
-    return Graph(os.path.abspath(path), run, meta)
+    return Graph(os.path.abspath(path), run, meta, facts)
