@@ -193,13 +193,18 @@ def test_ap_of_the_model_on_its_own_detections(reference, weights, tmp_path, cap
     assert ref == {t: metrics[t]["stats"] for t in ("bbox", "segm")}
 
 
+def _ctrl_c_on() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python turns it into KeyboardInterrupt only if not ignored
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_files(reference, weights, tmp_path, capfd):
     ref_out, _ = reference
     out = tmp_path / "out"
     args = _model_args(out, weights, "--max-images", str(N), "--chunk-size", "1")
     proc = subprocess.Popen(
-        [sys.executable, str(TOOL), *args], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, str(TOOL), *args], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=_ctrl_c_on,  # whatever the suite was started from (a background job ignores SIGINT)
     )
     deadline = time.monotonic() + 300
     while not list((out / "chunks").glob("run001-*.json")) and proc.poll() is None and time.monotonic() < deadline:

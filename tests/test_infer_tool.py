@@ -105,7 +105,10 @@ def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init)
     cmd = [sys.executable, str(TOOL), "--config-file", str(CONFIG), "--input", *map(str, images),
            "--output", str(out), "MODEL.WEIGHTS", str(tv_file_init), *FAST]
     env = {**os.environ, "PYTHONPATH": ""}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as at a terminal, whatever the suite was started from: a background job ignores it, and Python turns
+    # it into KeyboardInterrupt only where it is not ignored
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline and not (out.is_dir() and list(out.glob("*.json"))):
         time.sleep(0.05)
