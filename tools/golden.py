@@ -2,8 +2,16 @@
 
 Usage::
 
-    python tools/golden.py save DIR     # on the commit before a change (e.g. in a `git worktree`)
-    python tools/golden.py check DIR    # on the changed tree: every tensor must be torch.equal
+    python tools/golden.py save DIR [--programs]    # on the commit before a change (e.g. in a `git worktree`)
+    python tools/golden.py check DIR [--programs]   # on the changed tree: every tensor must be torch.equal
+
+``--programs`` adds the programs' outputs, compared byte for byte: ``minidet infer`` on five pictures and a file
+that is no image with ``TEST.IMS_PER_BATCH 2`` (drawings, per-image records, ``--results`` as ``.jsonl`` and as
+COCO ``.json``), the same run through ``--engine ray`` with 2 actors (a local Ray instance; needs the ray extra),
+``minidet eval`` on six coco_tiny images (results, metrics, images lists; ``../shared/data`` beside the checkout),
+and an infer run killed (SIGKILL) after its first chunk, then resumed. The programs run as ``python -c`` of
+``minidet.apps.cli`` under this interpreter with one thread, so that ``PYTHONPATH=<worktree>/src`` runs a
+worktree's code.
 
 ``GOLDEN_THREADS`` (default 1) sets torch's intra-op threads for ``save``; ``check`` runs with the
 thread count the outputs were saved with (float sums depend on it).
@@ -51,7 +59,10 @@ FAMILIES = {
     "detectron2": ("detectron2/mask_rcnn_R_50_FPN_3x.yaml", "detectron2_R_50.pkl", BN_VARIANTS),
     "mb": ("maskrcnn_benchmark/e2e_mask_rcnn_R_50_FPN_1x.yaml", "maskrcnn_benchmark_R_50.pth", BN_VARIANTS),
     "mmdet": ("mmdetection/mask-rcnn_r50_fpn_1x_coco.yaml", "mmdetection_r50.pth", BN_VARIANTS),
+    # fine-tuned on its own 3 classes, its names in its meta
+    "mmdet_own": ("mmdetection/mask-rcnn_r50_fpn_1x_coco.yaml", "mmdetection_r50_own.pth", BN_VARIANTS),
 }
+OWN_CLASSES = ("cell", "nucleus", "debris")
 # batch: (indices of the input images, TEST.CHUNK_IMAGES)
 BATCHES = {"b1": ([0], 0), "b3_chunk0": ([0, 1, 2], 0), "b3_chunk3": ([0, 1, 2], 3)}
 IMAGE_SHAPES = [(240, 320), (300, 200), (180, 420)]
@@ -74,7 +85,7 @@ def _writers() -> dict:
         write_detectron_pkl,
         write_mb_checkpoint,
     )
-    from minidet.testing.mmdet import mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
+    from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
     from minidet.testing.tvref import build_tv, legacy_v1_state_dict
 
     return {
@@ -85,6 +96,9 @@ def _writers() -> dict:
         "detectron2": _write_d2,
         "mb": lambda p: write_mb_checkpoint(str(p), mb_weights(mb_state_shapes(50), seed=5)),
         "mmdet": lambda p: write_mmdet_checkpoint(p, mmdet_weights(mmdet_state_shapes(50), seed=6)),
+        "mmdet_own": lambda p: write_mmdet_checkpoint(
+            p, mmdet_weights(mmdet_state_shapes(50, num_classes=3), seed=7),
+            mmdet_meta(classes=OWN_CLASSES)),
     }
 
 
@@ -145,11 +159,127 @@ def first_difference(saved: list[dict], now: list[dict]) -> str:
     return ""
 
 
+# ---------------------------------------------------------------------------------------------- the programs
+
+SHARED = ROOT.parent / "shared" / "data" / "coco_tiny"
+PROGRAM_SIZE = ["INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "320", "MODEL.RPN.PRE_NMS_TOPK_TEST", "300",
+                "MODEL.RPN.POST_NMS_TOPK_TEST", "100", "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "20"]
+KEPT = (".json", ".jsonl", ".jpg")  # the outputs compared (timing.json, chunks and locks left out)
+
+
+def _program_inputs(folder: Path) -> Path:
+    """Five pictures of several sizes and one file that is no image, in ``folder/program_inputs``."""
+    import cv2
+
+    from minidet.testing.synthetic import structured_image
+
+    inputs = folder / "program_inputs"
+    if not inputs.is_dir():
+        inputs.mkdir()
+        for k, (h, w) in enumerate([(120, 160), (160, 120), (100, 200), (150, 150), (90, 240)]):
+            cv2.imwrite(str(inputs / f"img{k}.png"), structured_image(h, w, seed=20 + k))
+        (inputs / "img5_broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a JPEG after all" * 4)
+    return inputs
+
+
+def _cli(args: list[str], cwd: Path, kill_after_chunk: Path | None = None) -> subprocess.CompletedProcess:
+    """``minidet ARGS`` under this interpreter, one thread (PYTHONPATH as it is: a worktree's src/ runs its code);
+    with ``kill_after_chunk``, SIGKILLed as soon as that folder holds a chunk."""
+    import signal
+    import time
+
+    code = "import sys; from minidet.apps.cli import main; sys.exit(main())"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if kill_after_chunk is not None:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline and not list(kill_after_chunk.glob("run*.json")):
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=1200)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _programs(folder: Path, work: Path) -> dict[str, tuple[Path, int]]:
+    """Run every program case into ``work``; case -> (its output folder, exit status)."""
+    inputs, ckpt = _program_inputs(folder), str(folder / FAMILIES["tv_v1"][1])
+    config = str(CONFIGS / FAMILIES["tv_v1"][0])
+    infer = ["infer", "--config-file", config, "--input", str(inputs), "--workers", "1", "MODEL.WEIGHTS", ckpt,
+             "TEST.IMS_PER_BATCH", "2", *PROGRAM_SIZE]
+    runs: dict[str, tuple[Path, int]] = {}
+
+    def run(case: str, args: list[str], **kw) -> Path:
+        out = work / case
+        result = _cli([*args[:1], "--output", str(out), *args[1:]], work, **kw)
+        runs[case] = (out, result.returncode)
+        print(f"ran     {case}: exit status {result.returncode}")
+        return out
+
+    run("infer", [*infer[:1], "--results", str(work / "infer" / "all.jsonl"), *infer[1:]])
+    run("infer_coco", [*infer[:1], "--no-vis", "--results", str(work / "infer_coco" / "all.json"), *infer[1:]])
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is not None:
+        run("ray", [*infer[:1], "--engine", "ray", "--actors", "2", "--no-vis", "--results",
+                    str(work / "ray" / "all.jsonl"), *infer[1:]])
+    if SHARED.is_dir():
+        run("eval", ["eval", "--config-file", config, "--ann", str(SHARED / "annotations" / "instances_val2017.json"),
+                     "--images", str(SHARED / "val2017"), "--max-images", "6", "--workers", "1",
+                     "MODEL.WEIGHTS", ckpt, "TEST.IMS_PER_BATCH", "2", *PROGRAM_SIZE])
+    resumed = [*infer[:1], "--chunk-size", "1", "--results", str(work / "resumed" / "all.jsonl"), *infer[1:]]
+    run("resumed", resumed, kill_after_chunk=work / "resumed" / ".chunks")
+    run("resumed", [*resumed, "--resume"])
+    return runs
+
+
+def _kept_files(out: Path) -> dict[str, bytes]:
+    """The outputs of a run that are compared: every record, drawing and results file, by relative path."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.suffix in KEPT and p.name != "timing.json" and ".chunks" not in p.parts
+            and "chunks" not in p.relative_to(out).parts[:1]}
+
+
+def programs(mode: str, folder: Path) -> int:
+    """``save``: the program cases' outputs into ``folder/programs``; ``check``: run them again and compare the
+    bytes of every kept file. Returns the count of cases that differ."""
+    import shutil
+    import tempfile
+
+    saved = folder / "programs"
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="golden-programs-") as tmp:
+        for case, (out, rc) in _programs(folder, Path(tmp)).items():
+            files = _kept_files(out) if out.is_dir() else {}
+            files["exit-status"] = str(rc).encode()
+            if mode == "save":
+                target = saved / case
+                shutil.rmtree(target, ignore_errors=True)
+                for name, data in files.items():
+                    (target / name).parent.mkdir(parents=True, exist_ok=True)
+                    (target / name).write_bytes(data)
+                print(f"saved   programs.{case}: {len(files) - 1} files, exit status {rc}")
+                continue
+            if not (saved / case).is_dir():
+                print(f"not saved programs.{case}")
+                continue
+            before = _kept_files(saved / case)
+            before["exit-status"] = (saved / case / "exit-status").read_bytes()
+            diff = sorted(n for n in set(before) | set(files) if before.get(n) != files.get(n))
+            failed += bool(diff)
+            what = f": {len(diff)} files differ, first {diff[0]}" if diff else ""
+            print(f"{'DIFFERS' if diff else 'equal  '} programs.{case}: {len(files) - 1} files{what}")
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="golden.py", description=__doc__.split("\n\n")[0])
     p.add_argument("mode", choices=("save", "check"))
     p.add_argument("dir", type=Path)
+    p.add_argument("--programs", action="store_true", help="the programs' outputs too, byte for byte")
+    p.add_argument("--programs-only", action="store_true", help="check: the programs' outputs alone")
     args = p.parse_args(argv)
+    args.programs = args.programs or args.programs_only
     folder = args.dir
     threads = int(os.environ.get("GOLDEN_THREADS", 1))  # float sums depend on the thread count
     if args.mode == "check" and (folder / "meta.pt").exists():
@@ -163,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     failed, n, unsaved = 0, 0, []
     for name, family, opts, batch in cases():
+        if args.programs_only and args.mode == "check":
+            break
         if args.mode == "check" and not (folder / f"{name}.pt").exists():
             unsaved.append(name)
             print(f"not saved {name}")
@@ -177,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             failed += bool(diff)
             print(f"{'DIFFERS' if diff else 'equal  '} {name}: {n_det} detections{': ' + diff if diff else ''}")
         n += 1
+    failed_programs = programs(args.mode, folder) if args.programs else 0
     if args.mode == "save":
         torch.save({"commit": _commit(), "cases": n, "threads": threads}, folder / "meta.pt")
         print(f"golden: saved {n} cases from commit {_commit()} in {folder}")
@@ -184,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     saved = torch.load(folder / "meta.pt")
     later = f"; {len(unsaved)} cases not saved in {folder} (families added since)" if unsaved else ""
     print(f"golden: {n - failed} of {n} cases bit-identical ({saved['commit']} saved, {_commit()} now){later}")
-    return 1 if failed else 0
+    if args.programs:
+        print(f"golden: programs {'the same' if not failed_programs else f'{failed_programs} cases DIFFER'}")
+    return 1 if failed or failed_programs else 0
 
 
 if __name__ == "__main__":
