@@ -1,7 +1,7 @@
 """Paths for the tests' helper modules, and the session-scoped torchvision checkpoints.
 
 Each checkpoint is torchvision's own Mask R-CNN as its builder initializes it after
-``torch.manual_seed(0)`` (``minidet.testing.tvref.tv_init_state``), built once per session and
+``torch.manual_seed(0)`` (``minidet.apps.bench.reference.tv_init_state``), built once per session and
 saved once; tests that change it change a copy (``dict(state)``), never its tensors.
 """
 
@@ -29,7 +29,7 @@ def _saved(tmp_path_factory, name: str, state: dict):
 @pytest.fixture(scope="session")
 def tv_state() -> dict:
     """v1 (``maskrcnn_resnet50_fpn``) state dict with confident classes (class logits x 30)."""
-    from minidet.testing.tvref import tv_init_state
+    from minidet.apps.bench.reference import tv_init_state
 
     return tv_init_state(1, class_scale=CONFIDENT)
 
@@ -43,7 +43,7 @@ def tv_file(tmp_path_factory, tv_state):
 @pytest.fixture(scope="session")
 def tv_state_init() -> dict:
     """v1 state dict exactly as torchvision initializes it (few detections pass 0.05)."""
-    from minidet.testing.tvref import tv_init_state
+    from minidet.apps.bench.reference import tv_init_state
 
     return tv_init_state(1)
 
@@ -57,6 +57,6 @@ def tv_file_init(tmp_path_factory, tv_state_init):
 @pytest.fixture(scope="session")
 def tv_v2_state_init() -> dict:
     """v2 (``maskrcnn_resnet50_fpn_v2``) state dict exactly as torchvision initializes it."""
-    from minidet.testing.tvref import tv_init_state
+    from minidet.apps.bench.reference import tv_init_state
 
     return tv_init_state(2)

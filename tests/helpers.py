@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import minidet
-from minidet.testing.synthetic import structured_image
+from minidet.apps.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 # the parity tests' three images: (height, width) of different sizes and aspect ratios
@@ -41,7 +41,10 @@ def config(path: str | Path, *opts, weights: str | Path = "") -> minidet.config.
 def load_tool(path: Path):
     """The code of the script ``tools/<name>.py`` (``minidet.apps.<name>``) as a fresh module on every
     call, for in-process tests."""
-    path = Path(minidet.__file__).parent / "apps" / Path(path).name
+    from minidet.apps.cli import SCRIPTS
+
+    module = SCRIPTS[Path(path).stem].replace(".", "/") + ".py"
+    path = Path(minidet.__file__).parent / "apps" / module
     spec = importlib.util.spec_from_file_location(path.stem + "_tool", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -21,9 +21,9 @@ import torch
 
 import minidet
 from helpers import call_tool, config, load_tool, one_error_line, run_tool
+from minidet.apps.synthetic import structured_image
 from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.testing.checkpoints import d2_weights
-from minidet.testing.synthetic import structured_image
 from test_imageio import _forged_png, _with_exif
 from test_infer_tool import FAST as INFER_FAST
 

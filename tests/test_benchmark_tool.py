@@ -13,8 +13,8 @@ import cv2
 import pytest
 
 from helpers import load_tool, run_tool
-from minidet.apps import benchreport
-from minidet.apps.benchreport import Run
+from minidet.apps.bench import report as benchreport
+from minidet.apps.bench.report import Run
 from minidet.timing import DETAILS, STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +226,7 @@ def _drift_images(tmp_path: Path) -> Path:
     """The real COCO images of ../shared/data/coco_tiny where the checkout has them, else two synthetic ones."""
     if TINY.is_dir():
         return TINY
-    from minidet.testing.synthetic import structured_image
+    from minidet.apps.synthetic import structured_image
 
     folder = tmp_path / "images"
     folder.mkdir()
@@ -334,7 +334,7 @@ def test_benchmark_arguments(capsys):
 def test_detection_drift_matches_by_label_and_iou():
     import torch
 
-    from minidet.testing.compare import detection_drift
+    from minidet.apps.compare import detection_drift
 
     ref = {"boxes": torch.tensor([[0.0, 0, 10, 10], [20, 20, 40, 40]]), "scores": torch.tensor([0.9, 0.8]),
            "labels": torch.tensor([1, 2])}
@@ -352,7 +352,7 @@ def test_compare_detections_names_paste_grid_flips_and_excuses_no_mask():
     import torch
     from torchvision.models.detection.roi_heads import expand_boxes
 
-    from minidet.testing.compare import assert_same_detections, compare_detections, paste_grid
+    from minidet.apps.compare import assert_same_detections, compare_detections, paste_grid
 
     boxes = torch.rand(200, 4) * 300
     boxes[:, 2:] += boxes[:, :2] + 1
@@ -390,7 +390,7 @@ def test_compare_detections_names_a_different_detection():
     """A detection replaced by another of the same label is reported as such, not as a 'moved box'."""
     import torch
 
-    from minidet.testing.compare import compare_detections
+    from minidet.apps.compare import compare_detections
 
     boxes = torch.tensor([[10.0, 10, 50, 50], [100, 100, 140, 150], [300, 20, 330, 60]])
     ref = {"boxes": boxes, "scores": torch.tensor([0.9, 0.5, 0.2]), "labels": torch.tensor([1, 2, 2])}
@@ -489,7 +489,7 @@ def test_norm_cost_against_no_norm_and_gn_over_frozenbn():
 
 
 def test_torchvision_channels_last_baseline_report_and_json():
-    from minidet.testing.compare import DetectionMatch
+    from minidet.apps.compare import DetectionMatch
 
     tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "FrozenBN,Affine+fold", "--vs-torchvision"])
@@ -659,7 +659,7 @@ def test_a_difference_no_larger_than_the_references_own_is_the_same():
     detections; a larger one, or one where the reference does not move, does not."""
     import torch
 
-    from minidet.testing.compare import assert_same_detections, compare_detections
+    from minidet.apps.compare import assert_same_detections, compare_detections
 
     boxes = torch.tensor([[10.0, 10, 50, 50], [100, 100, 140, 150], [300, 20, 330, 60]])
     masks = torch.zeros(3, 200, 400, dtype=torch.bool)
@@ -702,7 +702,7 @@ def test_a_difference_no_larger_than_the_references_own_is_the_same():
 def _verdict_rows(own_change, tv_seconds: float = 0.2) -> list[dict]:
     """torchvision, FrozenBN and Affine at 0.1 s per forward; Affine's detections differ from torchvision's on
     image 1 by one mask pasted a pixel apart, and torchvision in channels-last changes by ``own_change`` there."""
-    from minidet.testing.compare import DetectionMatch
+    from minidet.apps.compare import DetectionMatch
 
     stages = {s: 0.1 / len(STAGES) for s in STAGES}
     runs = []
@@ -724,7 +724,7 @@ def test_the_quick_run_ends_with_one_verdict_line():
     """Same detections when Affine's difference is no larger than torchvision's own under channels-last; the
     verdict line gives each variant's speed against torchvision, the detections and the machine; the quick run's
     report has no step-target table (its targets are set for the full benchmark)."""
-    from minidet.testing.compare import DetectionMatch
+    from minidet.apps.compare import DetectionMatch
 
     quiet, busy = (benchreport.busy_check((0.5, 0, 0), (0.5, 0, 0), 2, cpu_s=3.6, wall_s=2.0, load_limit=limit)
                    for limit in (None, -1))

@@ -11,6 +11,8 @@ import torch
 
 import minidet
 from helpers import config
+from minidet.apps.compare import assert_same_detections
+from minidet.apps.synthetic import structured_image
 from minidet.boxes import BoxRule, batched_nms, clip_boxes, decode_boxes
 from minidet.checkpoint import CheckpointError
 from minidet.families.detectron import rename as rename_detectron
@@ -20,8 +22,6 @@ from minidet.readers import read_pickle_file
 from minidet.roi_heads import BoxPredictor
 from minidet.rpn import detectron_cell_anchors, keep_original_pixels
 from minidet.testing.checkpoints import REFERENCE, add_real_file_extras, blob_list, make_blobs, write_detectron_pkl
-from minidet.testing.compare import assert_same_detections
-from minidet.testing.synthetic import structured_image
 from minidet.transform import ImageBatch, paste_masks
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(REFERENCE), reason="needs ../shared/reference (blob lists)")

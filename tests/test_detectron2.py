@@ -11,11 +11,11 @@ from torch.nn import functional as F
 
 import minidet
 from helpers import config
+from minidet.apps.synthetic import structured_image
 from minidet.families.detectron2 import rename as rename_detectron2
 from minidet.poolers import detectron2_levels, torchvision_levels
 from minidet.rpn import detectron2_cell_anchors, keep_above_min_size
 from minidet.testing.checkpoints import d2_state_shapes, d2_weights
-from minidet.testing.synthetic import structured_image
 from minidet.transform import paste_masks_aligned
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]

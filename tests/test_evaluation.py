@@ -16,9 +16,9 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch.utils.data import DataLoader
 
-from minidet.apps.chunks import ChunkError, ChunkStore, merge_chunks
-from minidet.apps.data import ImageFiles, coco_image_files, collate
-from minidet.apps.dist import from_env
+from minidet.apps.bulk.chunks import ChunkError, ChunkStore, merge_chunks
+from minidet.apps.bulk.dist import from_env
+from minidet.apps.bulk.loader import ImageFiles, coco_image_files, collate
 from minidet.apps.evaluation import (
     METRIC_NAMES,
     COCOEvaluator,
@@ -30,7 +30,7 @@ from minidet.apps.evaluation import (
     load_results,
     validate_results,
 )
-from minidet.apps.fileio import atomic_open, write_json
+from minidet.apps.outputs.fileio import atomic_open, write_json
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FAKE = SHARED / "cocoapi_fake"
@@ -378,7 +378,7 @@ def test_the_box_rule_travels_with_the_detections():
         instances_to_coco(7, out)
     res, _ = instances_to_coco(7, {**out, "box_offset": 1})
     assert res[0]["bbox"] == [3.0, 2.0, 5.0, 4.0]
-    from minidet.apps.instances import record_instances
+    from minidet.apps.outputs.instances import record_instances
 
     inst = record_instances({**out, "box_offset": 1})
     assert inst == [{"bbox": [3.0, 2.0, 5.0, 4.0], "score": pytest.approx(0.9), "category_id": 1,

@@ -22,6 +22,7 @@ import torch
 
 import minidet
 from helpers import ROOT, call_tool, config, images_bgr, load_tool, needs_extra, one_error_line
+from minidet.apps.bench.reference import build_tv, legacy_v1_state_dict
 from minidet.testing.checkpoints import (
     REFERENCE,
     d2_weights,
@@ -32,7 +33,6 @@ from minidet.testing.checkpoints import (
     write_mb_checkpoint,
 )
 from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
-from minidet.testing.tvref import build_tv, legacy_v1_state_dict
 
 for _module, _extra in (("onnx", "export"), ("onnxruntime", "export"), ("onnxscript", "export"),
                         ("openvino", "openvino")):
@@ -41,7 +41,7 @@ onnx = pytest.importorskip("onnx", reason="the export extra (pip install 'minide
 ort = pytest.importorskip("onnxruntime", reason="the export extra (pip install 'minidet[export]')")
 pytest.importorskip("onnxscript", reason="the export extra (pip install 'minidet[export]')")
 
-from minidet.apps.export_gate import run_gate  # noqa: E402
+from minidet.apps.export.gate import run_gate  # noqa: E402
 from minidet.export import ExportError  # noqa: E402
 from minidet.export.graph import NetworkGraph  # noqa: E402
 from minidet.export.onnxfile import INTERFACE, export_onnx, graph_inputs, open_graph  # noqa: E402
@@ -556,7 +556,7 @@ def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_
 
     import cv2
 
-    from minidet.testing.compare import compare_detections
+    from minidet.apps.compare import compare_detections
 
     work = tmp_path / "work"
     work.mkdir()

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minidet.apps.inputs import find_inputs
+from minidet.apps.bulk.inputs import find_inputs
+from minidet.apps.synthetic import structured_image
 from minidet.imageio import (
     ImageReadError,
     header_size,
@@ -22,7 +23,6 @@ from minidet.imageio import (
     read_image_bytes,
     sniff_format,
 )
-from minidet.testing.synthetic import structured_image
 
 try:
     from PIL import Image, ImageOps

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from helpers import call_tool, run_tool
-from minidet.testing.synthetic import structured_image
+from minidet.apps.synthetic import structured_image
 from procs import rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -301,7 +301,7 @@ def test_memory_stays_flat_over_two_passes_of_coco_tiny(tv_file, tmp_path):
 
 def test_video_reader_and_writer(tmp_path):
     """The video module alone: every N-th frame from 0, a writer that checks its frame count, a codec probe."""
-    from minidet.apps.video import VideoReader, VideoWriter, count_frames, working_codec
+    from minidet.apps.outputs.video import VideoReader, VideoWriter, count_frames, working_codec
 
     clip = tmp_path / "c.avi"
     _write_video(clip, 5, size=(64, 48))
@@ -352,8 +352,8 @@ def test_a_loader_worker_ended_while_the_model_runs_stops_the_run(tmp_path, batc
     """A loader worker that dies while the model runs is the run's problem, not the images': ``run_batches`` raises
     the loader's error (the run's stop line names it, or the rank that died) instead of reporting the images of
     that batch as failed and going on."""
-    from minidet.apps.bulk import loader_died, run_batches
-    from minidet.apps.data import ImageFiles
+    from minidet.apps.bulk.job import loader_died, run_batches
+    from minidet.apps.bulk.loader import ImageFiles
 
     paths = []
     for k in range(4):

@@ -396,7 +396,7 @@ def test_python_map_batches_on_bytes(reference, two, tv_file, cluster, driver_en
     image's ``minidet infer`` document."""
     import ray
 
-    from minidet.apps.raydata import Detect
+    from minidet.apps.bulk.raydata import Detect
 
     ray.init(address=cluster[0], logging_level="ERROR", log_to_driver=False)
     try:
@@ -443,7 +443,7 @@ def test_uri_listing_and_reading(tmp_path):
     """A folder URI lists its images (subfolders with ``recursive``; hidden entries left out, other files
     counted), a file URI is kept as it is, a missing one is an error naming it; reading one that is gone is
     an image error naming it."""
-    from minidet.apps.raydata import _fetch, find_uri_inputs
+    from minidet.apps.bulk.raydata import _fetch, find_uri_inputs
     from minidet.imageio import ImageReadError
 
     (tmp_path / "sub").mkdir()

@@ -17,8 +17,8 @@ import pytest
 from pycocotools import mask as mask_utils
 
 from helpers import call_tool, load_tool
+from minidet.apps.synthetic import structured_image
 from minidet.categories import COCO_CATEGORIES
-from minidet.testing.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "infer.py"
@@ -161,7 +161,7 @@ def test_missing_weights_and_inputs(tmp_path, capfd):
 
 
 def test_unique_stems():
-    from minidet.apps import infer_job as tool
+    from minidet.apps.bulk import infer_job as tool
 
     got = tool.unique_stems(["x.jpg", "x.png", "x_1.jpg", "x.jpeg", "a/x.jpg", "y.jpg"])
     assert got == ["x", "x_1", "x_1_1", "x_2", "a/x", "y"]
@@ -178,7 +178,7 @@ def test_overrides_after_input_are_recovered(tmp_path):
 
 
 def test_dumps_record_and_atomic_write(tmp_path):
-    from minidet.apps import infer_job as tool
+    from minidet.apps.bulk import infer_job as tool
     doc = {
         "file": "a.jpg",
         "height": 2,

@@ -20,8 +20,8 @@ import cv2
 import pytest
 
 import minidet
-from minidet.apps.fileio import LOCK_NAME
-from minidet.testing.synthetic import structured_image
+from minidet.apps.outputs.fileio import LOCK_NAME
+from minidet.apps.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "torchvision/maskrcnn_resnet50_fpn"

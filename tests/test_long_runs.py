@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from helpers import config
-from minidet.apps import fileio
-from minidet.apps.chunks import ChunkStore, merge_chunks
-from minidet.apps.fileio import atomic_write, remove_temp_files, write_json
+from minidet.apps.bulk.chunks import ChunkStore, merge_chunks
+from minidet.apps.outputs import fileio
+from minidet.apps.outputs.fileio import atomic_write, remove_temp_files, write_json
 from procs import descendants, rss_mb, survivors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ def test_memory_stays_flat_over_two_passes_of_coco_tiny(tv_file):
     import torch
 
     import minidet
-    from minidet.apps.data import ImageFiles, coco_image_files
+    from minidet.apps.bulk.loader import ImageFiles, coco_image_files
     from minidet.apps.evaluation import COCOEvaluator, load_coco_annotations
 
     # tv_file: torchvision's initial weights with confident classes (conftest.py): the 20 detections are kept
@@ -103,7 +103,7 @@ def test_a_failed_rename_keeps_the_previous_file(tmp_path, monkeypatch):
 _WRITER = textwrap.dedent(
     """
     import sys
-    from minidet.apps.fileio import write_json
+    from minidet.apps.outputs.fileio import write_json
 
     class Slow(list):  # serialized element by element, slowly: the kill lands mid-write
         def __iter__(self):

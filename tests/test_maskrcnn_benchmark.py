@@ -21,7 +21,9 @@ from torch.nn import functional as F
 
 import minidet
 from helpers import ROOT, config, images_bgr, run_tool
+from minidet.apps.compare import assert_norm_forms_agree
 from minidet.apps.evaluation import instances_to_coco
+from minidet.apps.synthetic import structured_image
 from minidet.boxes import BoxRule
 from minidet.checkpoint import CheckpointError
 from minidet.families import FAMILIES
@@ -40,8 +42,6 @@ from minidet.testing.checkpoints import (
     write_detectron_pkl,
     write_mb_checkpoint,
 )
-from minidet.testing.compare import assert_norm_forms_agree
-from minidet.testing.synthetic import structured_image
 from minidet.transform import ImageBatch, mb_size, paste_masks, resize_pil_mb
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]

@@ -23,6 +23,8 @@ from torchvision.ops import roi_align
 
 import minidet
 from helpers import ROOT, config, images_bgr, run_tool
+from minidet.apps.compare import assert_norm_forms_agree
+from minidet.apps.synthetic import structured_image
 from minidet.boxes import MMDET_BOX_RULE, decode_boxes, mmcv_batched_nms, mmcv_nms
 from minidet.checkpoint import CheckpointError
 from minidet.families import FAMILIES, recognize
@@ -34,9 +36,7 @@ from minidet.readers import read_checkpoint
 from minidet.roi_heads import Detections
 from minidet.rpn import mmdet_cell_anchors, torchvision_cell_anchors
 from minidet.testing.checkpoints import REFERENCE, d2_state_shapes, d2_weights, make_blobs, mb_state_shapes
-from minidet.testing.compare import assert_norm_forms_agree
 from minidet.testing.mmdet import COCO_CLASSES, mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
-from minidet.testing.synthetic import structured_image
 from minidet.transform import ImageBatch, mmcv_size, paste_masks_aligned, paste_masks_mmdet, resize_mmdet
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]

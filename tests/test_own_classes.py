@@ -20,13 +20,13 @@ import torch
 
 import minidet
 from helpers import ROOT, config, images_bgr, load_tool, one_error_line
+from minidet.apps.bench.reference import build_tv, run_tv
+from minidet.apps.compare import assert_same_detections, compare_detections
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError, validate_cfg
 from minidet.predictor import classes_of
 from minidet.testing.checkpoints import d2_weights, make_blobs, mb_state_shapes, mb_weights, write_detectron_pkl
-from minidet.testing.compare import assert_same_detections, compare_detections
 from minidet.testing.mmdet import mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
-from minidet.testing.tvref import build_tv, run_tv
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 240, "INPUT.MAX_SIZE_TEST", 400]
 SHAPES = [(200, 260), (240, 180)]

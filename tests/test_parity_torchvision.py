@@ -4,7 +4,7 @@ The reference model is built by torchvision (v1 as for its COCO_V1 weights: Froz
 eps 0; v2: BatchNorm), with randomized norm statistics; its ``state_dict`` is saved (v1 in
 the published legacy key layout) and run by both implementations on three images of
 different sizes in one batch. The detections are the same when they agree within the
-tolerances of ``minidet.testing.compare``, or differ no more than torchvision's own do when
+tolerances of ``minidet.apps.compare``, or differ no more than torchvision's own do when
 its model runs in channels-last (another float summation order), as the benchmark judges them.
 """
 
@@ -13,8 +13,8 @@ import torch
 
 import minidet
 from helpers import IMAGE_SHAPES, config, images_bgr
-from minidet.testing.compare import assert_same_detections
-from minidet.testing.tvref import build_tv, legacy_v1_state_dict, run_tv, to_tv_input
+from minidet.apps.bench.reference import build_tv, legacy_v1_state_dict, run_tv, to_tv_input
+from minidet.apps.compare import assert_same_detections
 
 MIN_SIZE, MAX_SIZE = 320, 512
 CONFIGS = {1: "configs/torchvision/maskrcnn_resnet50_fpn.yaml", 2: "configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml"}

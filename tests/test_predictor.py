@@ -6,7 +6,7 @@ import torch
 
 import minidet
 from helpers import config
-from minidet.testing.synthetic import structured_image
+from minidet.apps.synthetic import structured_image
 from minidet.timing import STAGES, StageTimer, format_table, summarize
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 224, "INPUT.MAX_SIZE_TEST", 320]

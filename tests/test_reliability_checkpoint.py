@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from helpers import load_tool, one_error_line
+from minidet.apps.bench.reference import legacy_v1_state_dict
+from minidet.apps.synthetic import structured_image
 from minidet.readers import read_checkpoint
 from minidet.testing.checkpoints import d2_weights, make_blobs, write_detectron_pkl
-from minidet.testing.synthetic import structured_image
-from minidet.testing.tvref import legacy_v1_state_dict
 from test_bad_inputs import D2_CONFIG, EVAL, FAST, INFER, TINY, TV_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ import torch
 
 import minidet
 from helpers import load_tool, one_error_line
+from minidet.apps.synthetic import structured_image
 from minidet.config import RULES, ConfigError, _leaves, validate_cfg
-from minidet.testing.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 INFER = ROOT / "tools" / "infer.py"

@@ -20,7 +20,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from helpers import one_error_line
-from minidet.apps.chunks import file_identity
+from minidet.apps.bulk.chunks import file_identity
 from minidet.apps.evaluation import NEGATIVE_RUN, NOT_RLE, rle_string_totals
 from procs import descendants, survivors
 from test_bad_inputs import _eval_in_process
@@ -50,7 +50,7 @@ def test_process_helpers_see_a_child_and_its_end(tmp_path):
 
 _WORKER_INIT = """
 import ctypes, sys
-from minidet.apps import data
+from minidet.apps.bulk import loader as data
 data._die_with_parent(int(sys.argv[1]), 0)  # what worker_init_fn() of process argv[1] runs in a worker
 sig = ctypes.c_int(0)
 ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
@@ -61,7 +61,7 @@ print(sig.value)
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_worker_init_sets_the_parent_death_signal_and_sees_a_dead_parent():
-    from minidet.apps.data import _die_with_parent, worker_init_fn
+    from minidet.apps.bulk.loader import _die_with_parent, worker_init_fn
 
     init = worker_init_fn()
     assert init.func is _die_with_parent and init.args == (os.getpid(),)

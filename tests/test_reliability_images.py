@@ -23,8 +23,8 @@ from torch.nn import functional as F
 import minidet
 from helpers import config, run_tool
 from minidet import imageio
+from minidet.apps.synthetic import structured_image
 from minidet.imageio import ImageReadError, read_image, read_image_bytes
-from minidet.testing.synthetic import structured_image
 
 try:
     from PIL import Image, ImageCms
@@ -150,7 +150,7 @@ import json, sys
 import cv2, numpy as np, torch
 import minidet
 from minidet.imageio import read_image
-from minidet.testing.synthetic import structured_image
+from minidet.apps.synthetic import structured_image
 
 def kib(key):
     with open("/proc/self/status") as f:

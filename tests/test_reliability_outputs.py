@@ -20,13 +20,13 @@ import cv2
 import pytest
 
 from helpers import load_tool, one_error_line
-from minidet.apps import fileio
-from minidet.apps.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
-from minidet.apps.infer_job import InputGuard
-from minidet.apps.inputs import describe_skipped, find_inputs
-from minidet.apps.video import VIDEO_EXTENSIONS
+from minidet.apps.bulk.infer_job import InputGuard
+from minidet.apps.bulk.inputs import describe_skipped, find_inputs
+from minidet.apps.outputs import fileio
+from minidet.apps.outputs.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
+from minidet.apps.outputs.video import VIDEO_EXTENSIONS
+from minidet.apps.synthetic import structured_image
 from minidet.imageio import IMAGE_EXTENSIONS
-from minidet.testing.synthetic import structured_image
 from test_bad_inputs import EVAL, FAST, INFER, TV_CONFIG, _run
 from test_eval_coco_tool import weights  # noqa: F401 - a fixture: a torchvision checkpoint file
 
@@ -262,7 +262,7 @@ def test_a_failed_temp_file_names_the_target_and_temp_names_are_short(tmp_path, 
 
 # another run, as far as the folder is concerned: takes the lock, says so, waits to be killed
 _HOLDER = (
-    "import sys, time; from minidet.apps.fileio import OutputDir; d = OutputDir(sys.argv[1]); "
+    "import sys, time; from minidet.apps.outputs.fileio import OutputDir; d = OutputDir(sys.argv[1]); "
     "print('locked', flush=True); time.sleep(600)"
 )
 

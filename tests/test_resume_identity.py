@@ -21,9 +21,9 @@ import cv2
 import pytest
 
 from helpers import ROOT, call_tool, load_tool, one_error_line
-from minidet.apps.chunks import ChunkError, ChunkStore, identity_differences
-from minidet.apps.inputs import describe_skipped, find_inputs
-from minidet.testing.synthetic import structured_image
+from minidet.apps.bulk.chunks import ChunkError, ChunkStore, identity_differences
+from minidet.apps.bulk.inputs import describe_skipped, find_inputs
+from minidet.apps.synthetic import structured_image
 from procs import descendants, survivors
 
 INFER = ROOT / "tools" / "infer.py"
@@ -355,7 +355,7 @@ def test_a_write_the_file_system_refuses_names_the_file_and_leaves_no_temp(tmp_p
     """A write the file system refuses part-way (here: a file-size limit, EFBIG) is an OutputError naming the
     target, with its errno, and leaves no temporary file."""
     target = tmp_path / "results.json"
-    fileio = ROOT / "src" / "minidet" / "apps" / "fileio.py"
+    fileio = ROOT / "src" / "minidet" / "apps" / "outputs" / "fileio.py"
     res = subprocess.run([sys.executable, "-c", _WRITE_LIMITED, str(target), str(fileio)], capture_output=True,
                          text=True)
     errno_, path, message = res.stdout.strip().split("|")
@@ -407,12 +407,12 @@ def test_chunks_hold_whole_forwards(tv_file, tmp_path, capfd):
 
 @pytest.mark.parametrize("batch", [1, 2, 3])
 def test_every_process_runs_the_forwards_of_one_process(batch):
-    """torchrun's shares (:func:`minidet.apps.bulk.shard`) are whole forwards of one process's run (videos run by
+    """torchrun's shares (:func:`minidet.apps.bulk.job.shard`) are whole forwards of one process's run (videos run by
     themselves), for any process count; and the inputs left when whole forwards are done form the same forwards
     again (a resumed run pads each image with the images it had)."""
     import random
 
-    from minidet.apps.bulk import shard
+    from minidet.apps.bulk.job import shard
 
     items = [(i, f"{i}.mp4" if i % 5 == 0 else f"{i}.jpg") for i in range(1, 24)]
     video = lambda path: path.endswith(".mp4")  # noqa: E731

@@ -13,9 +13,9 @@ import cv2
 import pytest
 
 from helpers import call_tool
-from minidet.apps.video import VideoReader
+from minidet.apps.outputs.video import VideoReader
+from minidet.apps.synthetic import structured_image
 from minidet.imageio import native_messages
-from minidet.testing.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "infer.py"

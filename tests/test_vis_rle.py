@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from pycocotools import mask as mask_utils
 
-from minidet.apps.instances import coco_boxes
-from minidet.apps.rle import encode_mask, encode_masks
-from minidet.apps.vis import draw_instances, palette, undrawable
-from minidet.testing.synthetic import structured_image
+from minidet.apps.outputs.instances import coco_boxes
+from minidet.apps.outputs.rle import encode_mask, encode_masks
+from minidet.apps.outputs.vis import draw_instances, palette, undrawable
+from minidet.apps.synthetic import structured_image
 
 # pycocotools' decode trips a numpy 2 deprecation warning inside pycocotools itself.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")

@@ -4,7 +4,7 @@ Usage::
 
     python tools/bench_runtimes.py [--size 800] [--images N] [--iters 3] [--warmup 1] [--threads T] [--json OUT]
 
-torchvision's own ``maskrcnn_resnet50_fpn`` with realistic random weights (``minidet.testing.tvref.build_tv``, as
+torchvision's own ``maskrcnn_resnet50_fpn`` with realistic random weights (``minidet.apps.bench.reference.build_tv``, as
 ``tools/benchmark.py`` makes them) is saved, loaded by minidet (``torchvision/maskrcnn_resnet50_fpn``, FrozenBN,
 and the fast config: Affine folded, channels-last) and exported from the FrozenBN model (``minidet.export``); the
 one ``model.onnx`` runs in minidet's pipeline (its preprocess and paste around it) under ONNX Runtime and under
@@ -37,12 +37,12 @@ except ImportError:  # a source checkout that is not installed
     sys.path.insert(0, str(ROOT / "src"))
     import minidet
 
-from minidet.apps.export import PHOTOS, VERIFY  # noqa: E402
+from minidet.apps.bench.reference import binarize_masks, build_tv, legacy_v1_state_dict, to_tv_input  # noqa: E402
+from minidet.apps.compare import compare_detections  # noqa: E402
+from minidet.apps.export.program import PHOTOS, VERIFY  # noqa: E402
 from minidet.export.onnxfile import export_onnx, open_graph  # noqa: E402
 from minidet.export.runtime import ExportedNetwork  # noqa: E402
 from minidet.imageio import read_image  # noqa: E402
-from minidet.testing.compare import compare_detections  # noqa: E402
-from minidet.testing.tvref import binarize_masks, build_tv, legacy_v1_state_dict, to_tv_input  # noqa: E402
 
 
 def cpu_model() -> str:

@@ -1,4 +1,5 @@
-"""Weight-free speed benchmark: ``minidet bench``, as a script of the checkout (src/minidet/apps/benchmark.py)."""
+"""Weight-free speed benchmark: ``minidet bench``, as a script of the checkout
+(src/minidet/apps/bench/benchmark.py)."""
 
 import sys
 

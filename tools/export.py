@@ -1,4 +1,5 @@
-"""Export to ONNX with a parity gate: ``minidet export``, as a script of the checkout (src/minidet/apps/export.py)."""
+"""Export to ONNX with a parity gate: ``minidet export``, as a script of the checkout
+(src/minidet/apps/export/program.py)."""
 
 import sys
 

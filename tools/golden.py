@@ -78,6 +78,7 @@ def _write_d2(path: Path) -> None:
 
 def _writers() -> dict:
     """family -> the function that writes its checkpoint to a path (built with ``minidet.testing``)."""
+    from minidet.apps.bench.reference import build_tv, legacy_v1_state_dict
     from minidet.testing.checkpoints import (
         make_blobs,
         mb_state_shapes,
@@ -86,7 +87,6 @@ def _writers() -> dict:
         write_mb_checkpoint,
     )
     from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
-    from minidet.testing.tvref import build_tv, legacy_v1_state_dict
 
     return {
         "tv_v1": lambda p: torch.save(legacy_v1_state_dict(build_tv(1, 320, 512, seed=0).state_dict()), p),
@@ -106,7 +106,7 @@ def write_inputs(folder: Path) -> None:
     """The checkpoints (those not in ``folder`` yet) and the images of every case."""
     import numpy as np
 
-    from minidet.testing.synthetic import structured_image
+    from minidet.apps.synthetic import structured_image
 
     for family, write in _writers().items():
         if not (folder / FAMILIES[family][1]).exists():
@@ -171,7 +171,7 @@ def _program_inputs(folder: Path) -> Path:
     """Five pictures of several sizes and one file that is no image, in ``folder/program_inputs``."""
     import cv2
 
-    from minidet.testing.synthetic import structured_image
+    from minidet.apps.synthetic import structured_image
 
     inputs = folder / "program_inputs"
     if not inputs.is_dir():

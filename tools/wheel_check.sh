@@ -49,8 +49,8 @@ if grep -q '^steps where' bench.txt; then echo "[wheel] the quick run printed th
 step "minidet infer on a synthetic checkpoint"
 python - <<'EOF'
 import cv2, torch
-from minidet.testing.synthetic import structured_image
-from minidet.testing.tvref import tv_init_state, legacy_v1_state_dict
+from minidet.apps.synthetic import structured_image
+from minidet.apps.bench.reference import tv_init_state, legacy_v1_state_dict
 torch.save(legacy_v1_state_dict(tv_init_state(1, seed=0)), "synthetic_v1.pth")
 cv2.imwrite("photo.jpg", structured_image(180, 240, seed=1))
 EOF

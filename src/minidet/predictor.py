@@ -129,7 +129,7 @@ class Predictor:
     (N,) int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks`` (N, H, W) bool
     (``MODEL.MASK_ON``), ``timings`` (stage -> seconds) and what turns them into COCO instances: ``box_offset``
     (1 where the weights' family counts box sizes pixel-inclusively) and ``class_names`` (the name of each class
-    index; ``minidet.apps.instances``). ``weights_summary`` names what was loaded. ``weights``:
+    index; ``minidet.apps.outputs.instances``). ``weights_summary`` names what was loaded. ``weights``:
     the checkpoint's path when the caller resolved ``MODEL.WEIGHTS`` already (see ``checkpoint_file``)."""
 
     def __init__(self, cfg: CfgNode, weights: str | None = None) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-# the stages in pipeline order (MaskRCNN.forward, the benchmark, minidet.testing.tvref)
+# the stages in pipeline order (MaskRCNN.forward, the benchmark, minidet.apps.bench.reference)
 STAGES = ("preprocess", "backbone", "fpn", "rpn", "box_head", "mask_head", "paste")
 # steps inside the stages, timed only with ``StageTimer(detail=True)`` (into ``timer.details``)
 DETAILS = ("rpn_select", "box_roi_align", "box_postprocess", "mask_roi_align")

@@ -88,6 +88,6 @@ def run_app(args, errors: tuple[type[BaseException], ...], folders: Callable[[],
         hint = "" if args.debug else " (rerun with --debug for the traceback)"
         return fail(f"{type(e).__name__}: {e}{hint}", args.debug)
     finally:
-        from . import dist  # torch.distributed: imported here, so that `minidet weights` needs no torch
+        from minidet.apps.bulk import dist  # torch.distributed: imported here, so that `minidet weights` needs no torch
 
         dist.shutdown()

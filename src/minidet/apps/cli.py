@@ -15,11 +15,16 @@ from . import fail
 COMMANDS = {
     "infer": ("infer", "detect in images, folders and videos: drawings, JSON, one results file (tools/infer.py)"),
     "eval": ("eval_coco", "COCO box and mask AP with the time of every stage (tools/eval_coco.py)"),
-    "bench": ("benchmark", "weight-free speed benchmark against torchvision (tools/benchmark.py)"),
-    "export": ("export", "the model to ONNX (ONNX Runtime), checked against eager by a parity gate (tools/export.py)"),
+    "bench": ("bench.benchmark", "weight-free speed benchmark against torchvision (tools/benchmark.py)"),
+    "export": ("export.program", "the model to ONNX (ONNX Runtime, OpenVINO), checked against eager by a parity gate "
+               "(tools/export.py)"),
     "weights": ("weights", "pre-trained weights by name: list, get (download, verified), verify the cache"),
     "configs": ("", "the configs shipped with minidet, by name (--config-file NAME)"),
 }
+
+
+# the scripts of tools/ -> the module of minidet.apps each runs
+SCRIPTS = {"infer": "infer", "eval_coco": "eval_coco", "benchmark": "bench.benchmark", "export": "export.program"}
 
 
 def usage() -> str:

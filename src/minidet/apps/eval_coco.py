@@ -56,10 +56,11 @@ import time
 
 from tqdm import tqdm
 
-from minidet.apps import dist, fail, parse_with_overrides, run_app
-from minidet.apps.bulk import BulkJob, drive, run_batches, timing_summary
-from minidet.apps.chunks import ChunkError, config_entries, file_identity, merge_chunks
-from minidet.apps.data import ImageFiles, coco_image_files
+from minidet.apps import fail, parse_with_overrides, run_app
+from minidet.apps.bulk import dist
+from minidet.apps.bulk.chunks import ChunkError, config_entries, file_identity, merge_chunks
+from minidet.apps.bulk.job import BulkJob, drive, run_batches, timing_summary
+from minidet.apps.bulk.loader import ImageFiles, coco_image_files
 from minidet.apps.evaluation import (
     IOU_TYPES,
     METRIC_NAMES,
@@ -70,7 +71,7 @@ from minidet.apps.evaluation import (
     load_results,
     match_dataset,
 )
-from minidet.apps.fileio import OutputDir, remove_temp_files, write_json
+from minidet.apps.outputs.fileio import OutputDir, remove_temp_files, write_json
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError
 from minidet.timing import format_table

@@ -18,6 +18,8 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from minidet.apps.outputs.instances import instances_to_coco
+
 from ..categories import (
     BACKGROUND,
     COCO_CATEGORIES,
@@ -28,7 +30,6 @@ from ..categories import (
     own_classes,
     placeholder_names,
 )
-from .instances import instances_to_coco
 
 IOU_TYPES = ("bbox", "segm")
 # COCOeval.stats, in order

@@ -33,8 +33,8 @@ complete and writes the same files as an uninterrupted run. The run's identity (
 inputs, output options) is recorded when it starts: ``--resume`` with another one is refused, saying what differs,
 even when the earlier run was killed before its first chunk. Without ``--resume`` a run starts over. Under torchrun
 each process takes every N-th input and writes its own chunks; rank 0 writes the results file (``DIR`` on a file
-system all processes see). ``--engine ray`` runs
-the images on a pool of ``--actors`` actors of a Ray cluster instead, with the same outputs (``minidet.apps.raydata``).
+system all processes see). ``--engine ray`` runs the images on a pool of ``--actors`` actors of a Ray cluster
+instead, with the same outputs (``minidet.apps.bulk.raydata``).
 
 An input that cannot be read or run gets one ``error: <file>: <what>`` line and the run goes on (exit status 1);
 a folder's entries that are neither images nor videos are counted on one ``infer: skipped ...`` line. Bad configs,
@@ -50,12 +50,13 @@ import argparse
 import os
 import sys
 
-from minidet.apps import dist, fail, parse_with_overrides, run_app
-from minidet.apps.bulk import drive
-from minidet.apps.chunks import ChunkError
-from minidet.apps.fileio import OutputDir
-from minidet.apps.infer_job import Job
-from minidet.apps.video import CODECS, VideoError
+from minidet.apps import fail, parse_with_overrides, run_app
+from minidet.apps.bulk import dist
+from minidet.apps.bulk.chunks import ChunkError
+from minidet.apps.bulk.infer_job import Job
+from minidet.apps.bulk.job import drive
+from minidet.apps.outputs.fileio import OutputDir
+from minidet.apps.outputs.video import CODECS, VideoError
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError
 
@@ -116,7 +117,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
 def run(args: argparse.Namespace) -> int:
     """Set up, run this process's share, then rank 0 finishes (a set-up error is ``run_app``'s one line)."""
     if args.engine == "ray":
-        from minidet.apps.raydata import RayJob  # Ray itself is imported there, only when installed
+        from minidet.apps.bulk.raydata import RayJob  # Ray itself is imported there, only when installed
 
         job = RayJob(args)
     else:

@@ -9,7 +9,7 @@
 - ``runtime``: ``ExportedNetwork``, what ``MaskRCNN`` runs in place of its own network under ``MODEL.RUNTIME
   onnxruntime`` or ``openvino`` (pre- and post-processing stay minidet's), and ``load_network``.
 
-The parity gate of ``minidet export`` is a program's part (``minidet.apps.export_gate``). The engine imports
+The parity gate of ``minidet export`` is a program's part (``minidet.apps.export.gate``). The engine imports
 ``runtime`` (and through it ``onnxfile``) only when ``MODEL.RUNTIME`` is not ``torch``; ``onnx``, ``onnxruntime``
 and ``onnxscript`` are the optional extra ``minidet[export]``, ``openvino`` ``minidet[openvino]``.
 """

@@ -1,12 +1,12 @@
-"""Test support: not part of the engine; used by the tests, ``tools/golden.py`` and, for its reference models and
-weights, the benchmark (``minidet.apps.benchmark``).
+"""Test support: not part of the engine or of the programs; used by the tests and ``tools/golden.py``.
 
-Nothing in the engine (every other module of ``minidet``) imports this package, and nothing here
-runs with a real checkpoint. It holds what the tests and the benchmark share:
+Nothing in ``minidet`` outside this package imports it, and nothing here runs with a real checkpoint:
 
-- ``synthetic``: structured images, realistic random weights for minidet's own models.
-- ``tvref``: torchvision's Mask R-CNN as the reference: its builder with realistic random weights,
-  its default-initialized weights, the published v1 key layout, its stage and step times.
-- ``checkpoints``: synthetic Detectron (Caffe2) ``.pkl`` files and detectron2 state dicts.
-- ``compare``: the one "same detections" verdict (``compare_detections(...).problem()``).
+- ``checkpoints``: synthetic Detectron (Caffe2) ``.pkl`` files, detectron2 state dicts, maskrcnn-benchmark
+  training files.
+- ``mmdet``: synthetic mmdetection files.
+
+What the programs use as well lives in shipped code: structured pictures and realistic random weights
+(``minidet.apps.synthetic``), torchvision's reference model (``minidet.apps.bench.reference``), the "same
+detections" verdict (``minidet.apps.compare``).
 """

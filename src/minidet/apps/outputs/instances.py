@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from .rle import encode_masks
+from minidet.apps.outputs.rle import encode_masks
 
 
 def coco_boxes(boxes: np.ndarray, offset: int) -> list[list[float]]:

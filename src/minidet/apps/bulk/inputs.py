@@ -9,8 +9,8 @@ import glob
 import os
 from collections import Counter
 
-from ..imageio import IMAGE_EXTENSIONS
-from .video import VIDEO_EXTENSIONS
+from minidet.apps.outputs.video import VIDEO_EXTENSIONS
+from minidet.imageio import IMAGE_EXTENSIONS
 
 
 def _has_extension(name: str, extensions: tuple[str, ...]) -> bool:

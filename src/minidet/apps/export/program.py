@@ -10,7 +10,7 @@ Usage::
 
 Builds and loads the model of ``CFG`` (any family, any norm, folded or not) on the CPU in float32, exports its
 network (``minidet.export.graph.NetworkGraph``: backbone to mask probabilities, any padded image size) and
-runs the parity gate (``minidet.apps.export_gate``) on the verification images: the ``--images`` given, else five
+runs the parity gate (``minidet.apps.export.gate``) on the verification images: the ``--images`` given, else five
 real COCO photos of several sizes and aspect ratios from the checkout's ``../shared/data/coco_tiny`` (synthetic
 pictures of the same sizes where it is absent; photos are not shipped in the package) and one blank picture
 (no objects). It writes into ``DIR``, one unit that can be copied or moved (its paths are relative to it):
@@ -48,7 +48,7 @@ import torch
 
 import minidet
 from minidet.apps import fail, parse_with_overrides, run_app
-from minidet.apps.fileio import OutputDir, atomic_write, write_json
+from minidet.apps.outputs.fileio import OutputDir, atomic_write, write_json
 from minidet.checkpoint import CheckpointError
 from minidet.config import ConfigError
 from minidet.hub import weights_path
@@ -100,7 +100,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argpar
 
 def verification_images(paths: list[str] | None, max_pixels: int) -> tuple[list[tuple[str, np.ndarray]], str]:
     """(name, HxWx3 uint8 BGR) pairs and where they came from."""
-    from minidet.testing.synthetic import structured_image
+    from minidet.apps.synthetic import structured_image
 
     if paths:
         return [(os.path.basename(p), read_image(p, max_pixels)) for p in paths], "given"
@@ -150,7 +150,7 @@ def versions(runtime: str) -> dict[str, str]:
 def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, report: dict) -> dict:
     """The parity gate of ``network`` against eager ``model`` (``export_gate.run_gate``), printed, and ``report``
     with it, what ran the graph (runtime, precision, options) and on which CPU."""
-    from minidet.apps.export_gate import format_table, run_gate
+    from minidet.apps.export.gate import format_table, run_gate
     from minidet.export.onnxfile import cpu_facts
 
     facts = network.graph.runtime

@@ -181,8 +181,8 @@ def assert_same_detections(ours: dict, ref: dict, ref_reordered: dict | None = N
 def assert_norm_forms_agree(make_cfg, images: list) -> None:
     """A FrozenBN checkpoint gives the same detections (some on every image) run as FrozenBN, Affine, Affine folded
     and FrozenBN folded into the convs; ``make_cfg(*opts)`` is its config with the ``KEY VALUE`` overrides."""
-    from ..norm import Affine
-    from ..predictor import Predictor
+    from minidet.norm import Affine
+    from minidet.predictor import Predictor
 
     ref = Predictor(make_cfg("MODEL.NORM", "FrozenBN")).predict_batch(images)
     assert all(len(r["boxes"]) > 0 for r in ref)

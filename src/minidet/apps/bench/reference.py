@@ -2,7 +2,7 @@
 
 Used by the parity tests and ``tools/benchmark.py``; nothing here runs with a real checkpoint.
 ``build_tv`` gives torchvision's own model with weights that behave like trained ones (see
-``minidet.testing.synthetic``), ``tv_init_state`` its default-initialized weights (the tests' quick
+``minidet.apps.synthetic``), ``tv_init_state`` its default-initialized weights (the tests' quick
 checkpoints), ``legacy_v1_state_dict`` the key layout of the published v1 file, and
 ``TorchvisionStages`` times torchvision's unmodified forward per minidet stage and per step that
 minidet times inside its stages (``minidet.timing.DETAILS``).
@@ -22,7 +22,7 @@ from torchvision.models.detection._utils import overwrite_eps
 from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
 from torchvision.ops.misc import FrozenBatchNorm2d
 
-from minidet.testing.synthetic import calibrate_norm_stats, randomize_affine, structured_image
+from minidet.apps.synthetic import calibrate_norm_stats, randomize_affine, structured_image
 from minidet.timing import STAGES
 
 

@@ -1,8 +1,8 @@
-"""One process's share of ``minidet infer`` (:class:`Job`: the set-up of :class:`~minidet.apps.bulk.BulkJob`, the
+"""One process's share of ``minidet infer`` (:class:`Job`: the set-up of :class:`~minidet.apps.bulk.job.BulkJob`, the
 image loop with its writer threads, the videos, the chunks, the results file) and the per-image outputs: records
 (``to_record``, ``dumps_record``), drawings (``draw``, ``render``), the ``--classes`` filter, output names and the
 guard that keeps every output off the inputs. ``minidet.apps.infer`` is the program around it; ``--engine ray``
-(``minidet.apps.raydata``) runs the same job's images on a Ray cluster."""
+(``minidet.apps.bulk.raydata``) runs the same job's images on a Ray cluster."""
 
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minidet.apps.bulk import BulkJob, forwards, run_batches, timing_summary
-from minidet.apps.chunks import ChunkError, config_entries
-from minidet.apps.data import ImageFiles
-from minidet.apps.fileio import OutputDir, OutputError, atomic_open, atomic_write, no_space, remove_temp_files
-from minidet.apps.inputs import describe_skipped, find_inputs
-from minidet.apps.instances import record_instances
-from minidet.apps.video import STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
-from minidet.apps.vis import draw_instances, undrawable
+from minidet.apps.bulk.chunks import ChunkError, config_entries
+from minidet.apps.bulk.inputs import describe_skipped, find_inputs
+from minidet.apps.bulk.job import BulkJob, forwards, run_batches, timing_summary
+from minidet.apps.bulk.loader import ImageFiles
+from minidet.apps.outputs.fileio import OutputDir, OutputError, atomic_open, atomic_write, no_space, remove_temp_files
+from minidet.apps.outputs.instances import record_instances
+from minidet.apps.outputs.video import STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
+from minidet.apps.outputs.vis import draw_instances, undrawable
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, Classes
 from minidet.config import ConfigError
 from minidet.timing import format_table

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch.utils.data import DataLoader
 
-from ..config import CfgNode, get_cfg, validate_cfg
-from ..hub import weights_path
-from ..timing import summarize
-from . import dist
-from .chunks import ChunkError, ChunkStore, file_identity
-from .data import ImageFiles, collate, worker_init_fn
-from .fileio import no_space
+from minidet.apps.bulk import dist
+from minidet.apps.bulk.chunks import ChunkError, ChunkStore, file_identity
+from minidet.apps.bulk.loader import ImageFiles, collate, worker_init_fn
+from minidet.apps.outputs.fileio import no_space
+from minidet.config import CfgNode, get_cfg, validate_cfg
+from minidet.hub import weights_path
+from minidet.timing import summarize
 
 
 @dataclass
@@ -151,7 +151,7 @@ class BulkJob:
 
     def load_model(self, cfg: CfgNode, weights: str | None):
         """The Predictor (``weights``: the resolved checkpoint); rank 0 names what was loaded."""
-        from ..predictor import Predictor
+        from minidet.predictor import Predictor
 
         predictor = Predictor(cfg, weights)
         if self.info.is_main:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..imageio import DEFAULT_MAX_PIXELS, ImageReadError, read_image
-from .dist import process_alive
+from minidet.apps.bulk.dist import process_alive
+from minidet.imageio import DEFAULT_MAX_PIXELS, ImageReadError, read_image
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 import cv2
 import numpy as np
 
-from ..imageio import _FD2_LOCK, native_call
+from minidet.imageio import _FD2_LOCK, native_call
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")  # the containers read as videos
 CODECS = ("avc1", "mp4v", "MJPG")  # H.264, MPEG-4 part 2, Motion JPEG (the last in .avi)

@@ -9,7 +9,7 @@ Usage::
         [--bf16-drift N] [--drift-images DIR] [--json OUT.json] [--plot OUT.png] [KEY VALUE ...]
 
 No checkpoint is needed: every depth gets realistic random weights (torchvision's own model from
-``minidet.testing.tvref.build_tv`` for a torchvision config, which minidet loads in each
+``minidet.apps.bench.reference.build_tv`` for a torchvision config, which minidet loads in each
 ``--norms`` variant and ``--vs-torchvision`` runs too; randomized minidet models for ``GN``,
 ``none`` and configs torchvision cannot build). ``onnxruntime`` and ``openvino`` are the FrozenBN model
 exported as ``minidet export`` exports it (once per depth, the same weights) and run by that runtime inside
@@ -19,7 +19,7 @@ the order rotating by one model per iteration; ``--warmup`` iterations are not r
 file holds the command line, the models (``Runner``), the interleaved timing loop, the
 torchvision channels-last baseline, the memory probe, the FLOP count per stage, the peak
 micro-benchmarks, the busy-machine check and the bf16 drift on real images;
-``minidet.apps.benchreport`` the analysis, the printed report and the chart. What is measured,
+``minidet.apps.bench.report`` the analysis, the printed report and the chart. What is measured,
 how the stages of the two implementations line up and how the detections are judged:
 docs/exactness.md ("The benchmark").
 Trailing ``KEY VALUE`` pairs override the minidet config last.
@@ -51,15 +51,16 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import minidet
-from minidet.apps import benchreport, fail
-from minidet.apps.benchreport import OWN_WEIGHTS, RUNTIMES, TV, VARIANTS, Run
-from minidet.apps.fileio import atomic_write, write_json
+from minidet.apps import fail
+from minidet.apps.bench import report as benchreport
+from minidet.apps.bench.reference import TorchvisionStages, binarize_masks, build_tv, to_tv_input, tv_skeleton
+from minidet.apps.bench.report import OWN_WEIGHTS, RUNTIMES, TV, VARIANTS, Run
+from minidet.apps.compare import compare_detections, detection_drift
+from minidet.apps.outputs.fileio import atomic_write, write_json
+from minidet.apps.synthetic import random_minidet_weights, strip_norms, structured_image
 from minidet.checkpoint import CheckpointError, load_checkpoint
 from minidet.config import ConfigError
 from minidet.imageio import IMAGE_EXTENSIONS, ImageReadError, read_image
-from minidet.testing.compare import compare_detections, detection_drift
-from minidet.testing.synthetic import random_minidet_weights, strip_norms, structured_image
-from minidet.testing.tvref import TorchvisionStages, binarize_masks, build_tv, to_tv_input, tv_skeleton
 from minidet.timing import STAGES, StageTimer
 
 DEFAULT_CONFIG = "torchvision/maskrcnn_resnet50_fpn"  # a config name (``minidet configs``)
@@ -240,7 +241,7 @@ class Runner:
         return " ".join(parts)
 
     def record(self, depths: list[int], batches: list[int]) -> Run:
-        """What this model measured, as the plain record of ``minidet.apps.benchreport``."""
+        """What this model measured, as the plain record of ``minidet.apps.bench.report``."""
         return Run(
             label=self.label(depths, batches), impl=self.impl, variant=self.variant, depth=self.depth,
             batch=self.batch, source=self.source, records=self.records, detail_records=self.detail_records,
@@ -625,8 +626,9 @@ def measure_memory_cpu(args: argparse.Namespace, runners: list[Runner]) -> None:
     """Set ``runner.memory`` of every runner, measured in one fresh process (see ``memory_probe``)."""
     specs = json.dumps([r.spec() for r in runners])
     # the child keeps glibc's defaults whatever --keep-memory says: freed memory must leave the resident set
-    cmd = [sys.executable, "-m", "minidet.apps.benchmark", "--config-file", args.config_file, "--size", str(args.size),
-           "--image", args.image, "--device", "cpu", "--keep-memory", "off", "--memory-probe", specs]
+    cmd = [sys.executable, "-m", "minidet.apps.bench.benchmark", "--config-file", args.config_file,
+           "--size", str(args.size), "--image", args.image, "--device", "cpu", "--keep-memory", "off",
+           "--memory-probe", specs]
     cmd += ["--threads", str(args.threads)] if args.threads else []
     cmd += ["--amp", args.amp] if args.amp else []
     # the child imports this module as the parent did, installed or from a checkout's src/
@@ -651,7 +653,7 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
             if version:
                 path = os.path.join(tmp, f"tv{version}_r{depth}.pth")
                 torch.save(build_tv(version, args.size, args.max_size, depth=depth).state_dict(), path)
-                source = f"torchvision v{version} R-{depth}, randomized (minidet.testing.tvref.build_tv)"
+                source = f"torchvision v{version} R-{depth}, randomized (minidet.apps.bench.reference.build_tv)"
                 paths["frozen"] = (path, source)
             else:
                 path = os.path.join(tmp, f"minidet_r{depth}.pth")

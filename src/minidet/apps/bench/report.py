@@ -4,7 +4,7 @@
 runs into rows of statistics with the relations between models of a group (the same depth and
 batch): each variant against FrozenBN, against the model without norm layers (``none``), against
 batch 1 and against torchvision on the same weights (stage and step ratios, and whether the
-detections are the same: ``minidet.testing.compare``), and the FLOPs of each stage with the rate
+detections are the same: ``minidet.apps.compare``), and the FLOPs of each stage with the rate
 achieved and the floor of the machine's measured peaks (``peaks``). ``report`` prints the rows,
 ``draw_chart`` draws their stage times; ``busy_check`` judges whether the machine was too busy
 for the ratios to mean anything, ``coco_drift`` scores one set of detections against another
@@ -22,9 +22,9 @@ import cv2
 import numpy as np
 from pycocotools.coco import COCO
 
+from minidet.apps.compare import DetectionMatch
 from minidet.apps.evaluation import coco_metrics, instances_to_coco
-from minidet.apps.fileio import atomic_write
-from minidet.testing.compare import DetectionMatch
+from minidet.apps.outputs.fileio import atomic_write
 from minidet.timing import DETAILS, STAGES, format_table, summarize
 
 VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)

@@ -3,7 +3,7 @@
 Each verification image is preprocessed once by the model's own ``Transform``; the eager network, the exported
 graph and the eager network in another float order (``float_order_variant``: folded norms, or channels-last and
 the other RoIAlign path) run on the same padded tensor, and minidet's own post-processing (rescale, paste) turns
-each into detections. The verdict is the rule of the parity tests (``minidet.testing.compare``: same count and
+each into detections. The verdict is the rule of the parity tests (``minidet.apps.compare``: same count and
 labels, boxes within 1e-2 px, scores within 1e-4, masks with IoU >= 0.99) with "a difference no larger than
 eager's own float-order noise is equal" made concrete:
 
@@ -16,7 +16,7 @@ eager's own float-order noise is equal" made concrete:
 
 Where an image differs, the first stage that does is named: ``rpn`` (the proposals, as sets), ``box_head`` (the
 detections before rescale), ``mask_head`` (their mask probabilities), ``paste``. Then eager and exported run every
-image ``repeats`` times, interleaved, for the speed of each. Used by ``minidet.apps.export``.
+image ``repeats`` times, interleaved, for the speed of each. Used by ``minidet.apps.export.program``.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from minidet.apps.compare import BOX_TOL, SCORE_TOL, DetectionMatch, compare_detections
 from minidet.detector import MaskRCNN
 from minidet.export.onnxfile import graph_inputs
 from minidet.export.runtime import ExportedNetwork
 from minidet.norm import fold_norms
 from minidet.roi_heads import Detections
-from minidet.testing.compare import BOX_TOL, SCORE_TOL, DetectionMatch, compare_detections
 from minidet.transform import ImageBatch
 
 STAGES = ("rpn", "box_head", "mask_head", "paste")

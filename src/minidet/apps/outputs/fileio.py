@@ -18,7 +18,7 @@ except ImportError:  # not on Linux/macOS: runs are not locked
     fcntl = None
 
 # ".md-<pid>-<8 hex>.tmp": fixed length (a 250-byte target name still fits); earlier: ".<name>.<pid>.<8 hex>.tmp";
-# videos (minidet.apps.video) keep their container's extension: ".md-<pid>-<8 hex or probe>.tmp.mp4"
+# videos (minidet.apps.outputs.video) keep their container's extension: ".md-<pid>-<8 hex or probe>.tmp.mp4"
 _TEMP_RE = re.compile(r"^\.(md-\d+-([0-9a-f]{8}|probe)|.+\.\d+\.[0-9a-f]{8})\.tmp(\.mp4|\.avi)?$")
 LOCK_NAME = ".minidet.lock"
 _LOCK_FDS: set[int] = set()  # the lock files this process holds

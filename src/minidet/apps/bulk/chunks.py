@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fileio import remove_temp_files, write_json
+from minidet.apps.outputs.fileio import remove_temp_files, write_json
 
 MANIFEST = "manifest.json"
 FORMAT = 2  # of the manifest (1: the config as yacs text, the weights under "checkpoint")
