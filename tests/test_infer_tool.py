@@ -96,7 +96,9 @@ def test_end_to_end(tmp_path, capfd, tv_file_init):
 
 
 @pytest.mark.slow
-def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init):
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init, signum, status):
+    """Ctrl-C (status 130) and SIGTERM (143: ``errors.Interrupted``) stop the run between files, one line."""
     images = []  # enough inputs that the run is still going when the SIGINT comes, even on a loaded machine
     for k in range(24):
         images.append(tmp_path / f"img{k}.png")
@@ -112,9 +114,9 @@ def test_ctrl_c_leaves_complete_outputs_and_no_traceback(tmp_path, tv_file_init)
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline and not (out.is_dir() and list(out.glob("*.json"))):
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == status, stderr
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1] == (
         f"error: interrupted; finished work is kept in {out / '.chunks'}: rerun the same command with --resume "

@@ -12,8 +12,9 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "CheckpointError": "errors", "ConfigError": "config", "MaskRCNN": "detector", "Predictor": "predictor",
-    "build_model": "detector", "get_cfg": "config", "load_checkpoint": "checkpoint", "prepare_model": "predictor",
+    "CheckpointError": "errors", "ConfigError": "errors", "InputError": "errors", "MinidetError": "errors",
+    "RuntimeFailure": "errors", "MaskRCNN": "detector", "Predictor": "predictor", "build_model": "detector",
+    "get_cfg": "config", "load_checkpoint": "checkpoint", "prepare_model": "predictor",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -16,15 +16,12 @@ from yacs.config import CfgNode as _YacsNode
 
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
 from .categories import names_problem
+from .errors import ConfigError
 from .families import FAMILIES
 from .imageio import DEFAULT_MAX_PIXELS
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a larger file is another kind of file
 CONFIG_DIR = Path(__file__).parent / "configs"  # the shipped configs (configs/ in a checkout links here)
-
-
-class ConfigError(ValueError):
-    """A config file or override is invalid; the message names the key or file."""
 
 
 class CfgNode(_YacsNode):

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 import cv2
 import numpy as np
 
+from .errors import InputError
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 DEFAULT_MAX_PIXELS = 100_000_000
 # A file may have at most 16 bytes (twice 16-bit RGBA) per pixel its header announces (else per INPUT.MAX_PIXELS)
@@ -35,7 +37,7 @@ _MAGIC = {  # format: the first bytes announcing it (BMP, WebP, PNM and HEIF/AVI
 }
 
 
-class ImageReadError(Exception):
+class ImageReadError(InputError):
     """One image could not be read; ``str(err)`` is ``"<path>: <reason>"`` on one line."""
 
     def __init__(self, path: str, reason: str) -> None:

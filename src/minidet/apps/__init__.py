@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 
 import cv2
 
+from ..errors import MinidetError
 from ..imageio import native_messages
 from ..memory import keep_freed_memory
 
@@ -66,11 +67,11 @@ def fail(message: str, debug: bool) -> int:
     return 2
 
 
-def run_app(args, errors: tuple[type[BaseException], ...], folders: Callable[[], AbstractContextManager],
-            body: Callable[[], int]) -> int:
+def run_app(args, folders: Callable[[], AbstractContextManager], body: Callable[[], int]) -> int:
     """An application's ``main`` once its arguments are parsed: freed memory kept (``args.keep_memory``: process-
     wide, the application's choice, never the library's), OpenCV's log and the native libraries' messages quiet
-    unless ``args.debug``, ``folders()`` held around ``body()``. A failure in ``errors`` is one line (status 2),
+    unless ``args.debug``, ``folders()`` held around ``body()``. minidet's errors (``errors.MinidetError``: a bad
+    config, checkpoint, input, a runtime that failed) and the file system's (``OSError``) are one line (status 2),
     Ctrl-C one line (130), any other exception one line naming its type (2); torch.distributed is shut down."""
     if args.keep_memory:
         keep_freed_memory()
@@ -79,7 +80,7 @@ def run_app(args, errors: tuple[type[BaseException], ...], folders: Callable[[],
     try:
         with folders(), native_messages(args.debug):
             return body()
-    except errors as e:
+    except (MinidetError, OSError) as e:
         return fail(str(e), args.debug)
     except KeyboardInterrupt:
         fail("interrupted", args.debug)

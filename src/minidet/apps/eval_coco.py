@@ -72,12 +72,9 @@ from minidet.apps.evaluation import (
     match_dataset,
 )
 from minidet.apps.outputs.fileio import OutputDir, remove_temp_files, write_json
-from minidet.checkpoint import CheckpointError
-from minidet.config import ConfigError
 from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
-SETUP_ERRORS = (ConfigError, CheckpointError, EvaluationError, ChunkError, OSError, dist.PeerError)
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> argparse.Namespace:
@@ -326,7 +323,7 @@ def main(argv: list[str] | None = None, prog: str = "eval_coco.py") -> int:
     # OUT locked for the run (by rank 0; an empty OUT made here is removed); libjpeg / libpng lines only with
     # --debug (loader workers inherit the setting)
     body = evaluate_results_files if args.results else evaluate_model
-    return run_app(args, SETUP_ERRORS, lambda: prepare_folders(args), lambda: body(args))
+    return run_app(args, lambda: prepare_folders(args), lambda: body(args))
 
 
 def prepare_folders(args: argparse.Namespace) -> OutputDir:

@@ -19,6 +19,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from minidet.apps.outputs.instances import instances_to_coco
+from minidet.errors import InputError
 
 from ..categories import (
     BACKGROUND,
@@ -38,7 +39,7 @@ _RESULT_FIELD = {"bbox": "bbox", "segm": "segmentation"}
 _GT_KEYS = ("id", "image_id", "category_id", "bbox", "area", "iscrowd")
 
 
-class EvaluationError(ValueError):
+class EvaluationError(InputError, ValueError):
     """An annotation or results file cannot be evaluated; the message is one line naming it."""
 
 

@@ -52,15 +52,10 @@ import sys
 
 from minidet.apps import fail, parse_with_overrides, run_app
 from minidet.apps.bulk import dist
-from minidet.apps.bulk.chunks import ChunkError
 from minidet.apps.bulk.infer_job import Job
 from minidet.apps.bulk.job import drive
 from minidet.apps.outputs.fileio import OutputDir
-from minidet.apps.outputs.video import CODECS, VideoError
-from minidet.checkpoint import CheckpointError
-from minidet.config import ConfigError
-
-SETUP_ERRORS = (ConfigError, CheckpointError, ChunkError, OSError, VideoError, dist.PeerError)
+from minidet.apps.outputs.video import CODECS
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argparse.Namespace:
@@ -130,7 +125,7 @@ def main(argv: list[str] | None = None, prog: str = "infer.py") -> int:
     args = parse_args(argv, prog)
     # DIR locked for the run by rank 0; libjpeg / libpng / FFmpeg lines only with --debug
     folders = lambda: OutputDir(args.output, "--output", lock=dist.from_env().is_main)  # noqa: E731
-    return run_app(args, SETUP_ERRORS, folders, lambda: run(args))
+    return run_app(args, folders, lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from .. import hub
-from ..errors import CheckpointError
+from ..errors import MinidetError
 from . import fail
 
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet weights") -> int:
         if args.command == "get":
             return get_weights(args.names, args.progress)
         return verify_weights(args.names)
-    except (CheckpointError, OSError) as e:
+    except (MinidetError, OSError) as e:
         return fail(str(e), debug=False)
     except KeyboardInterrupt:
         fail("interrupted", debug=False)

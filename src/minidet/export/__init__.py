@@ -16,10 +16,10 @@ and ``onnxscript`` are the optional extra ``minidet[export]``, ``openvino`` ``mi
 
 from __future__ import annotations
 
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError, RuntimeFailure
 
 
-class ExportError(CheckpointError):
+class ExportError(CheckpointError, RuntimeFailure):
     """An exported graph cannot be made or used (missing extra, a file that is not minidet's export, another
     minidet version, changed weights); ``str(err)`` is one line naming the file."""
 

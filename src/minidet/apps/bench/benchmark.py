@@ -59,7 +59,7 @@ from minidet.apps.compare import compare_detections, detection_drift
 from minidet.apps.outputs.fileio import atomic_write, write_json
 from minidet.apps.synthetic import random_minidet_weights, strip_norms, structured_image
 from minidet.checkpoint import CheckpointError, load_checkpoint
-from minidet.config import ConfigError
+from minidet.errors import ConfigError, MinidetError
 from minidet.imageio import IMAGE_EXTENSIONS, ImageReadError, read_image
 from minidet.timing import STAGES, StageTimer
 
@@ -944,7 +944,7 @@ def main(argv: list[str] | None = None, prog: str = "benchmark.py") -> int:
                 measure_bf16_drift(args, runners)
             if device.type == "cpu" and not args.no_memory:
                 measure_memory_cpu(args, runners)
-    except (ConfigError, CheckpointError, RuntimeError, ValueError) as e:
+    except (MinidetError, RuntimeError, ValueError) as e:  # RuntimeError, ValueError: torch's refusals of a setting
         return fail(str(e), debug=False)
     rows = benchreport.analyze([r.record(args.depth_list, args.batch_list) for r in runners], peaks, args.amp)
     # the step targets are set for the full benchmark (short side 800): the quick run leaves their table out

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minidet.apps.outputs.fileio import remove_temp_files, write_json
+from minidet.errors import InputError
 
 MANIFEST = "manifest.json"
 FORMAT = 2  # of the manifest (1: the config as yacs text, the weights under "checkpoint")
 _CHUNK_RE = re.compile(r"^run(\d+)-rank(\d+)-(\d+)\.json$")
 
 
-class ChunkError(RuntimeError):
+class ChunkError(InputError):
     """The chunk folder does not fit the run (another run's results, an unreadable chunk)."""
 
 

@@ -13,10 +13,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from minidet.errors import RuntimeFailure
+
 _PEERS: list[tuple[str, int]] = []  # (host, pid) of every rank, from init
 
 
-class PeerError(RuntimeError):
+class PeerError(RuntimeFailure):
     """A collective failed because another process of the run is gone; ``str(err)`` says which."""
 
 

@@ -35,7 +35,7 @@ from minidet.apps.outputs.instances import record_instances
 from minidet.apps.outputs.video import STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
 from minidet.apps.outputs.vis import draw_instances, undrawable
 from minidet.categories import BACKGROUND, COCO_CATEGORIES, UNUSED, Classes
-from minidet.config import ConfigError
+from minidet.errors import ConfigError
 from minidet.timing import format_table
 
 CHUNKS = ".chunks"

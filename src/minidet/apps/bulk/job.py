@@ -19,6 +19,7 @@ from minidet.apps.bulk.chunks import ChunkError, ChunkStore, file_identity
 from minidet.apps.bulk.loader import ImageFiles, collate, worker_init_fn
 from minidet.apps.outputs.fileio import no_space
 from minidet.config import CfgNode, get_cfg, validate_cfg
+from minidet.errors import Interrupted
 from minidet.hub import weights_path
 from minidet.timing import summarize
 
@@ -246,7 +247,7 @@ _SIGNALLED: list[int] = []  # the signals that stopped this process's loop (SIGT
 
 def _raise_exit(signum, frame):
     _SIGNALLED.append(signum)  # the same SIGTERM to the process group may end a loader worker first
-    raise SystemExit(128 + signum)  # unwinds like Ctrl-C: what is finished is saved on the way out
+    raise Interrupted(signum)  # unwinds like Ctrl-C (no Exception): what is finished is saved on the way out
 
 
 def stopped(e: BaseException, folder: str) -> str:

@@ -49,13 +49,11 @@ import torch
 import minidet
 from minidet.apps import fail, parse_with_overrides, run_app
 from minidet.apps.outputs.fileio import OutputDir, atomic_write, write_json
-from minidet.checkpoint import CheckpointError
-from minidet.config import ConfigError
+from minidet.errors import ConfigError
 from minidet.hub import weights_path
 from minidet.hub.cache import NO_WEIGHTS
-from minidet.imageio import ImageReadError, read_image
+from minidet.imageio import read_image
 
-SETUP_ERRORS = (ConfigError, CheckpointError, ImageReadError, OSError)
 # the checkout's real photos (../shared/data/coco_tiny) and the verification set taken from them
 PHOTOS = Path(minidet.__file__).resolve().parents[2].parent / "shared" / "data" / "coco_tiny" / "val2017"
 VERIFY = {  # file -> (height, width): small, wide, tall, square, the common 4:3
@@ -276,8 +274,8 @@ def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
     """Run the program; return the exit status (0 written or checked, 1 the gate failed, 2 error, 130 Ctrl-C)."""
     args = parse_args(argv, prog)
     if args.check:
-        return run_app(args, SETUP_ERRORS, contextlib.nullcontext, lambda: check(args))
-    return run_app(args, SETUP_ERRORS, lambda: OutputDir(args.output, "--output"), lambda: export(args))
+        return run_app(args, contextlib.nullcontext, lambda: check(args))
+    return run_app(args, lambda: OutputDir(args.output, "--output"), lambda: export(args))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import secrets
 from collections.abc import Iterator
 from typing import IO, Any
 
+from minidet.errors import InputError
+
 try:
     import fcntl
 except ImportError:  # not on Linux/macOS: runs are not locked
@@ -37,7 +39,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_locks)
 
 
-class OutputError(OSError):
+class OutputError(InputError, OSError):
     """An output file or folder cannot be written; ``str(err)`` is one line naming it (never a temp file), ``path``
     the file when it is one."""
 

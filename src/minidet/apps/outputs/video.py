@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 import cv2
 import numpy as np
 
+from minidet.errors import InputError
 from minidet.imageio import _FD2_LOCK, native_call
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")  # the containers read as videos
@@ -29,7 +30,7 @@ CODECS = ("avc1", "mp4v", "MJPG")  # H.264, MPEG-4 part 2, Motion JPEG (the last
 _PREFETCH = 8  # decoded frames waiting for the model
 
 
-class VideoError(RuntimeError):
+class VideoError(InputError):
     """A video cannot be read or written; ``str(err)`` is one line naming the file."""
 
 
