@@ -125,7 +125,7 @@ def test_graph_in_pytorch_is_the_eager_network_bit_for_bit(checkpoints, family, 
     for image in images_bgr(SHAPES):
         batch = model.preprocess([image])
         with torch.inference_mode():
-            ref = model._detect(batch)[0]
+            ref = model.detect(batch)[0]
             proposals, boxes, scores, labels, masks = graph(*_graph_args(batch))
         assert len(ref.boxes) > 10
         for ours, theirs in ((boxes, ref.boxes), (scores, ref.scores), (labels, ref.labels), (masks, ref.masks)):
@@ -147,7 +147,7 @@ def test_graph_takes_rules_from_the_model_not_from_names(checkpoints):
     model.rpn.level_topk = lowest
     batch = model.preprocess(images_bgr(SHAPES[:1]))
     with torch.inference_mode():
-        ref = model._detect(batch)[0]
+        ref = model.detect(batch)[0]
         _, boxes, scores, _, _ = NetworkGraph(model).eval()(*_graph_args(batch))
     assert len(ref.boxes) >= 7 and torch.equal(boxes, ref.boxes) and torch.equal(scores, ref.scores)
 

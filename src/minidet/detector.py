@@ -80,12 +80,25 @@ class MaskRCNN(nn.Module):
         t = self.timer
         with t.stage("preprocess"):
             batch = self.transform.preprocess(images)
-        batch = batch._replace(tensor=self._to_layout(batch.tensor))
-        step = self.chunk_size(len(images))
-        detect = self._detect if self.network is None else self._run_network
-        dets = [d for i in range(0, len(images), step) for d in detect(batch.part(slice(i, i + step)))]
+        dets = self.detect(batch)
         with t.stage("paste"):
             return self.transform.postprocess(dets, batch)
+
+    @torch.inference_mode()
+    def detect(self, images: ImageBatch, proposals: list[torch.Tensor] | None = None) -> list[Detections]:
+        """The network alone on a padded batch (``preprocess``'s), chunk by chunk as ``forward`` runs it: per image
+        its ``Detections`` before post-processing (boxes in the network's frame, mask probabilities; rescale and
+        paste are ``transform.postprocess``), as detectron2's ``inference(do_postprocess=False)`` gives them to its
+        exporters. ``proposals``: a list that gets each image's RPN proposals (P, 4), from the eager network (an
+        exported graph's runtime gives none: ValueError)."""
+        if proposals is not None and self.network is not None:
+            raise ValueError("proposals come from the eager network; this model runs an exported graph")
+        images = images._replace(tensor=self._to_layout(images.tensor))
+        step, dets = self.chunk_size(len(images.sizes)), []
+        for i in range(0, len(images.sizes), step):
+            chunk = images.part(slice(i, i + step))
+            dets += self._detect(chunk, proposals) if self.network is None else self._run_network(chunk)
+        return dets
 
     def _run_network(self, images: ImageBatch) -> list[Detections]:
         if not self.network.takes(images):  # too small for the graph: its eager network runs it, timed by stage
@@ -93,8 +106,9 @@ class MaskRCNN(nn.Module):
         with self.timer.stage("network"):
             return self.network(images)
 
-    def _detect(self, images: ImageBatch) -> list[Detections]:
-        """The network on one padded chunk: per image its ``Detections`` (with mask probabilities)."""
+    def _detect(self, images: ImageBatch, proposals: list[torch.Tensor] | None = None) -> list[Detections]:
+        """The network on one padded chunk: per image its ``Detections`` (with mask probabilities); ``proposals``
+        gets each image's proposals where given (``detect``)."""
         t = self.timer
         with t.stage("backbone"), self._amp():
             feats = self.backbone(images.tensor)
@@ -105,15 +119,17 @@ class MaskRCNN(nn.Module):
                 logits, deltas = self.rpn.head(pyramid)
             with t.detail("rpn_select"):
                 padded = tuple(images.tensor.shape[-2:])
-                proposals = self.rpn.select(logits, deltas, padded, images.sizes, images.scales)
+                selected = self.rpn.select(logits, deltas, padded, images.sizes, images.scales)
+                if proposals is not None:
+                    proposals.extend(selected)
         with t.stage("box_head"):
             levels = self.box_pooler.layout(pyramid)  # converted once for both heads
             with self._amp():
                 with t.detail("box_roi_align"):
-                    pooled = self._to_layout(self.box_pooler(levels, proposals))
+                    pooled = self._to_layout(self.box_pooler(levels, selected))
                 logits, deltas = self.box_predictor(self.box_head(pooled))
             with t.detail("box_postprocess"):
-                dets = self.box_predictor.inference(logits.float(), deltas.float(), proposals, images)
+                dets = self.box_predictor.inference(logits.float(), deltas.float(), selected, images)
         if self.mask_head is None:
             return dets
         with t.stage("mask_head"):

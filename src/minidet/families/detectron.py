@@ -20,11 +20,9 @@ def arithmetic():
     from ..conventions import Convention
 
     return Convention(
-        level_topk=rpn.topk_logits,
-        resize=transform.resize_cv2, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
-        box_rule=BoxRule(offset=1, inclusive_nms=True), clip_to_padded=True, proposal_filter=rpn.keep_original_pixels,
-        topk_per_level=True, aligned_roi=False, fpn_levels=poolers.detectron_levels, original_frame=True,
-        small_box_filter=False, ties_at_cap=True, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
+        resize=transform.resize_cv2, anchors=rpn.detectron_cell_anchors, proposal_filter=rpn.keep_original_pixels,
+        fpn_levels=poolers.detectron_levels, box_rule=BoxRule(offset=1, inclusive_nms=True), clip_to_padded=True,
+        topk_per_level=True, original_frame=True, ties_at_cap=True,
     )
 
 

@@ -11,16 +11,12 @@ def arithmetic():
     """PIL resizing, exact-area anchors at fixed strides, proposals ranked by logit, aligned RoIAlign, boxes
     clipped and empty ones dropped after rescaling, grid-sample mask paste."""
     from .. import poolers, rpn, transform
-    from ..boxes import PLAIN_BOX_RULE
     from ..conventions import Convention
 
     return Convention(
-        level_topk=rpn.topk_logits,
-        resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, fixed_strides=True, rank_by_logit=True,
-        box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_above_min_size,
-        topk_per_level=False, aligned_roi=True, fpn_levels=poolers.detectron2_levels, original_frame=False,
-        small_box_filter=False, ties_at_cap=False, rescale=transform.rescale_clip_nonempty,
-        paste=transform.paste_masks_aligned,
+        resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, proposal_filter=rpn.keep_above_min_size,
+        fpn_levels=poolers.detectron2_levels, rank_by_logit=True, aligned_roi=True,
+        rescale=transform.rescale_clip_nonempty, paste=transform.paste_masks_aligned,
     )
 
 

@@ -21,12 +21,9 @@ def arithmetic():
     from ..conventions import Convention
 
     return Convention(
-        level_topk=rpn.topk_logits,
-        resize=transform.resize_pil_mb, anchors=rpn.detectron_cell_anchors, fixed_strides=True, rank_by_logit=False,
-        box_rule=BoxRule(offset=1, inclusive_nms=False), clip_to_padded=False,
-        proposal_filter=rpn.keep_min_size_inclusive, topk_per_level=True, aligned_roi=False,
-        fpn_levels=poolers.detectron_levels, original_frame=False, small_box_filter=False, ties_at_cap=True,
-        rescale=transform.rescale_per_axis, paste=transform.paste_masks,
+        resize=transform.resize_pil_mb, anchors=rpn.detectron_cell_anchors,
+        proposal_filter=rpn.keep_min_size_inclusive, fpn_levels=poolers.detectron_levels,
+        box_rule=BoxRule(offset=1, inclusive_nms=False), topk_per_level=True, ties_at_cap=True,
     )
 
 

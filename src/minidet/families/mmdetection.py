@@ -24,12 +24,10 @@ def arithmetic():
     from ..conventions import Convention
 
     return Convention(
-        level_topk=rpn.sorted_sigmoid,
-        resize=transform.resize_mmdet, anchors=rpn.mmdet_cell_anchors, fixed_strides=True,
+        resize=transform.resize_mmdet, anchors=rpn.mmdet_cell_anchors, proposal_filter=rpn.keep_above_min_size,
+        fpn_levels=poolers.mmdet_levels, level_topk=rpn.sorted_sigmoid,
         rank_by_logit=True,  # level_topk's scores are already mmdetection's sigmoid scores
-        box_rule=MMDET_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_above_min_size,
-        topk_per_level=False, aligned_roi=True, fpn_levels=poolers.mmdet_levels, original_frame=False,
-        small_box_filter=False, ties_at_cap=False, rescale=transform.rescale_divide, paste=transform.paste_masks_mmdet,
+        box_rule=MMDET_BOX_RULE, aligned_roi=True, rescale=transform.rescale_divide, paste=transform.paste_masks_mmdet,
     )
 
 

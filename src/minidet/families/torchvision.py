@@ -13,15 +13,11 @@ def arithmetic():
     """torchvision's ``GeneralizedRCNNTransform`` (normalize, then bilinear resize), rounded anchors, anchor strides
     from the padded size, plain boxes, a small-box filter in the box head, its own paste."""
     from .. import poolers, rpn, transform
-    from ..boxes import PLAIN_BOX_RULE
     from ..conventions import Convention
 
     return Convention(
-        level_topk=rpn.topk_logits,
-        resize=transform.resize_torch, anchors=rpn.torchvision_cell_anchors, fixed_strides=False,
-        rank_by_logit=False, box_rule=PLAIN_BOX_RULE, clip_to_padded=False, proposal_filter=rpn.keep_min_size,
-        topk_per_level=False, aligned_roi=False, fpn_levels=poolers.torchvision_levels, original_frame=False,
-        small_box_filter=True, ties_at_cap=False, rescale=transform.rescale_per_axis, paste=transform.paste_masks,
+        resize=transform.resize_torch, anchors=rpn.torchvision_cell_anchors, proposal_filter=rpn.keep_min_size,
+        fpn_levels=poolers.torchvision_levels, fixed_strides=False, small_box_filter=True,
     )
 
 

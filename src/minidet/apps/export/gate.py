@@ -107,18 +107,11 @@ def float_order_variant(model: MaskRCNN) -> MaskRCNN:
     return variant
 
 
-@torch.inference_mode()
 def eager_outputs(model: MaskRCNN, batch: ImageBatch) -> Outputs:
-    """The eager network of ``model`` on a padded batch of one image, its proposals caught on the way."""
-    batch = batch._replace(tensor=model._to_layout(batch.tensor))
-    captured: list[list[torch.Tensor]] = []
-    select = model.rpn.select
-    model.rpn.select = lambda *a, **k: captured.append(select(*a, **k)) or captured[-1]
-    try:
-        head = model._detect(batch)[0]
-    finally:
-        del model.rpn.select
-    return Outputs(captured[0][0], head, model.transform.postprocess([head], batch)[0])
+    """The eager network of ``model`` on a padded batch of one image (``MaskRCNN.detect``, its proposals too)."""
+    proposals: list[torch.Tensor] = []
+    head = model.detect(batch, proposals)[0]
+    return Outputs(proposals[0], head, model.transform.postprocess([head], batch)[0])
 
 
 def exported_outputs(model: MaskRCNN, network: ExportedNetwork, batch: ImageBatch) -> Outputs:
