@@ -352,7 +352,7 @@ def test_a_loader_worker_ended_while_the_model_runs_stops_the_run(tmp_path, batc
     """A loader worker that dies while the model runs is the run's problem, not the images': ``run_batches`` raises
     the loader's error (the run's stop line names it, or the rank that died) instead of reporting the images of
     that batch as failed and going on."""
-    from minidet.apps.bulk.job import loader_died, run_batches
+    from minidet.apps.bulk.engines import loader_died, run_batches
     from minidet.apps.bulk.loader import ImageFiles
 
     paths = []

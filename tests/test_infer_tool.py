@@ -180,18 +180,19 @@ def test_overrides_after_input_are_recovered(tmp_path):
 
 
 def test_dumps_record_and_atomic_write(tmp_path):
-    from minidet.apps.bulk import infer_job as tool
+    from minidet.apps.outputs import fileio, records
+
     doc = {
         "file": "a.jpg",
         "height": 2,
         "width": 3,
         "instances": [{"bbox": [0.0, 1.0, 2.0, 1.0], "score": 0.5}],
     }
-    assert json.loads(tool.dumps_record(doc)) == doc
+    assert json.loads(records.dumps_record(doc)) == doc
     empty = {**doc, "instances": []}
-    assert json.loads(tool.dumps_record(empty)) == empty
+    assert json.loads(records.dumps_record(empty)) == empty
     target = tmp_path / "r.json"
-    tool.atomic_write(str(target), b"first")
-    tool.atomic_write(str(target), b"second")
+    fileio.atomic_write(str(target), b"first")
+    fileio.atomic_write(str(target), b"second")
     assert target.read_bytes() == b"second"
     assert os.listdir(tmp_path) == ["r.json"]

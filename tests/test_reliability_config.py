@@ -15,7 +15,7 @@ import torch
 import minidet
 from helpers import load_tool, one_error_line
 from minidet.apps.synthetic import structured_image
-from minidet.config import RULES, ConfigError, _leaves, validate_cfg
+from minidet.config import RULES, ConfigError, leaves, validate_cfg
 
 ROOT = Path(__file__).resolve().parent.parent
 INFER = ROOT / "tools" / "infer.py"
@@ -138,7 +138,7 @@ def test_values_at_the_ends_of_their_ranges_are_accepted(opts):
 
 def test_every_key_has_a_rule():
     """A new key cannot be added without saying what it may hold (booleans: True or False)."""
-    keys = _leaves(minidet.get_cfg())
+    keys = leaves(minidet.get_cfg())
     free = {k for k, v in keys.items() if k not in RULES and not isinstance(v, bool)}
     # CLASS_NAMES: distinct non-empty names, GRAPH_SHA256: 64 hex digits or empty (validate_cfg); WEIGHTS and GRAPH:
     # files, checked where they are opened

@@ -20,8 +20,8 @@ import cv2
 import pytest
 
 from helpers import load_tool, one_error_line
-from minidet.apps.bulk.infer_job import InputGuard
 from minidet.apps.bulk.inputs import describe_skipped, find_inputs
+from minidet.apps.bulk.writer import InputGuard
 from minidet.apps.outputs import fileio
 from minidet.apps.outputs.fileio import LOCK_NAME, OutputDir, OutputError, remove_temp_files
 from minidet.apps.outputs.video import VIDEO_EXTENSIONS

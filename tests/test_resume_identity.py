@@ -407,12 +407,12 @@ def test_chunks_hold_whole_forwards(tv_file, tmp_path, capfd):
 
 @pytest.mark.parametrize("batch", [1, 2, 3])
 def test_every_process_runs_the_forwards_of_one_process(batch):
-    """torchrun's shares (:func:`minidet.apps.bulk.job.shard`) are whole forwards of one process's run (videos run by
+    """torchrun's shares (:func:`minidet.apps.bulk.ledger.shard`) are whole forwards of one process's run (videos run by
     themselves), for any process count; and the inputs left when whole forwards are done form the same forwards
     again (a resumed run pads each image with the images it had)."""
     import random
 
-    from minidet.apps.bulk.job import shard
+    from minidet.apps.bulk.ledger import shard
 
     items = [(i, f"{i}.mp4" if i % 5 == 0 else f"{i}.jpg") for i in range(1, 24)]
     video = lambda path: path.endswith(".mp4")  # noqa: E731

@@ -343,11 +343,11 @@ def config_file(name: str) -> str:
                       "(`minidet configs` lists them)")
 
 
-def _leaves(node: _YacsNode, prefix: str = "") -> dict[str, Any]:
+def leaves(node: _YacsNode, prefix: str = "") -> dict[str, Any]:
     """Every key of ``node`` that holds a value, by its full name."""
     out: dict[str, Any] = {}
     for k, v in node.items():
-        out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, _YacsNode) else {f"{prefix}{k}": v})
+        out.update(leaves(v, f"{prefix}{k}.") if isinstance(v, _YacsNode) else {f"{prefix}{k}": v})
     return out
 
 
@@ -404,8 +404,8 @@ def _describe(rule: tuple | str, default: Any) -> str:
 
 def validate_cfg(cfg: CfgNode) -> None:
     """Check every key against ``RULES`` and the keys against each other; raise ConfigError naming the key."""
-    values = _leaves(cfg)
-    for key, default in _leaves(_C).items():
+    values = leaves(cfg)
+    for key, default in leaves(_C).items():
         rule, value = RULES.get(key, (True, False) if isinstance(default, bool) else None), values[key]
         if rule is not None and not _allows(rule, value, default):
             shown = _short(list(value) if isinstance(value, tuple) else value)

@@ -25,7 +25,7 @@ MAX_BYTES_PER_PIXEL = 16
 METADATA_BYTES = 64 * 2**20  # plus ample room for metadata (EXIF, ICC, previews)
 HEAD_BYTES = 64 * 1024  # read first, to sniff the format and parse the header
 SHOW_NATIVE_MESSAGES = False  # True: the native decoders' messages reach fd 2 as they are (a tool's --debug)
-_FD2_LOCK = threading.Lock()  # file descriptor 2 is shared by all threads
+FD2_LOCK = threading.Lock()  # file descriptor 2 is shared by all threads
 _BMP_HEADER_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)  # the DIB header variants
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _OPEN_ERRORS = ((FileNotFoundError, "file not found"), (IsADirectoryError, "is a directory, not an image file"),
@@ -150,7 +150,7 @@ def native_call(fn: Callable, *args) -> tuple:
     with :data:`SHOW_NATIVE_MESSAGES` that reaches fd 2 as it is and the text is ''."""
     if SHOW_NATIVE_MESSAGES:
         return fn(*args), ""
-    with _FD2_LOCK:
+    with FD2_LOCK:
         saved, called = None, False
         try:
             saved = os.dup(2)

@@ -59,7 +59,9 @@ from tqdm import tqdm
 from minidet.apps import fail, parse_with_overrides, run_app
 from minidet.apps.bulk import dist
 from minidet.apps.bulk.chunks import ChunkError, config_entries, file_identity, merge_chunks
-from minidet.apps.bulk.job import BulkJob, drive, run_batches, timing_summary
+from minidet.apps.bulk.engines import LocalEngine
+from minidet.apps.bulk.job import BulkJob, drive
+from minidet.apps.bulk.ledger import timing_summary
 from minidet.apps.bulk.loader import ImageFiles, coco_image_files
 from minidet.apps.evaluation import (
     IOU_TYPES,
@@ -175,6 +177,7 @@ class Run(BulkJob):
     def __init__(self, args: argparse.Namespace) -> None:
         if args.only_result_images:
             raise EvaluationError("--only-result-images applies to --results (a model run evaluates the images it ran)")
+        self.engine = LocalEngine(args)
         super().__init__(args)
         self.evaluator = COCOEvaluator(self.coco_gt)
 
@@ -191,17 +194,20 @@ class Run(BulkJob):
         return {"annotations": file_identity(self.args.ann)}
 
     def load_model(self, cfg, weights: str | None):
-        """The Predictor, its classes mapped to the dataset's categories (:func:`match_dataset`)."""
-        predictor = super().load_model(cfg, weights)
+        """The Predictor (the local engine's), its classes mapped to the dataset's categories
+        (:func:`match_dataset`)."""
+        predictor = self.local_model(cfg, weights)
         predictor.classes = match_dataset(predictor.classes, self.coco_gt, self.args.ann, cfg.MODEL.CATEGORY_LAYOUT)
+        self.engine.predictor = predictor
         return predictor
 
     def remove_temp_files(self) -> None:
         remove_temp_files(self.args.output)  # of a run killed while writing the final files
 
     def loop(self) -> None:
-        """Run the model over this process's images, saving a chunk every ``--chunk-size`` images."""
-        args, info = self.args, self.info
+        """Run the model over this process's images (the local engine), the results kept in the evaluator; the
+        ledger saves them as a chunk every ``--chunk-size`` images."""
+        info, ledger, ev = self.info, self.ledger, self.evaluator
         sizes = {i: (self.coco_gt.imgs[i]["height"], self.coco_gt.imgs[i]["width"]) for i, _ in self.share.todo}
         files = ImageFiles(self.share.todo, self.cfg.INPUT.MAX_PIXELS, sizes)
         bar = tqdm(
@@ -211,38 +217,27 @@ class Run(BulkJob):
             disable=not info.is_main or None,
             desc=f"rank 0 of {info.world_size}" if info.distributed else None,
         )
-        pending: dict = {"skipped": [], "timings": []}
-        seq = 0
         try:
-            for batch in run_batches(self.predictor, files, self.cfg.TEST.IMS_PER_BATCH, args.workers, args.debug):
+            for batch in self.engine.batches(files, self.cfg.TEST.IMS_PER_BATCH):
                 for i, error in batch.errors:
-                    self._skip(pending, i, error)
+                    ledger.skip({"image_id": i, "file": self.files[i], "error": error}, save=False)
+                    tqdm.write(f"error: {error} (skipped)", file=sys.stderr)
                 if batch.outputs:
                     t0 = time.perf_counter()
-                    self.evaluator.process([i for i, _, _ in batch.outputs], [o for _, _, o in batch.outputs])
-                    pending["timings"].append({"run": self.share.run_id, "rank": info.rank, "seq": seq, **batch.timing,
-                                               "encode": time.perf_counter() - t0})  # masks become RLE in process
-                    seq += 1
+                    ev.process([i for i, _, _ in batch.outputs], [o for _, _, o in batch.outputs])
+                    ledger.timing({**batch.timing, "encode": time.perf_counter() - t0})  # masks become RLE here
                 bar.update(len(batch.outputs) + len(batch.errors))
-                if len(self.evaluator.image_ids) + len(pending["skipped"]) >= args.chunk_size:
-                    pending = self._save(pending)
+                self._save(full=True)
         finally:  # whatever stops the loop, what is finished is kept
-            self._save(pending)
+            self._save()
             bar.close()
 
-    def _skip(self, pending: dict, image_id: int, error: str) -> None:
-        pending["skipped"].append({"image_id": image_id, "file": self.files[image_id], "error": error})
-        tqdm.write(f"error: {error} (skipped)", file=sys.stderr)
-
-    def _save(self, pending: dict) -> dict:
-        """Write the evaluator's images and ``pending`` skips and timings as a chunk; start anew."""
+    def _save(self, full: bool = False) -> None:
+        """The evaluator's images and results, and the ledger's skips and timings, as a chunk (``full``: once
+        ``--chunk-size`` images are finished); the evaluator emptied once saved (memory stays flat)."""
         ev = self.evaluator
-        if ev.image_ids or pending["skipped"]:
-            chunk = {"image_ids": ev.image_ids, "skipped": pending["skipped"], "dropped": ev.dropped,
-                     "detections": ev.results, "timings": pending["timings"]}
-            self.written.append(self.store.write(self.share.run_id, self.info.rank, len(self.written), chunk))
-        ev.reset()  # the chunk file holds the results now: memory stays flat
-        return {"skipped": [], "timings": []}
+        if self.ledger.save(full, image_ids=ev.image_ids, dropped=ev.dropped, detections=ev.results):
+            ev.reset()
 
 
 def finish(run: Run, t_start: float, t_loop: float) -> int:

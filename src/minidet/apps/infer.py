@@ -52,6 +52,7 @@ import sys
 
 from minidet.apps import fail, parse_with_overrides, run_app
 from minidet.apps.bulk import dist
+from minidet.apps.bulk.engines import LocalEngine
 from minidet.apps.bulk.infer_job import Job
 from minidet.apps.bulk.job import drive
 from minidet.apps.outputs.fileio import OutputDir
@@ -112,11 +113,11 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
 def run(args: argparse.Namespace) -> int:
     """Set up, run this process's share, then rank 0 finishes (a set-up error is ``run_app``'s one line)."""
     if args.engine == "ray":
-        from minidet.apps.bulk.raydata import RayJob  # Ray itself is imported there, only when installed
+        from minidet.apps.bulk.raydata import RayEngine  # Ray itself is imported there, only when installed
 
-        job = RayJob(args)
+        job = Job(args, RayEngine(args))
     else:
-        job = Job(args)
+        job = Job(args, LocalEngine(args))
     return drive(job, lambda message: fail(message, args.debug), "--output", job.finish)
 
 

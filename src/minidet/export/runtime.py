@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from ..checkpoint import LoadReport
-from ..config import CfgNode, ConfigError, _leaves
+from ..config import CfgNode, ConfigError, leaves
 from ..roi_heads import Detections
 from ..transform import ImageBatch
 from . import ExportError
@@ -36,7 +36,7 @@ OUTSIDE_THE_GRAPH = (
 
 def fixed_keys(cfg: CfgNode) -> list[str]:
     """The keys of ``cfg`` whose values an exported graph holds (all but ``OUTSIDE_THE_GRAPH``)."""
-    return [k for k in _leaves(cfg) if not any(k == o or (o.endswith(".") and k.startswith(o))
+    return [k for k in leaves(cfg) if not any(k == o or (o.endswith(".") and k.startswith(o))
                                                for o in OUTSIDE_THE_GRAPH)]
 
 
@@ -79,7 +79,7 @@ class ExportedNetwork:
         text = self.graph.metadata.get("minidet.config")
         if not text:
             return
-        exported, values = _leaves(CfgNode(yaml.safe_load(text))), _leaves(cfg)
+        exported, values = leaves(CfgNode(yaml.safe_load(text))), leaves(cfg)
         for key in fixed_keys(cfg):
             have, need = values[key], exported.get(key)
             if key in exported and not _same(have, need):

@@ -1,21 +1,23 @@
 """Bulk inference on a Ray cluster: :class:`Detect`, the callable class that ``ray.data.Dataset.map_batches`` holds
-in each actor of a pool, and ``minidet infer --engine ray`` (:class:`RayJob`), which runs it over the inputs.
+in each actor of a pool, and ``minidet infer --engine ray``'s engine (:class:`RayEngine`), which runs it over the
+inputs.
 
 Detect decodes with minidet's own reader (a file path; a URI such as ``s3://bucket/x.jpg`` through pyarrow's file
 systems; or the encoded bytes that ``ray.data.read_binary_files`` gives), never with Ray's ``read_images``, which
 decodes to RGB with another library and would change the detections. It runs ``TEST.IMS_PER_BATCH`` images per
-forward as ``minidet infer`` does (:func:`minidet.apps.bulk.job.run_batches`) and returns each image's record as
-``minidet infer`` writes it (:func:`minidet.apps.bulk.infer_job.render`); an image that cannot be read or run is a row
-with an error, never a failed task.
+forward as ``minidet infer`` does (:func:`minidet.apps.bulk.engines.run_batches`) and returns each image's record as
+``minidet infer`` writes it (:func:`minidet.apps.outputs.records.render`); an image that cannot be read or run is a
+row with an error, never a failed task.
 
-RayJob is ``minidet infer``'s job with another loop: the same inputs (plus URIs of folders and files), output
-checks, chunks, resume, per-image files and results file. The actors return records (and drawings); the driver
-writes every file, taking the rows in input order, so its chunks and results file are those of one process, and
-a fresh run forms the same forwards as one process. Ray retries the work of an actor that dies; a killed driver
-leaves its chunks for ``--resume``. The cluster is part of the set-up: its address is checked first (a TCP connection
-within seconds, :func:`ray_address`) and it is joined before the run is recorded, so a cluster that cannot be reached
-is one error line and leaves no output folder; without ``--debug`` nothing of Ray's own is printed. Ray is imported
-only here, only for ``--engine ray`` (``pip install 'minidet[ray]'``)."""
+RayEngine is one of ``minidet infer``'s engines (``engines``): the job (``infer_job.Job``) is the same, with the
+same inputs (plus URIs of folders and files), output checks, ledger, resume, writer, per-image files and results
+file. The actors return records (and drawings); the driver writes every file, taking the rows in input order, so
+its chunks and results file are those of one process, and a fresh run forms the same forwards as one process. Ray
+retries the work of an actor that dies; a killed driver leaves its chunks for ``--resume``. The cluster is part of
+the set-up: its address is checked first (a TCP connection within seconds, :func:`ray_address`) and it is joined
+before the run is recorded, so a cluster that cannot be reached is one error line and leaves no output folder;
+without ``--debug`` nothing of Ray's own is printed. Ray is imported only here, only for ``--engine ray`` (``pip
+install 'minidet[ray]'``)."""
 
 from __future__ import annotations
 
@@ -32,18 +34,16 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import cv2
 import numpy as np
-from tqdm import tqdm
 
 import minidet
 from minidet.apps.bulk import dist
-from minidet.apps.bulk.infer_job import Job, keep_classes, parse_classes, render
+from minidet.apps.bulk.engines import Forward, run_batches
 from minidet.apps.bulk.inputs import find_inputs
-from minidet.apps.bulk.job import run_batches
 from minidet.apps.bulk.loader import ImageFiles
+from minidet.apps.outputs.records import keep_classes, parse_classes, render
 from minidet.apps.outputs.video import is_video
 from minidet.config import ConfigError, validate_cfg
 from minidet.imageio import (
@@ -343,13 +343,19 @@ class _Without:
         return getattr(self.stream, name)
 
 
-class RayJob(Job):
-    """``minidet infer --engine ray``: :class:`Job`'s set-up, chunks and results, with the images run by a pool of
-    ``--actors`` :class:`Detect` actors on the Ray cluster at ``--ray-address`` (default: a local Ray instance)."""
+class RayEngine:
+    """``minidet infer --engine ray``: the images run by a pool of ``--actors`` :class:`Detect` actors on the Ray
+    cluster at ``--ray-address`` (default: ``RAY_ADDRESS``, else a local Ray instance), their rows taken in input
+    order; the driver writes every file (``Job``'s loop, ledger and writer). Inputs may be URIs; videos run with
+    ``--engine local`` only. Built before the job's set-up: the address is checked first (one line within
+    seconds); the cluster is joined during the set-up (:meth:`load`), left at :meth:`close`."""
+
+    name, videos = "ray", False
 
     def __init__(self, args: argparse.Namespace) -> None:
         if dist.from_env().distributed:
             raise ConfigError("--engine ray: start it once, not under torchrun (the actors do the work)")
+        self.args = args
         self.ray = _import_ray()
         if not args.debug:  # as ray.init sets it: Ray's warnings while it looks for a cluster only with --debug
             logging.getLogger("ray").setLevel(logging.ERROR)
@@ -357,24 +363,19 @@ class RayJob(Job):
         self.gpus = 0.0
         self.connected = False
         self.streams: tuple | None = None  # sys.stdout and sys.stderr while Ray's threads are kept off them
-        try:
-            super().__init__(args)
-        except BaseException:
-            self._disconnect()
-            raise
+        self.rows: Iterator[dict] | None = None
 
-    def find_inputs(self) -> tuple[list[tuple[str, str]], dict]:
+    def find_inputs(self, args: argparse.Namespace) -> tuple[list[tuple[str, str]], dict]:
         """:func:`find_inputs` for paths, globs and lists; :func:`find_uri_inputs` for URIs."""
-        args = self.args
         local = [p for p in args.input if not is_uri(p)]
         found, skipped = find_inputs(local, args.recursive, args.input_list, videos=True) if (
             local or args.input_list) else ([], {})
         more, gone = find_uri_inputs([p for p in args.input if is_uri(p)], args.recursive)
         return found + more, {**skipped, **gone}
 
-    def load_model(self, cfg, weights: str | None) -> None:
+    def load(self, job, cfg, weights: str | None) -> None:
         """No model here: each actor loads it. Checks the GPUs asked for against ``MODEL.DEVICE``; reads the classes
-        from the checkpoint."""
+        from the checkpoint (the job's); joins the cluster when there are images to run."""
         cuda = cfg.MODEL.DEVICE.startswith("cuda")
         asked = self.args.gpus_per_actor
         self.gpus = asked if asked is not None else (1.0 if cuda else 0.0)
@@ -384,10 +385,41 @@ class RayJob(Job):
         classes, summary = classes_of(cfg, weights)  # from the checkpoint alone, for the results file
         if summary:
             print(f"infer: {summary}")
-        self.use_classes(classes)
-        if any(not is_video(path) for _, path in self.share.todo):
+        job.use_classes(classes)
+        if any(not is_video(path) for _, path in job.share.todo):
             self._connect()  # set-up: a cluster that cannot be joined fails the run before it writes anything
         return None
+
+    def forwards(self, job, images: list[tuple[int, str]]) -> Iterator[Forward]:
+        """Each row the actors return, in input order, as a forward of its own (a repeat, from a block that Ray ran
+        again, is dropped): its record and drawing as the actor made them, its error, its decoder's warnings, and,
+        on an actor forward's first row, that forward's timing (the actor as its rank)."""
+        actors: dict[str, int] = {}  # actor -> its number in the timing records
+        last = 0
+        self.rows = self._rows(images, job.cfg.TEST.IMS_PER_BATCH)
+        for row in self.rows:
+            image_id = int(row["image_id"])
+            if image_id <= last:  # rows come in input order; a repeat is dropped
+                continue
+            last = image_id
+            forward = Forward(warnings=list(filter(None, row["warnings"].split("\n"))))
+            if row["timing"]:
+                t = json.loads(row["timing"])
+                forward.timing = {"rank": actors.setdefault(t.pop("actor"), len(actors)), **t}
+            if row["error"]:
+                forward.errors.append((image_id, row["error"]))
+            else:
+                made = (json.loads(row["record"]), row["jpg"] or None)
+                forward.outputs.append((image_id, lambda made=made: made))
+            yield forward
+
+    def close(self) -> None:
+        """The rows' iterator ended before Ray is (:meth:`_disconnect`)."""
+        try:
+            if self.rows is not None:
+                self.rows.close()  # Ray Data's iterator ends before Ray does
+        finally:
+            self._disconnect()
 
     def _connect(self) -> None:
         """``ray.init`` for the cluster found at set-up, with Ray Data's settings for the run. Without ``--debug``
@@ -447,72 +479,19 @@ class RayJob(Job):
                 sys.stderr = self.streams[1]
             self.streams = None
 
-    def loop(self) -> None:
-        """The images through the actors, their rows taken in input order: files written by two threads, a chunk
-        saved every ``--chunk-size`` finished images (as :meth:`Job.loop`); videos are left to ``--engine local``."""
-        args = self.args
-        images = [(i, p) for i, p in self.share.todo if not is_video(p)]
-        self._forwards(images)  # the actors' forwards: blocks hold whole ones (_blocks)
-        if args.results and args.results.endswith(".jsonl"):
-            os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-            self.stream = open(args.results + ".partial", "w", encoding="utf-8")  # closed at the end of the loop
-        bar = tqdm(total=len(images), unit="img", file=sys.stderr, disable=not images or None)
-        actors: dict[str, int] = {}  # actor -> its number in the timing records
-        last = 0
-        rows = self._rows(images)
-        try:
-            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="infer-write") as pool:
-                try:
-                    for row in rows:
-                        image_id = int(row["image_id"])
-                        if image_id <= last:  # rows come in input order; a repeat is dropped
-                            continue
-                        last = image_id
-                        for line in filter(None, row["warnings"].split("\n")):
-                            tqdm.write(f"warning: {line}", file=sys.stderr)
-                        if row["timing"]:
-                            t = json.loads(row["timing"])
-                            rank = actors.setdefault(t.pop("actor"), len(actors))
-                            with self.lock:
-                                self.pending["timings"].append({"run": self.share.run_id, "rank": rank, **t})
-                        if row["error"]:
-                            self._skip(image_id, row["error"])
-                        else:
-                            record, jpg = json.loads(row["record"]), row["jpg"] or None
-                            with self.lock:
-                                self.order.append(image_id)
-                            write = functools.partial(self._write_outputs, image_id, record, jpg)
-                            self.futures.append(pool.submit(self._write_task, image_id, write))
-                        self._drain(limit=2 * self.cfg.TEST.IMS_PER_BATCH + 2)
-                        bar.update(1)
-                finally:  # whatever stops the loop, what is finished is written and kept
-                    self._drain(limit=0)
-            for image_id, path in self.share.todo:
-                if is_video(path):
-                    self._skip(image_id, f"{path}: videos run with --engine local only")
-        finally:
-            rows.close()  # Ray Data's iterator ends before Ray does
-            try:
-                self._save()
-                bar.close()
-                if self.stream is not None:
-                    self.stream.close()
-            finally:
-                self._disconnect()
-
-    def _blocks(self, images: list[tuple[int, str]]) -> list:
+    def _blocks(self, images: list[tuple[int, str]], batch: int) -> list:
         """The inputs as Arrow tables, one Ray block each: whole forwards (a multiple of ``TEST.IMS_PER_BATCH``
         rows, so that the actors form the forwards one process would), about four per actor, at most
         :data:`BLOCK_ROWS` rows."""
         import pyarrow as pa
 
-        bs = self.cfg.TEST.IMS_PER_BATCH
+        bs = batch
         forwards = -(-len(images) // bs)
         rows = bs * max(1, min(-(-forwards // (4 * self.args.actors)), BLOCK_ROWS // bs))
         blocks = [images[k : k + rows] for k in range(0, len(images), rows)]
         return [pa.table({"image_id": [i for i, _ in b], "path": [p for _, p in b]}) for b in blocks]
 
-    def _rows(self, images: list[tuple[int, str]]) -> Iterator[dict]:
+    def _rows(self, images: list[tuple[int, str]], batch: int) -> Iterator[dict]:
         """Run ``images`` through the actor pool on the cluster joined at set-up; yield the result rows in input
         order."""
         if not images:
@@ -526,8 +505,8 @@ class RayJob(Job):
         # two tasks queued per actor: the next block is there when one ends, and the first actor to start does not
         # take the blocks of those still starting
         pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)
-        ds = ray.data.from_arrow(self._blocks(images)).map_batches(
-            Detect, batch_size=self.cfg.TEST.IMS_PER_BATCH, compute=pool,
+        ds = ray.data.from_arrow(self._blocks(images, batch)).map_batches(
+            Detect, batch_size=batch, compute=pool,
             num_gpus=self.gpus or None,  # an actor that dies is restarted, its task rerun (Ray Data's default)
             fn_constructor_kwargs={"config_file": args.config_file, "opts": opts, "workdir": os.getcwd(), **options})
         try:

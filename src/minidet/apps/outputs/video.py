@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 
 from minidet.errors import InputError
-from minidet.imageio import _FD2_LOCK, native_call
+from minidet.imageio import FD2_LOCK, native_call
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")  # the containers read as videos
 CODECS = ("avc1", "mp4v", "MJPG")  # H.264, MPEG-4 part 2, Motion JPEG (the last in .avi)
@@ -38,13 +38,13 @@ class _Stderr:
     """``sys.stderr`` for the threads beside a video decoder: a write waits while the decoder has fd 2 captured."""
 
     def write(self, text: str) -> int:
-        with _FD2_LOCK:
+        with FD2_LOCK:
             n = sys.stderr.write(text)
             sys.stderr.flush()
         return n
 
     def flush(self) -> None:
-        with _FD2_LOCK:
+        with FD2_LOCK:
             sys.stderr.flush()
 
     def __getattr__(self, name: str):
