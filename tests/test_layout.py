@@ -67,3 +67,20 @@ def test_no_import_cycle():
 
     for module in sorted(deps):
         visit(module, [])
+
+
+def test_no_source_file_is_ignored_by_git():
+    """A file that .gitignore matches never reaches a clone (a pattern meant for a program's output folder once
+    hid ``apps/outputs/``): every .py file of the package, the tests and the tools is one git would commit."""
+    import shutil
+    import subprocess
+
+    root = PACKAGE.parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        import pytest
+        pytest.skip("not a git checkout")
+    files = [str(p.relative_to(root)) for top in ("src", "tests", "tools")
+             for p in (root / top).rglob("*.py") if "__pycache__" not in p.parts]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=root, input="\n".join(files),
+                             capture_output=True, text=True).stdout.split()
+    assert not ignored, f"ignored by .gitignore: {ignored}"
