@@ -202,18 +202,25 @@ def time_both(model: MaskRCNN, network: ExportedNetwork, images: list[np.ndarray
     return {k: statistics.median(v) for k, v in times.items() if v}
 
 
-def run_gate(model: MaskRCNN, network: ExportedNetwork, images: list[tuple[str, np.ndarray]],
-             repeats: int = 2) -> dict:
-    """The gate on ``images`` ((name, HxWx3 uint8 BGR) pairs): ``{"passed", "tolerances", "images": [ImageCheck as
-    dicts], "seconds_per_image": {"eager", "exported"}}``. Passed: no image ``DIFFERS`` and at least one image with
-    detections was judged (not unstable)."""
+def eager_references(model: MaskRCNN, images: list[tuple[str, np.ndarray]]) -> list[tuple[Outputs, Outputs]]:
+    """Eager's outputs on each image and those of its float-order variant: what ``run_gate`` holds a graph to (made
+    once, they serve the same graph under several runtimes)."""
     variant = float_order_variant(model)
-    runs = []
+    references = []
     for _, image in images:
         batch = model.preprocess([image])
-        ref = eager_outputs(model, batch)
-        runs.append((ref, eager_outputs(variant, batch), exported_outputs(model, network, batch)))
-    del variant
+        references.append((eager_outputs(model, batch), eager_outputs(variant, batch)))
+    return references
+
+
+def run_gate(model: MaskRCNN, network: ExportedNetwork, images: list[tuple[str, np.ndarray]],
+             repeats: int = 2, references: list[tuple[Outputs, Outputs]] | None = None) -> dict:
+    """The gate on ``images`` ((name, HxWx3 uint8 BGR) pairs): ``{"passed", "tolerances", "images": [ImageCheck as
+    dicts], "seconds_per_image": {"eager", "exported"}}``. Passed: no image ``DIFFERS`` and at least one image with
+    detections was judged (not unstable). ``references``: ``eager_references(model, images)``, where made already."""
+    references = references or eager_references(model, images)
+    runs = [(ref, own, exported_outputs(model, network, model.preprocess([image])))
+            for (_, image), (ref, own) in zip(images, references)]
     tol = tolerances([difference(own, ref, Tolerances()) for ref, own, _ in runs])
     checks = [judge(name, image, difference(ours, ref, tol), difference(own, ref, tol), tol)
               for (name, image), (ref, own, ours) in zip(images, runs)]
