@@ -1,9 +1,10 @@
-"""The applications, not the engine: the ``minidet`` command (``cli``) and the programs that it and ``tools/`` run
-(``infer``: images and videos; ``eval_coco``: COCO AP and timing; ``benchmark``: against torchvision; ``weights``:
-the registry and cache), with what only they use: input listing (``inputs``), loader workers (``data``), sharding
-(``dist``), resumable chunks (``chunks``), safe outputs (``fileio``), COCO evaluation (``evaluation``, ``rle``),
-bulk runs (``bulk``) and on a Ray cluster (``raydata``), video (``video``) and drawing (``vis``); the role of
-torchvision's ``references/``. Built on the engine; nothing in the engine imports them."""
+"""The applications, not the engine (nothing in the engine imports them), the role of torchvision's ``references/``,
+in rooms by job: the ``minidet`` command (``cli``) and the programs of one module each at the top (``infer``,
+``eval_coco``, ``weights``; ``evaluation``: COCO evaluation; ``compare``: the parity verdict; ``synthetic``: images
+of known content); ``bulk/`` (one loop for bulk runs, its engines, ledger and writer: one process, torchrun, Ray),
+``outputs/`` (what detections become: records, COCO instances, RLE, drawings, videos, safe files), ``bench/``
+(``minidet bench`` and its report), ``export/`` (``minidet export`` and its parity gate); a server's is ``serve/``.
+Here: what every program shares (the ``KEY VALUE`` overrides, one ``error:`` line, ``run_app``)."""
 
 from __future__ import annotations
 
