@@ -601,7 +601,21 @@ def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_
                   str(images[0]), "--output", str(tmp_path / "infer"), "--workers", "0", "--no-vis", capture=capfd,
                   cwd=ROOT)  # another folder: the config's paths are its neighbours
     assert r.returncode == 0, r.stderr
-    assert json.loads((tmp_path / "infer" / "0.json").read_text())["instances"]
+    infer_record = json.loads((tmp_path / "infer" / "0.json").read_text())
+    assert infer_record["instances"]
+    if importlib.util.find_spec("starlette") is not None:  # the serve extra: the graph behind HTTP answers the same
+        from servers import Server
+
+        served = Server("--config-file", str(out / "config.yaml"), "--threads", str(torch.get_num_threads()),
+                        cwd=tmp_path)
+        try:
+            served.wait_ready()
+            status, _, body = served.predict(images[0].read_bytes(), query=f"file={images[0]}")
+            assert status == 200 and json.loads(body) == infer_record
+            meta = json.loads(served.request("GET", "/v2/models/config")[2])
+            assert meta["runtime"] == "onnxruntime" and meta["family"] == "detectron2"
+        finally:
+            assert served.stop() == 0, "".join(served.err)
     for runtime in RUNTIMES:  # the gate again, where the folder is now
         r = call_tool(ROOT / "tools" / "export.py", "--check", str(out), "--images", *map(str, images),
                       "--repeats", "0", "--json", str(tmp_path / "check.json"), "MODEL.RUNTIME", runtime, capture=capfd)

@@ -157,6 +157,43 @@ def test_encode_masks_matches_single():
     assert encode_masks(np.zeros((0, 5, 6), bool)) == []
 
 
+def _pycocotools_frame(masks: np.ndarray) -> list[dict]:
+    """pycocotools' own encoding of each whole frame: what encode_masks must give, byte for byte."""
+    fortran = np.asfortranarray((np.asarray(masks) != 0).astype(np.uint8).transpose(1, 2, 0))
+    return [{"size": [int(r["size"][0]), int(r["size"][1])], "counts": r["counts"].decode()}
+            for r in mask_utils.encode(fortran)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 24), st.integers(1, 24), st.integers(0, 2**32 - 1))
+def test_encode_masks_is_pycocotools_whole_frame_encoding(h, w, seed):
+    """Made from the columns a mask touches, the strings are those of pycocotools' encoding of the whole frame: masks
+    at the frame's edges or away from them, empty, full, one pixel, blobs with holes."""
+    rng = np.random.default_rng(seed)
+    masks = np.zeros((6, h, w), bool)
+    y0, x0 = rng.integers(0, h), rng.integers(0, w)
+    y1, x1 = rng.integers(y0 + 1, h + 1), rng.integers(x0 + 1, w + 1)
+    masks[0, y0:y1, x0:x1] = rng.random((y1 - y0, x1 - x0)) > 0.3  # a box of noise anywhere
+    masks[1] = True
+    masks[2, rng.integers(0, h), rng.integers(0, w)] = True
+    masks[3] = rng.random((h, w)) > 0.5
+    masks[4, :, x0:x1] = True  # whole columns: runs that join across columns
+    assert encode_masks(masks) == _pycocotools_frame(masks)
+    assert encode_masks(masks.astype(np.uint8) * 7) == _pycocotools_frame(masks)
+
+
+def test_encode_masks_of_a_detector_frame():
+    """100 pasted-like masks in a 720 x 1280 frame: the same strings as pycocotools' whole-frame encoding."""
+    rng = np.random.default_rng(1)
+    masks = np.zeros((100, 720, 1280), bool)
+    for m in masks:
+        y, x = rng.integers(0, 700), rng.integers(0, 1260)
+        hh, ww = rng.integers(1, 720 - y + 1), rng.integers(1, 1280 - x + 1)
+        yy, xx = np.ogrid[:hh, :ww]
+        m[y : y + hh, x : x + ww] = ((yy - hh / 2) / (hh / 2 + 0.5)) ** 2 + ((xx - ww / 2) / (ww / 2 + 0.5)) ** 2 < 1
+    assert encode_masks(masks) == _pycocotools_frame(masks)
+
+
 def test_encode_non_contiguous_and_uint8():
     base = np.zeros((40, 30), np.uint8)
     base[5:25, 3:12] = 1

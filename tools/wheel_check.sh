@@ -58,4 +58,31 @@ minidet infer --config-file torchvision/maskrcnn_resnet50_fpn --input photo.jpg 
     MODEL.WEIGHTS synthetic_v1.pth INPUT.MIN_SIZE_TEST 160 INPUT.MAX_SIZE_TEST 240 > infer.txt
 test -s out/photo.json && test -s out/photo.jpg
 python -c 'import json; d = json.load(open("out/photo.json")); assert d["width"] == 240, d'
+if python -c 'import starlette, uvicorn' 2> /dev/null; then  # the serve extra: its page ships in the wheel
+    step "minidet serve: the record infer wrote, the page, SIGTERM"
+    minidet serve --config-file torchvision/maskrcnn_resnet50_fpn --port 0 --threads 1 MODEL.WEIGHTS synthetic_v1.pth \
+        INPUT.MIN_SIZE_TEST 160 INPUT.MAX_SIZE_TEST 240 > serve.txt 2> serve.err &
+    server=$!
+    python - <<'PY'
+import json, re, time, urllib.request
+for _ in range(1200):
+    m = re.search(r"listening on (http://\S+) ", open("serve.txt").read())
+    if m:
+        try:
+            if urllib.request.urlopen(m.group(1) + "/health/ready", timeout=5).status == 200:
+                break
+        except OSError:
+            pass
+    time.sleep(0.1)
+else:
+    raise SystemExit("[wheel] minidet serve was not ready after 120 s: " + open("serve.err").read())
+url = m.group(1)
+assert b"<canvas" in urllib.request.urlopen(url + "/", timeout=10).read()
+req = urllib.request.Request(url + "/predict?file=photo.jpg", data=open("photo.jpg", "rb").read(),
+                             headers={"Content-Type": "image/jpeg"})
+assert json.load(urllib.request.urlopen(req, timeout=120)) == json.load(open("out/photo.json"))
+PY
+    kill -TERM "$server"
+    wait "$server"
+fi
 step "OK"

@@ -38,15 +38,17 @@ _MAGIC = {  # format: the first bytes announcing it (BMP, WebP, PNM and HEIF/AVI
 
 
 class ImageReadError(InputError):
-    """One image could not be read; ``str(err)`` is ``"<path>: <reason>"`` on one line."""
+    """One image could not be read; ``str(err)`` is ``"<path>: <reason>"`` on one line. ``too_large``: refused for
+    its pixel count (a server answers it with 413, not 400)."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, too_large: bool = False) -> None:
         self.path = str(path)
         self.reason = " ".join(str(reason).split())
+        self.too_large = too_large
         super().__init__(f"{self.path}: {self.reason}")
 
     def __reduce__(self):
-        return (type(self), (self.path, self.reason))
+        return (type(self), (self.path, self.reason, self.too_large))
 
 
 def read_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -101,6 +103,12 @@ def _check_header(name: str, data: bytes, max_pixels: int, view: _FileView | Non
     size = header_size(data if view is None else view)
     _check_pixels(name, size, max_pixels)
     return fmt, size
+
+
+def check_image_bytes(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[str, tuple | None]:
+    """What :func:`read_image_bytes` checks before decoding, alone: ``(format, (height, width) or None)``;
+    :class:`ImageReadError` for empty bytes, no known format or more pixels than ``max_pixels`` in the header."""
+    return _check_header(name, data if isinstance(data, bytes) else bytes(data), max_pixels)
 
 
 def read_image_bytes(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -180,7 +188,7 @@ def _check_pixels(name: str, size: tuple[int, int] | None, max_pixels: int) -> N
     height, width = size or (0, 0)
     n = height * width
     if max_pixels > 0 and n > max_pixels:
-        raise ImageReadError(name, f"{width} x {height} = {n} pixels exceeds INPUT.MAX_PIXELS ({max_pixels})")
+        raise ImageReadError(name, f"{width} x {height} = {n} pixels exceeds INPUT.MAX_PIXELS ({max_pixels})", True)
 
 
 def _to_bgr8(img: np.ndarray, name: str) -> np.ndarray:

@@ -1,7 +1,9 @@
-"""The ``minidet`` command: ``minidet infer|eval|bench|export|weights|configs ...``; ``minidet CMD --help`` for each.
+"""The ``minidet`` command: ``minidet infer|eval|bench|export|serve|bench-serve|weights|configs ...``; ``minidet CMD
+--help`` for each.
 
-``infer``, ``eval``, ``bench`` and ``export`` are the programs that ``tools/infer.py``, ``tools/eval_coco.py``,
-``tools/benchmark.py`` and ``tools/export.py`` run (``minidet.apps``), with the same options."""
+``infer``, ``eval``, ``bench``, ``export``, ``serve`` and ``bench-serve`` are the programs that ``tools/infer.py``,
+``tools/eval_coco.py``, ``tools/benchmark.py``, ``tools/export.py``, ``tools/serve.py`` and ``tools/bench_serve.py``
+run (``minidet.apps``), with the same options."""
 
 from __future__ import annotations
 
@@ -18,18 +20,22 @@ COMMANDS = {
     "bench": ("bench.benchmark", "weight-free speed benchmark against torchvision (tools/benchmark.py)"),
     "export": ("export.program", "the model to ONNX (ONNX Runtime, OpenVINO), checked against eager by a parity gate "
                "(tools/export.py)"),
+    "serve": ("serve.program", "the model behind HTTP: POST /predict answers what infer writes; a page at / "
+              "(the serve extra)"),
+    "bench-serve": ("serve.load", "load benchmark of a running `minidet serve`: latency at 0.5x, 1x, 2x its rate"),
     "weights": ("weights", "pre-trained weights by name: list, get (download, verified), verify the cache"),
     "configs": ("", "the configs shipped with minidet, by name (--config-file NAME)"),
 }
 
 
 # the scripts of tools/ -> the module of minidet.apps each runs
-SCRIPTS = {"infer": "infer", "eval_coco": "eval_coco", "benchmark": "bench.benchmark", "export": "export.program"}
+SCRIPTS = {"infer": "infer", "eval_coco": "eval_coco", "benchmark": "bench.benchmark", "export": "export.program",
+           "serve": "serve.program", "bench_serve": "serve.load"}
 
 
 def usage() -> str:
     lines = ["usage: minidet COMMAND [options]   (minidet COMMAND --help for its options)", "", "commands:"]
-    lines += [f"  {name:<8} {text}" for name, (_, text) in COMMANDS.items()]
+    lines += [f"  {name:<11} {text}" for name, (_, text) in COMMANDS.items()]
     lines += ["", "A config is a file or a name from `minidet configs`; MODEL.WEIGHTS a file, a name from",
               "`minidet weights list` or a URL (names and URLs download once into $MINIDET_HOME, default",
               "~/.cache/minidet, checked against the published SHA-256)."]

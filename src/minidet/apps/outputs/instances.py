@@ -35,7 +35,10 @@ def _columns(out: Mapping, rows: np.ndarray, offset: int | None) -> tuple[list, 
     boxes = coco_boxes(np.asarray(out["boxes"])[rows], offset_of(out) if offset is None else offset)
     scores = np.asarray(out["scores"]).reshape(-1)[rows]
     cats = np.asarray(out["category_ids"]).reshape(-1)[rows]
-    rles = encode_masks(np.asarray(out["masks"])[rows]) if "masks" in out else None
+    rles = None
+    if "masks" in out:
+        masks = np.asarray(out["masks"])
+        rles = encode_masks(masks if np.array_equal(rows, np.arange(len(masks))) else masks[rows])
     return boxes, scores, cats, rles
 
 

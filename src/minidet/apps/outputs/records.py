@@ -1,6 +1,7 @@
 """One image's detections as ``minidet infer`` hands them on: its JSON record (``to_record``, ``dumps_record``), its
-drawing (``draw``, ``render``), the ``--classes`` filter (``parse_classes``, ``keep_classes``). The one serializer
-of infer's files, its Ray actors' rows and its results file."""
+drawing (``draw``, ``render``), the ``--classes`` filter (``parse_classes``, ``keep_classes``), a score threshold
+(``keep_scores``). The one serializer of infer's files, its Ray actors' rows, its results file and the server's
+answers."""
 
 from __future__ import annotations
 
@@ -37,6 +38,14 @@ def keep_classes(out: dict, keep: set[int] | None) -> dict:
         return out
     sel = np.isin(out["labels"].numpy(), sorted(keep))
     return {k: (v[sel] if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+
+
+def keep_scores(out: dict, thresh: float) -> dict:
+    """``out`` with only the detections scoring at least ``thresh`` (0: all)."""
+    if thresh <= 0:
+        return out
+    sel = out["scores"].numpy() >= thresh
+    return {k: (v[sel] if isinstance(v, torch.Tensor) and len(v) == len(sel) else v) for k, v in out.items()}
 
 
 def draw(image: np.ndarray, out: dict, args: argparse.Namespace) -> np.ndarray:

@@ -1,0 +1,208 @@
+"""The workers of ``minidet serve`` behind one bounded queue (:class:`Pool`).
+
+Each worker process (``worker.worker_main``) has a thread here that takes the next request from the queue, hands it
+to its process and hands the answer back to the event loop. A request that finds the queue full is refused at once
+(:class:`QueueFull`: the server's 429); one that waited longer than the timeout is dropped before any model sees it;
+one whose worker dies is answered with an error, and a new worker takes the dead one's place."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from minidet.apps.serve.worker import Options, Spec, worker_main
+
+_STOP = object()  # put once per worker thread when the pool closes
+RESTART_PAUSE_S = 1.0  # between failed starts of a replacement worker
+
+
+class QueueFull(Exception):
+    """The queue holds ``--max-queue`` waiting requests already."""
+
+
+@dataclass
+class Job:
+    """One request in the pool: its image bytes and options, when it was queued, the future the event loop awaits.
+    ``started``/``dropped`` (under ``lock``): whether a worker took it, whether its waiter gave up first."""
+
+    data: bytes
+    options: Options
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    queued: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started: bool = False
+    dropped: bool = False
+    waited: float = 0.0  # seconds in the queue, once a worker took it
+
+    def take(self) -> bool:
+        """Called by the worker thread that takes the job: False if its waiter gave up on it already."""
+        with self.lock:
+            if self.dropped:
+                return False
+            self.started = True
+            self.waited = time.monotonic() - self.queued
+            return True
+
+    def drop(self) -> bool:
+        """Called by the waiter that gives up: True if no worker took the job (it never will)."""
+        with self.lock:
+            if self.started:
+                return False
+            self.dropped = True
+            return True
+
+    def resolve(self, result: tuple) -> None:
+        """Hand ``result`` to the waiter (from any thread)."""
+        def settle():
+            if not self.future.done():
+                self.future.set_result(result)
+        self.loop.call_soon_threadsafe(settle)
+
+
+class Pool:
+    """``n`` worker processes built from ``spec`` (each with its own model), a queue of at most ``max_queue`` waiting
+    requests; a request that waited more than ``timeout`` seconds (0: no limit) is answered ``("timeout", seconds
+    waited)`` instead of being run. ``on_ready(facts)`` is called once the first worker is warmed up,
+    ``on_fatal(line)`` when the first worker cannot load the model (a bad config or checkpoint: every worker would
+    fail alike), ``on_restart(line)`` when a worker died or a replacement failed to start."""
+
+    def __init__(self, spec: Spec, n: int, max_queue: int, timeout: float = 0.0,
+                 on_ready: Callable[[dict], None] | None = None, on_fatal: Callable[[str], None] | None = None,
+                 on_restart: Callable[[str], None] | None = None):
+        self.spec, self.n, self.timeout = spec, n, timeout
+        self.queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self.on_ready, self.on_fatal, self.on_restart = on_ready, on_fatal, on_restart
+        self.facts: dict | None = None  # the first ready worker's (model, classes, config)
+        self.ready_workers = 0
+        self.started_all = False  # every slot's first worker warmed up (or failed to start)
+        self.restarts = 0
+        self.pids: dict[int, int] = {}  # worker slot -> process id
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._ctx = multiprocessing.get_context("spawn")  # the server has threads: never fork it
+        self._closing = False
+        self._tried: set[int] = set()  # the slots whose first worker said ready or failed
+
+    @property
+    def ready(self) -> bool:
+        """Whether requests are served: every slot's first worker warmed up (or failed), and one is up now."""
+        return self.started_all and self.ready_workers > 0
+
+    def start(self) -> None:
+        """Start every worker (in the background: each thread loads its process's model)."""
+        for slot in range(self.n):
+            t = threading.Thread(target=self._serve, args=(slot,), name=f"minidet-worker-{slot}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; :class:`QueueFull` at once when ``max_queue`` requests wait already."""
+        try:
+            self.queue.put_nowait(job)
+        except queue.Full:
+            raise QueueFull from None
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every worker once the requests queued before are answered."""
+        self._closing = True
+        for _ in self._threads:
+            self.queue.put(_STOP)
+        for t in self._threads:
+            t.join(timeout)
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _spawn(self, slot: int):
+        """A started worker process and the pipe to it, once it said it is ready; None if it failed (reported)."""
+        ours, theirs = self._ctx.Pipe()
+        proc = self._ctx.Process(target=worker_main, args=(theirs, self.spec), name=f"minidet-serve-{slot}",
+                                 daemon=True)
+        proc.start()
+        theirs.close()
+        try:
+            kind, payload = ours.recv()
+        except (EOFError, OSError):
+            proc.join(5)
+            kind, payload = "failed", f"the worker process ended while loading the model (exit code {proc.exitcode})"
+        if kind != "ready":
+            proc.join(5)
+            ours.close()
+            self._tried_once(slot)
+            first = self.facts is None
+            if first and self.on_fatal is not None:
+                self.on_fatal(payload)
+            elif self.on_restart is not None:
+                self.on_restart(f"worker {slot} failed to start: {payload}")
+            return None
+        self.pids[slot] = proc.pid
+        with self._lock:
+            self.ready_workers += 1
+            first = self.facts is None
+            if first:
+                self.facts = payload
+        self._tried_once(slot)
+        if first and self.on_ready is not None:
+            self.on_ready(payload)
+        return proc, ours
+
+    def _tried_once(self, slot: int) -> None:
+        with self._lock:
+            self._tried.add(slot)
+            self.started_all = len(self._tried) == self.n
+
+    def _serve(self, slot: int) -> None:
+        """The thread of worker ``slot``: start its process, then feed it requests; replace it when it dies."""
+        while not self._closing:
+            worker = self._spawn(slot)
+            if worker is None:
+                if self.facts is None:  # the model cannot be loaded at all: the server stops (on_fatal)
+                    return
+                time.sleep(RESTART_PAUSE_S)
+                continue
+            proc, conn = worker
+            if not self._feed(slot, proc, conn):
+                return
+            with self._lock:
+                self.ready_workers -= 1
+            self.restarts += 1
+
+    def _feed(self, slot: int, proc, conn) -> bool:
+        """Hand requests to the worker until the pool closes (True: the worker died, start another)."""
+        while True:
+            job = self.queue.get()
+            if job is _STOP:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+                proc.join(30)
+                conn.close()
+                with self._lock:
+                    self.ready_workers -= 1
+                return False
+            waited = time.monotonic() - job.queued
+            if self.timeout and waited > self.timeout:
+                if job.drop():
+                    job.resolve(("timeout", waited))
+                continue
+            if not job.take():
+                continue
+            try:
+                conn.send((job.data, job.options))
+                result = conn.recv()
+            except (EOFError, OSError):
+                proc.join(5)
+                code = proc.exitcode
+                why = f"the worker running this request died (exit code {code}); a new worker is starting"
+                job.resolve(("error", 500, why, {}))
+                conn.close()
+                if self.on_restart is not None:
+                    self.on_restart(f"worker {slot} (pid {proc.pid}) died with exit code {code}; starting another")
+                return True
+            job.resolve(result)

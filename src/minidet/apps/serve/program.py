@@ -1,0 +1,165 @@
+"""``minidet serve``: any model minidet loads (every family, own classes, an exported graph on ONNX Runtime or
+OpenVINO) behind HTTP, answering exactly what ``minidet infer`` writes.
+
+Usage::
+
+    minidet serve --config-file CFG [--host 127.0.0.1] [--port 8080] [--workers N] [--threads T] [--max-queue N]
+                  [--timeout S] [--token-file FILE] [--max-body-mb MB] [--name NAME] [KEY VALUE ...]
+
+The config and overrides are ``minidet infer``'s. ``--workers`` processes each load the model (``--threads``
+torch threads each; default: the CPU's cores shared out) and run one image per forward, so that an answer never
+depends on other requests; at most ``--max-queue`` requests wait for them (more: 429 at once), none longer than
+``--timeout`` seconds (then 503, never run). ``--token-file``: the requests need ``Authorization: Bearer <the
+file's token>`` (the health endpoints and the page excepted). SIGTERM or Ctrl-C: no new connections, the requests in
+flight answered, then exit (status 0 for SIGTERM, 130 for Ctrl-C). Endpoints: ``minidet.apps.serve.app``.
+Needs the ``serve`` extra: ``pip install 'minidet[serve]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+
+from minidet.apps import fail, parse_with_overrides
+from minidet.config import get_cfg, validate_cfg
+from minidet.errors import ConfigError, MinidetError
+from minidet.hub import weights_path
+
+EXTRA = "the serve extra is not installed: pip install 'minidet[serve]'"
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description="Serve a Mask R-CNN over HTTP (POST /predict; GET / for a "
+                                "page to try it).")
+    p.add_argument("--config-file", required=True, metavar="CFG", help="yaml config file or a config's name")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080, help="port (0: any free one, printed)")
+    p.add_argument("--workers", type=int, default=1, help="model processes (each its own model)")
+    p.add_argument("--threads", type=int, help="torch threads per worker (default: the CPU's cores / --workers)")
+    p.add_argument("--max-queue", type=int, metavar="N",
+                   help="requests that may wait for a worker (more: 429 at once); default half the workers (at least "
+                        "1), so that an accepted request waits less than one forward")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds a request may wait for a worker (then 503; 0: no limit)")
+    p.add_argument("--worker-nice", type=int, default=0, metavar="N",
+                   help="niceness added to the workers, so that the HTTP process answers (and refuses) at once "
+                        "while they use every core")
+    p.add_argument("--token-file", metavar="FILE", help="a file holding the bearer token requests must send")
+    p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (then 413)")
+    p.add_argument("--name", help="the model's name in /v2/models/<name> (default: the config file's name)")
+    p.add_argument("--debug", action="store_true", help="tracebacks for errors, and the server's own log")
+    p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
+    args = parse_with_overrides(p, argv)
+    for flag, value, low in (("--workers", args.workers, 1), ("--max-queue", args.max_queue, 1),
+                             ("--threads", args.threads, 1), ("--port", args.port, 0)):
+        if value is not None and value < low:
+            p.error(f"{flag} must be at least {low}, got {value}")
+    if args.timeout < 0 or args.max_body_mb <= 0:
+        p.error("--timeout must be >= 0 and --max-body-mb > 0")
+    return args
+
+
+def read_token(path: str | None) -> str | None:
+    """The token in ``path`` (surrounding white space dropped); ConfigError for a missing or empty file."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--token-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if not token or any(c.isspace() for c in token):
+        raise ConfigError(f"--token-file {path}: the file must hold one token (no spaces), and it is "
+                          f"{'empty' if not token else 'several words'}")
+    return token
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; ConfigError naming it when the address cannot be used."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, *_, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e})") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
+    args = parse_args(argv, prog)
+    try:
+        import uvicorn
+
+        from minidet.apps.serve.app import Settings, build_app
+        from minidet.apps.serve.pool import Pool
+        from minidet.apps.serve.worker import Spec
+    except ImportError as e:
+        return fail(f"{EXTRA} ({e})", args.debug)
+    try:
+        cfg = get_cfg()
+        cfg.merge_from_file(args.config_file)
+        cfg.merge_from_list(args.opts)
+        validate_cfg(cfg)
+        token = read_token(args.token_file)
+        weights = weights_path(cfg.MODEL.WEIGHTS)  # downloaded once, here, not by each worker
+        digest = None
+        if weights is not None:
+            from minidet.hub.downloads import file_sha256
+
+            digest = file_sha256(weights)
+        sock = bind(args.host, args.port)
+    except (MinidetError, OSError) as e:
+        return fail(str(e), args.debug)
+    except KeyboardInterrupt:
+        fail("interrupted", args.debug)
+        return 130
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)
+    name = args.name or os.path.splitext(os.path.basename(args.config_file))[0]
+    spec = Spec(args.config_file, list(args.opts), weights, threads, args.debug, args.worker_nice)
+    fatal: list[str] = []
+    server: uvicorn.Server | None = None
+    t0 = time.monotonic()
+
+    def on_ready(facts: dict) -> None:
+        print(f"serve: ready in {time.monotonic() - t0:.1f} s: {name}, weights {facts['weights_summary']}", flush=True)
+
+    def on_fatal(line: str) -> None:
+        fatal.append(line)
+        if server is not None:
+            server.should_exit = True
+
+    def on_restart(line: str) -> None:
+        print(f"serve: {line}", file=sys.stderr, flush=True)
+
+    queue = args.max_queue or max(1, args.workers // 2)
+    pool = Pool(spec, args.workers, queue, args.timeout, on_ready, on_fatal, on_restart)
+    settings = Settings(name=name, token=token, max_bytes=int(args.max_body_mb * 2**20), timeout=args.timeout,
+                        weights=weights, weights_sha256=digest, config_file=args.config_file, workers=args.workers)
+    app = build_app(pool, settings)
+    config = uvicorn.Config(app, log_level="info" if args.debug else "warning", access_log=args.debug,
+                            timeout_graceful_shutdown=None, lifespan="on", server_header=False)
+    server = uvicorn.Server(config)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"serve: listening on http://{shown}:{port} ({args.workers} worker{'s' if args.workers > 1 else ''}, "
+          f"{threads} thread{'s' if threads > 1 else ''} each); loading the model", flush=True)
+    stopped: list[int] = []
+    # uvicorn answers SIGTERM and Ctrl-C by draining, then raises the signal again to the handler found before it
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopped.append(signum))
+    server.run(sockets=[sock])
+    if fatal:
+        return fail(fatal[0], args.debug)
+    if not server.started:
+        return fail("the server did not start (rerun with --debug for its log)", args.debug)
+    why = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}.get(stopped[0] if stopped else 0, "stopped")
+    print(f"serve: stopped ({why}); every request in flight was answered", flush=True)
+    return 130 if stopped and stopped[0] == signal.SIGINT else 0

@@ -1,0 +1,388 @@
+"""``minidet serve`` as a client meets it: a real server process on 127.0.0.1, real HTTP, its worker processes.
+
+Answers equal ``minidet infer``'s files under concurrent clients with images of mixed sizes; each refusal (401,
+413, 415, 400, 429, 503) answered before any model runs, and the next request served; a worker killed during a
+request answered with an error and replaced; SIGTERM with a request in flight; the health, metrics and metadata
+endpoints; the page in a real browser (headless Chromium); the load benchmark on a short run."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from helpers import ROOT, images_bgr, needs_extra, run_tool
+from procs import descendants, survivors
+from servers import START_S, Server, multipart
+
+pytestmark = needs_extra("starlette", "serve")
+
+CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
+SMALL = ["INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512"]
+SHAPES = [(240, 320), (300, 200), (180, 420), (256, 256)]
+
+
+def worker_pids(server: Server) -> list[int]:
+    """The model workers below the server (not multiprocessing's resource tracker)."""
+    found = []
+    for pid in descendants(server.proc.pid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
+            found.append(pid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> list[Path]:
+    """Four images of different sizes: three PNG, one JPEG."""
+    folder = tmp_path_factory.mktemp("serve_images")
+    paths = []
+    for k, im in enumerate(images_bgr(SHAPES, seed=3)):
+        path = folder / (f"im{k}.jpg" if k == 3 else f"im{k}.png")
+        assert cv2.imwrite(str(path), im)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tv_file):
+    """Two workers of one thread each, torchvision's confident checkpoint at short side 320, a 1 MiB body limit."""
+    s = Server("--config-file", str(CONFIG), "--workers", "2", "--threads", "1", "--max-queue", "16",
+               "--max-body-mb", "1", "MODEL.WEIGHTS", str(tv_file), *SMALL, cwd=tmp_path_factory.mktemp("serve"))
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        assert s.stop() == 0, "".join(s.err)
+
+
+def infer_records(tmp_path: Path, tv_file, images: list[Path], *extra: str) -> dict[str, dict]:
+    """``minidet infer``'s per-image records (one thread, one image per forward), by file name."""
+    out = tmp_path / "infer"
+    tmp_path.mkdir(exist_ok=True)
+    r = run_tool(ROOT / "tools" / "infer.py", "--config-file", str(CONFIG), "--input", *map(str, images), "--output",
+                 str(out), "--no-vis", "--workers", "0", *extra, "MODEL.WEIGHTS", str(tv_file), *SMALL,
+                 "TEST.IMS_PER_BATCH", "1", cwd=tmp_path, threads=1)
+    assert r.returncode == 0, r.stderr
+    return {p.name: json.loads((out / (p.stem + ".json")).read_text()) for p in images}
+
+
+@pytest.mark.slow
+def test_answers_equal_infer_under_concurrent_clients(server, images, tmp_path, tv_file):
+    """Eight clients at once, each image sent raw and as a form, in different orders: each answer is infer's record
+    of that image, value for value (masks as RLE included); ``classes`` and ``score_thresh`` filter as infer's
+    ``--classes`` does."""
+    expected = infer_records(tmp_path, tv_file, images)
+    assert sum(len(r["instances"]) for r in expected.values()) > 20, "the checkpoint must detect plenty"
+    data = {p.name: p.read_bytes() for p in images}
+    ctypes = {p.name: "image/jpeg" if p.suffix == ".jpg" else "image/png" for p in images}
+
+    def client(k: int) -> list[tuple[str, int, dict]]:
+        got = []
+        order = list(data)[k % 4:] + list(data)[: k % 4]
+        for name in order:
+            if k % 2:
+                body, ctype = multipart(data[name], name)
+                status, headers, answer = server.predict(body, ctype)
+            else:
+                status, headers, answer = server.predict(data[name], ctypes[name], query=f"file={name}")
+            assert "backbone;dur=" in headers.get("server-timing", ""), headers
+            got.append((name, status, json.loads(answer)))
+        return got
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = [a for got in pool.map(client, range(8)) for a in got]
+    assert len(answers) == 32
+    for name, status, record in answers:
+        assert status == 200, record
+        assert record["file"] == name
+        assert {**record, "file": None} == {**expected[name], "file": None}, name
+
+    # the filters: classes as infer's --classes, a score threshold, no masks
+    names = [i["category_name"] for r in expected.values() for i in r["instances"]]
+    top = max(set(names), key=names.count)
+    filtered = infer_records(tmp_path / "f", tv_file, images[:1], "--classes", top)[images[0].name]
+    status, _, answer = server.predict(data[images[0].name], query=f"classes={top}&file={images[0]}")
+    assert status == 200 and json.loads(answer) == filtered
+    status, _, answer = server.predict(data[images[0].name], query="score_thresh=0.5&mask_format=none")
+    kept = [{k: v for k, v in i.items() if k != "segmentation"} for i in expected[images[0].name]["instances"]
+            if i["score"] >= 0.5]
+    assert status == 200 and json.loads(answer)["instances"] == kept
+
+
+def test_refusals_are_one_json_line_and_the_next_request_is_served(server, images):
+    """Each bad request gets its status and a JSON error line before any model runs; a good one is served after."""
+    runs = lambda: server.metric('minidet_stage_seconds_count{stage="backbone"}')  # noqa: E731
+    before = runs()
+    png = images[0].read_bytes()
+    w, h = 30000, 30000  # a PNG header announcing 900 megapixels: refused before decoding
+    bomb = b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR" + w.to_bytes(4, "big") + h.to_bytes(4, "big") + \
+        bytes([8, 2, 0, 0, 0]) + b"\0" * 4 + b"\0" * 64
+    cases = [
+        (server.predict(png, "text/plain"), 415, "Content-Type text/plain"),
+        (server.request("POST", "/predict", png), 415, "Content-Type (none)"),
+        (server.predict(b""), 400, "empty body"),
+        (server.predict(b"not an image at all"), 400, "not a recognized image format"),
+        (server.predict(png[: len(png) // 3]), 400, "cannot decode PNG"),
+        (server.predict(b"\x89PNG\r\n\x1a\n" + os.urandom(2_000_000)), 413, "--max-body-mb"),
+        (server.predict(bomb), 413, "exceeds INPUT.MAX_PIXELS"),
+        (server.predict(png, query="classes=unicorn"), 400, "unknown class 'unicorn'"),
+        (server.predict(png, query="score_thresh=2"), 400, "score_thresh"),
+        (server.predict(png, query="mask_format=png"), 400, "mask_format"),
+        (server.predict(*multipart(png, "a.png", field="photo")), 400, "file field named 'image'"),
+        (server.request("GET", "/predict"), 405, ""),
+        (server.request("GET", "/v2/models/other"), 404, "no model 'other'"),
+    ]
+    for (status, headers, body), want, text in cases:
+        assert status == want, (want, body)
+        assert headers["content-type"].startswith("application/json")
+        line = json.loads(body)["error"]
+        assert text in line and "\n" not in line, (want, line)
+    assert runs() == before, "a refused request reached a model"
+    status, _, body = server.predict(png)
+    assert status == 200 and json.loads(body)["instances"]
+    assert server.metric('minidet_requests_total{endpoint="/predict",status="415"}') == 2
+
+
+def test_health_metrics_and_metadata(server, tv_file):
+    for path in ("/health/live", "/v2/health/live", "/health/ready", "/v2/health/ready"):
+        status, _, body = server.request("GET", path)
+        assert status == 200, path
+    assert json.loads(server.request("GET", "/health/ready")[2]) == {"ready": True, "workers_ready": 2, "workers": 2}
+    meta = json.loads(server.request("GET", "/v2/models/maskrcnn_resnet50_fpn")[2])
+    assert meta["family"] == "torchvision" and meta["runtime"] == "torch" and meta["ready"]
+    assert meta["weights"]["sha256"] == hashlib.sha256(Path(tv_file).read_bytes()).hexdigest()
+    assert [c["name"] for c in meta["classes"]][:3] == ["__background__", "person", "bicycle"]
+    assert "MIN_SIZE_TEST: 320" in meta["config"]
+    assert json.loads(server.request("GET", "/v2/models/maskrcnn_resnet50_fpn/ready")[2])["ready"] is True
+    assert json.loads(server.request("GET", "/v2")[2])["models"] == ["maskrcnn_resnet50_fpn"]
+    text = server.request("GET", "/metrics")[2].decode()
+    for name in ("minidet_requests_total", "minidet_rejections_total", "minidet_queue_depth", "minidet_workers_ready",
+                 "minidet_stage_seconds_bucket", "minidet_serialization_seconds", "minidet_queue_wait_seconds",
+                 "minidet_request_seconds", "minidet_response_bytes_total", "minidet_worker_resident_memory_bytes",
+                 "minidet_worker_restarts"):
+        assert name in text, name
+    assert server.metric("minidet_workers_ready") == 2
+    status, _, page = server.request("GET", "/")
+    assert status == 200 and b"<canvas" in page
+
+
+@pytest.mark.slow
+def test_token(tmp_path, tv_file, images):
+    """With --token-file: 401 without the token (the model never runs), 200 with it; health stays open."""
+    (tmp_path / "token").write_text("s3cret-token\n")
+    s = Server("--config-file", str(CONFIG), "--token-file", str(tmp_path / "token"), "--threads", "1",
+               "MODEL.WEIGHTS", str(tv_file), *SMALL, cwd=tmp_path)
+    try:
+        s.wait_ready()
+        good = {"Authorization": "Bearer s3cret-token"}
+        png = images[0].read_bytes()
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"}):
+            status, h, body = s.predict(png, headers=headers)
+            assert status == 401 and h["www-authenticate"] == "Bearer" and "token" in json.loads(body)["error"]
+        assert s.request("GET", "/v2/models/maskrcnn_resnet50_fpn")[0] == 401
+        assert s.request("GET", "/metrics")[0] == 401
+        assert s.metric('minidet_stage_seconds_count{stage="backbone"}', headers=good) == 0
+        assert s.predict(png, headers=good)[0] == 200
+        assert s.metric('minidet_stage_seconds_count{stage="backbone"}', headers=good) == 1
+    finally:
+        assert s.stop() == 0, "".join(s.err)
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory, tv_file):
+    """One worker, one thread, short side 800 (about a second a forward), one request may wait, 0.5 s at most."""
+    s = Server("--config-file", str(CONFIG), "--threads", "1", "--max-queue", "1", "--timeout", "0.5",
+               "MODEL.WEIGHTS", str(tv_file), "INPUT.MIN_SIZE_TEST", "800", "INPUT.MAX_SIZE_TEST", "1333",
+               cwd=tmp_path_factory.mktemp("slow"))
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.slow
+def test_full_queue_and_timeout(slow_server, images):
+    """A runs; B waits (the queue's one place); C finds the queue full: 429 with Retry-After at once; B waited past
+    --timeout: 503, never run; D after them: 200."""
+    s, png = slow_server, images[0].read_bytes()
+    runs0 = s.metric('minidet_stage_seconds_count{stage="backbone"}')
+    results = {}
+
+    def send(key):
+        t0 = time.monotonic()
+        results[key] = (*s.predict(png), time.monotonic() - t0, time.monotonic())
+
+    a = threading.Thread(target=send, args=("A",))
+    a.start()
+    time.sleep(0.3)  # A is running
+    b = threading.Thread(target=send, args=("B",))
+    b.start()
+    time.sleep(0.1)  # B is queued
+    send("C")
+    a.join()
+    b.join()
+    status, headers, body, seconds, _ = results["C"]
+    assert status == 429 and int(headers["retry-after"]) >= 1 and "--max-queue" in json.loads(body)["error"]
+    assert seconds < 0.5, seconds  # at once (bench-serve measures how fast on a quiet machine)
+    status, headers, body, seconds, end = results["B"]
+    assert status == 503 and "--timeout" in json.loads(body)["error"], body
+    assert seconds > 0.45 and end < results["A"][4], seconds  # answered when its time was up, before A ended
+    assert results["A"][0] == 200
+    time.sleep(0.5)
+    send("D")
+    assert results["D"][0] == 200
+    assert s.metric('minidet_stage_seconds_count{stage="backbone"}') == runs0 + 2  # A and D ran; B and C never
+    assert s.metric('minidet_rejections_total{reason="queue_full"}') == 1
+    assert s.metric('minidet_rejections_total{reason="timeout"}') == 1
+
+
+@pytest.mark.slow
+def test_dead_worker_is_replaced_and_its_request_answered(slow_server, images):
+    s, png = slow_server, images[0].read_bytes()
+    [pid] = worker_pids(s)
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=s.predict(png)))
+    t.start()
+    time.sleep(0.4)  # the worker is in its forward
+    os.kill(pid, signal.SIGKILL)
+    t.join(60)
+    status, _, body = result["r"]
+    assert status == 500 and "died" in json.loads(body)["error"], body
+    deadline = time.monotonic() + START_S
+    while s.request("GET", "/health/ready")[0] != 200 or worker_pids(s) == [pid]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert s.predict(png)[0] == 200
+    assert s.metric("minidet_worker_restarts_total") == 1
+    assert any("died" in line for line in s.err)
+
+
+@pytest.mark.slow
+def test_sigterm_answers_the_request_in_flight_then_exits_0(tmp_path, tv_file, images):
+    s = Server("--config-file", str(CONFIG), "--threads", "1", "MODEL.WEIGHTS", str(tv_file),
+               "INPUT.MIN_SIZE_TEST", "800", "INPUT.MAX_SIZE_TEST", "1333", cwd=tmp_path)
+    s.wait_ready()
+    procs = descendants(s.proc.pid)
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=s.predict(images[1].read_bytes())))
+    t.start()
+    time.sleep(0.3)
+    assert s.stop(signal.SIGTERM) == 0, "".join(s.err)
+    t.join(30)
+    status, _, body = result["r"]
+    assert status == 200 and json.loads(body)["instances"], body
+    assert not survivors(procs)
+    assert "stopped (SIGTERM)" in "".join(s.out)
+
+
+@pytest.mark.slow
+def test_bad_setup_is_one_error_line(tmp_path, tv_file):
+    def run(*args):
+        return run_tool(ROOT / "tools" / "serve.py", *args, cwd=tmp_path, timeout=300)
+
+    r = run("--config-file", str(CONFIG), "--port", "0", "MODEL.WEIGHTS", str(tmp_path / "missing.pth"))
+    assert r.returncode == 2 and "missing.pth" in r.stderr.strip().splitlines()[-1], r.stderr
+    bad = tmp_path / "bad.pth"
+    bad.write_bytes(b"PK\x03\x04 not really a checkpoint")
+    r = run("--config-file", str(CONFIG), "--port", "0", "--threads", "1", "MODEL.WEIGHTS", str(bad))
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    (tmp_path / "empty").write_text("\n")
+    r = run("--config-file", str(CONFIG), "--token-file", str(tmp_path / "empty"), "MODEL.WEIGHTS", str(tv_file))
+    assert r.returncode == 2 and "--token-file" in r.stderr and "empty" in r.stderr, r.stderr
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        r = run("--config-file", str(CONFIG), "--port", port, "MODEL.WEIGHTS", str(tv_file))
+    assert r.returncode == 2 and f"--port {port}" in r.stderr, r.stderr
+
+
+def _chromium() -> str | None:
+    for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
+        if os.path.exists(path):
+            return path
+    return None
+
+
+@needs_extra("playwright", "test")
+def test_page_in_a_real_browser(server, images, tmp_path):
+    """The page in headless Chromium: an image chosen in its file field is sent, its masks, boxes and labels are
+    drawn over it, the stage times and the JSON shown; the JSON is the server's answer for that image."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = _chromium()
+    if chromium is None:
+        if os.environ.get("MINIDET_REQUIRE_EXTRAS"):
+            raise RuntimeError("MINIDET_REQUIRE_EXTRAS is set but Chromium is missing (apt-get install chromium)")
+        pytest.skip("needs Chromium (Debian: apt-get install chromium)")
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--no-first-run"]
+    image = images[3]  # the JPEG
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"http://{server.host}:{server.port}/")
+            page.wait_for_function("document.getElementById('model').textContent.includes('torchvision')")
+            page.set_input_files("#file", str(image))
+            page.wait_for_function("window.minidetLast !== undefined", timeout=60_000)
+            shown = page.evaluate("window.minidetLast.record")
+            drawn = page.evaluate("window.minidetLast.drawn")
+            masked = page.evaluate("window.minidetLast.maskedPixels")
+            timing = page.inner_text("#timing")
+            text = page.inner_text("#json")
+            status = page.inner_text("#status")
+            pixels = page.evaluate("""() => { const c = document.getElementById('view');
+                return [c.width, c.height]; }""")
+            page.screenshot(path=str(tmp_path / "page.png"))
+        finally:
+            browser.close()
+    assert not errors, errors
+    direct = json.loads(server.predict(image.read_bytes(), "image/jpeg", query=f"file={image.name}")[2])
+    assert shown == direct and json.loads(text) == direct
+    want = sum(i["score"] >= 0.5 for i in direct["instances"])
+    assert drawn == want > 0 and f"{len(direct['instances'])} detections, {want} drawn" in status
+    assert pixels == [direct["width"], direct["height"]]
+    masks = [i["segmentation"] for i in direct["instances"] if i["score"] >= 0.5]
+    from pycocotools import mask as mask_util
+
+    assert masked == sum(int(mask_util.area(m)) for m in masks)  # every mask pixel of the RLEs decoded, in JS
+    assert "backbone" in timing and "round trip" in timing
+    if os.environ.get("MINIDET_KEEP_SCREENSHOT"):
+        Path(os.environ["MINIDET_KEEP_SCREENSHOT"]).write_bytes((tmp_path / "page.png").read_bytes())
+
+
+@pytest.mark.slow
+def test_load_benchmark_short_run(server, images, tmp_path):
+    out = tmp_path / "bench.json"
+    r = run_tool(ROOT / "tools" / "bench_serve.py", "--url", f"http://{server.host}:{server.port}", "--images",
+                 *map(str, images), "--duration", "3", "--calibrate", "3", "--unloaded", "3", "--rates", "0.5,2",
+                 "--json", str(out), cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert [p["phase"] for p in result["phases"]] == ["unloaded", "sustainable", "0.5x", "2x"]
+    assert result["sustainable_rate"] > 0 and result["workers"] == 2
+    for p in result["phases"]:
+        assert set(p["statuses"]) <= {"200", "429"}, p  # JSON keys; nothing else than answers and refusals
+        assert p["rss_after"]["workers"] > 0
+    assert result["phases"][0]["accepted_ms"]["p99"] > 0
+    assert np.isfinite(result["phases"][1]["throughput"])
