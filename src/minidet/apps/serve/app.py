@@ -175,12 +175,13 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             pool.submit(job)
         except QueueFull:
             metrics.rejections.labels("queue_full").inc()
-            retry = max(1, math.ceil(pool.queue.maxsize * typical_seconds() / max(1, pool.ready_workers)))
-            return error(429, f"the server is busy: {pool.queue.maxsize} requests wait already (--max-queue); "
+            retry = max(1, math.ceil(pool.max_queue * typical_seconds() / max(1, pool.ready_workers)))
+            return error(429, f"the server is busy: {pool.max_queue} requests wait already (--max-queue); "
                          f"retry in {retry} s", {"Retry-After": str(retry)})
         if settings.timeout:
             done, _ = await asyncio.wait({job.future}, timeout=settings.timeout)
             if not done and job.drop():
+                pool.release(job)
                 job.future.cancel()
                 return timed_out(time.monotonic() - job.queued)
         result = await job.future

@@ -39,6 +39,7 @@ class Job:
     started: bool = False
     dropped: bool = False
     waited: float = 0.0  # seconds in the queue, once a worker took it
+    released: bool = False  # no longer counted by the pool's admission (Pool.release)
 
     def take(self) -> bool:
         """Called by the worker thread that takes the job: False if its waiter gave up on it already."""
@@ -76,7 +77,9 @@ class Pool:
                  on_ready: Callable[[dict], None] | None = None, on_fatal: Callable[[str], None] | None = None,
                  on_restart: Callable[[str], None] | None = None):
         self.spec, self.n, self.timeout = spec, n, timeout
-        self.queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self.max_queue = max_queue
+        self.queue: queue.Queue = queue.Queue()  # admission is submit's: at most max_queue wait beyond those running
+        self._pending = 0  # admitted and not answered (waiting or running)
         self.on_ready, self.on_fatal, self.on_restart = on_ready, on_fatal, on_restart
         self.facts: dict | None = None  # the first ready worker's (model, classes, config)
         self.ready_workers = 0
@@ -102,11 +105,21 @@ class Pool:
             self._threads.append(t)
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; :class:`QueueFull` at once when ``max_queue`` requests wait already."""
-        try:
-            self.queue.put_nowait(job)
-        except queue.Full:
-            raise QueueFull from None
+        """Queue ``job``; :class:`QueueFull` at once when ``max_queue`` requests wait already beyond one running on
+        each ready worker (counted as admitted and not yet answered: a worker that is between two requests does not
+        make a waiting one look like two)."""
+        with self._lock:
+            if self._pending >= self.max_queue + self.ready_workers:
+                raise QueueFull
+            self._pending += 1
+        self.queue.put(job)
+
+    def release(self, job: Job) -> None:
+        """``job`` no longer counts as admitted (answered, or given up by its waiter); once per job."""
+        with self._lock:
+            if not job.released:
+                job.released = True
+                self._pending -= 1
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop every worker once the requests queued before are answered."""
@@ -190,8 +203,10 @@ class Pool:
             if self.timeout and waited > self.timeout:
                 if job.drop():
                     job.resolve(("timeout", waited))
+                self.release(job)
                 continue
             if not job.take():
+                self.release(job)
                 continue
             try:
                 conn.send((job.data, job.options))
@@ -201,8 +216,10 @@ class Pool:
                 code = proc.exitcode
                 why = f"the worker running this request died (exit code {code}); a new worker is starting"
                 job.resolve(("error", 500, why, {}))
+                self.release(job)
                 conn.close()
                 if self.on_restart is not None:
                     self.on_restart(f"worker {slot} (pid {proc.pid}) died with exit code {code}; starting another")
                 return True
             job.resolve(result)
+            self.release(job)
