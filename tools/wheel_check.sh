@@ -60,9 +60,11 @@ test -s out/photo.json && test -s out/photo.jpg
 python -c 'import json; d = json.load(open("out/photo.json")); assert d["width"] == 240, d'
 if python -c 'import starlette, uvicorn' 2> /dev/null; then  # the serve extra: its page ships in the wheel
     step "minidet serve: the record infer wrote, the page, SIGTERM"
-    minidet serve --config-file torchvision/maskrcnn_resnet50_fpn --port 0 --threads 1 MODEL.WEIGHTS synthetic_v1.pth \
+    # the default thread count, as infer's above: the same float sums, the same record to the bit
+    minidet serve --config-file torchvision/maskrcnn_resnet50_fpn --port 0 MODEL.WEIGHTS synthetic_v1.pth \
         INPUT.MIN_SIZE_TEST 160 INPUT.MAX_SIZE_TEST 240 > serve.txt 2> serve.err &
     server=$!
+    trap 'kill -TERM "$server" 2> /dev/null || true; rm -rf "$work"' EXIT  # a failed check leaves no server behind
     python - <<'PY'
 import json, re, time, urllib.request
 for _ in range(1200):
@@ -84,5 +86,6 @@ assert json.load(urllib.request.urlopen(req, timeout=120)) == json.load(open("ou
 PY
     kill -TERM "$server"
     wait "$server"
+    trap 'rm -rf "$work"' EXIT
 fi
 step "OK"

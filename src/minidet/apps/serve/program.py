@@ -6,12 +6,13 @@ Usage::
     minidet serve --config-file CFG [--host 127.0.0.1] [--port 8080] [--workers N] [--threads T] [--max-queue N]
                   [--timeout S] [--token-file FILE] [--max-body-mb MB] [--name NAME] [KEY VALUE ...]
 
-The config and overrides are ``minidet infer``'s. ``--workers`` processes each load the model (``--threads``
-torch threads each; default: the CPU's cores shared out) and run one image per forward, so that an answer never
-depends on other requests; at most ``--max-queue`` requests wait for them (more: 429 at once), none longer than
-``--timeout`` seconds (then 503, never run). ``--token-file``: the requests need ``Authorization: Bearer <the
-file's token>`` (the health endpoints and the page excepted). SIGTERM or Ctrl-C: no new connections, the requests in
-flight answered, then exit (status 0 for SIGTERM, 130 for Ctrl-C). Endpoints: ``minidet.apps.serve.app``.
+The config and overrides are ``minidet infer``'s. ``--workers`` processes each load the model (``--threads`` torch
+threads each; default: torch's thread count, which ``minidet infer`` uses, shared out) and run one image per
+forward, so that an answer never depends on other requests; at most ``--max-queue`` requests wait for them (more:
+429 at once), none longer than ``--timeout`` seconds (then 503, never run). ``--token-file``: the requests need
+``Authorization: Bearer <the file's token>`` (the health endpoints and the page excepted). SIGTERM or Ctrl-C: no new
+connections, the requests in flight answered, then exit (status 0 for SIGTERM, 130 for Ctrl-C). Endpoints:
+``minidet.apps.serve.app``.
 Needs the ``serve`` extra: ``pip install 'minidet[serve]'``.
 """
 
@@ -39,7 +40,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> ar
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080, help="port (0: any free one, printed)")
     p.add_argument("--workers", type=int, default=1, help="model processes (each its own model)")
-    p.add_argument("--threads", type=int, help="torch threads per worker (default: the CPU's cores / --workers)")
+    p.add_argument("--threads", type=int, help="torch threads per worker (default: torch's count, as infer uses, "
+                   "shared out among the workers)")
     p.add_argument("--max-queue", type=int, metavar="N",
                    help="requests that may wait for a worker (more: 429 at once); default half the workers (at least "
                         "1), so that an accepted request waits less than one forward")
@@ -121,7 +123,11 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     except KeyboardInterrupt:
         fail("interrupted", args.debug)
         return 130
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)
+    import torch
+
+    # infer's default is torch's thread count: one worker gets the same, so that its answers are infer's to the bit
+    # (float sums split over another number of threads differ in the last bits)
+    threads = args.threads or max(1, torch.get_num_threads() // args.workers)
     name = args.name or os.path.splitext(os.path.basename(args.config_file))[0]
     spec = Spec(args.config_file, list(args.opts), weights, threads, args.debug, args.worker_nice)
     fatal: list[str] = []
