@@ -34,18 +34,17 @@ def to_record(path: str, image: np.ndarray, out: dict) -> dict:
 
 def keep_classes(out: dict, keep: set[int] | None) -> dict:
     """``out`` with only the detections whose class index is in ``keep`` (None: all)."""
-    if keep is None:
-        return out
-    sel = np.isin(out["labels"].numpy(), sorted(keep))
-    return {k: (v[sel] if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+    return out if keep is None else _select(out, np.isin(out["labels"].numpy(), sorted(keep)))
 
 
 def keep_scores(out: dict, thresh: float) -> dict:
     """``out`` with only the detections scoring at least ``thresh`` (0: all)."""
-    if thresh <= 0:
-        return out
-    sel = out["scores"].numpy() >= thresh
-    return {k: (v[sel] if isinstance(v, torch.Tensor) and len(v) == len(sel) else v) for k, v in out.items()}
+    return out if thresh <= 0 else _select(out, out["scores"].numpy() >= thresh)
+
+
+def _select(out: dict, sel: np.ndarray) -> dict:
+    """``out`` with its per-detection tensors cut to the detections ``sel`` (a bool array) keeps."""
+    return {k: (v[sel] if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
 
 
 def draw(image: np.ndarray, out: dict, args: argparse.Namespace) -> np.ndarray:

@@ -54,7 +54,6 @@ class Settings:
     weights: str | None
     weights_sha256: str | None
     config_file: str
-    workers: int = 1
 
 
 def error(status: int, line: str, headers: dict | None = None) -> JSONResponse:
@@ -90,7 +89,7 @@ async def form_image(request: Request, body: bytes) -> tuple[bytes, str]:
         return await field.read(), field.filename or ""
 
 
-def parse_options(request: Request, class_names: list[str], name: str) -> Options:
+def parse_options(request: Request, class_names: list[str]) -> Options:
     """The query's options (:class:`~minidet.apps.serve.worker.Options`); HTTPException 400 naming a bad one."""
     q = request.query_params
     try:
@@ -106,7 +105,7 @@ def parse_options(request: Request, class_names: list[str], name: str) -> Option
     mask_format = q.get("mask_format", "rle")
     if mask_format not in MASK_FORMATS:
         raise HTTPException(400, f"mask_format: one of {', '.join(MASK_FORMATS)}, got {mask_format!r}")
-    return Options(file=q.get("file", name), keep=keep, score_thresh=thresh, mask_format=mask_format)
+    return Options(file=q.get("file", ""), keep=keep, score_thresh=thresh, mask_format=mask_format)
 
 
 def server_timing(times: dict[str, float]) -> str:
@@ -152,7 +151,7 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
         if length.isdigit() and int(length) > settings.max_bytes:
             return error(413, limit)
         try:
-            options = parse_options(request, pool.facts["class_names"], "")
+            options = parse_options(request, pool.facts["class_names"])
             body = await read_capped(request, settings.max_bytes)
             if body is None:
                 return error(413, limit)
@@ -238,7 +237,7 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             "classes": facts.get("classes"), "weights": {"file": settings.weights, "sha256": settings.weights_sha256,
                                                         "summary": facts.get("weights_summary")},
             "config_file": settings.config_file, "config": facts.get("config"),
-            "workers": settings.workers, "threads_per_worker": facts.get("threads")})
+            "workers": pool.n, "threads_per_worker": facts.get("threads")})
 
     async def model_ready(request: Request) -> Response:
         model_or_404(request)

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     queue = args.max_queue or max(1, args.workers // 2)
     pool = Pool(spec, args.workers, queue, args.timeout, on_ready, on_fatal, on_restart)
     settings = Settings(name=name, token=token, max_bytes=int(args.max_body_mb * 2**20), timeout=args.timeout,
-                        weights=weights, weights_sha256=digest, config_file=args.config_file, workers=args.workers)
+                        weights=weights, weights_sha256=digest, config_file=args.config_file)
     app = build_app(pool, settings)
     config = uvicorn.Config(app, log_level="info" if args.debug else "warning", access_log=args.debug,
                             timeout_graceful_shutdown=None, lifespan="on", server_header=False)

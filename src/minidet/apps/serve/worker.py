@@ -73,7 +73,8 @@ def load(spec: Spec):
 
 def answer(predictor, data: bytes, options: Options, max_pixels: int, debug: bool = False) -> tuple:
     """One request: ``("ok", JSON bytes, seconds by stage)``, the body being the record ``minidet infer`` writes for
-    this image (``outputs.records``: the same serializer); or ``("error", HTTP status, one line, seconds)``:
+    this image (``outputs.records``: the same serializer); or ``("error", HTTP status, message, seconds)`` (the
+    server's ``app.error`` makes it one line):
     413 for an image over ``INPUT.MAX_PIXELS``, 400 for bytes that do not decode or an image the model refuses,
     500 for a failure of the model."""
     times: dict[str, float] = {}
@@ -86,11 +87,11 @@ def answer(predictor, data: bytes, options: Options, max_pixels: int, debug: boo
     try:
         out = predictor(image)
     except ValueError as e:  # the documented input checks (an image too small for the model, ...)
-        return "error", 400, " ".join(str(e).split()), times
+        return "error", 400, str(e), times
     except Exception as e:  # noqa: BLE001 - this request's failure: answered, and the worker goes on
         if debug:
             traceback.print_exc()
-        return "error", 500, " ".join(f"{type(e).__name__}: {e}".split()), times
+        return "error", 500, f"{type(e).__name__}: {e}", times
     times.update(out.pop("timings"))
     t1 = time.perf_counter()
     out = keep_scores(keep_classes(out, options.keep), options.score_thresh)
@@ -131,4 +132,3 @@ def worker_main(conn, spec: Spec) -> None:
             conn.send(answer(predictor, data, options, max_pixels, spec.debug))
         except (BrokenPipeError, OSError):
             return
-
