@@ -111,7 +111,7 @@ def test_paste_is_grid_sample_over_the_whole_image():
     rng = np.random.default_rng(0)
     masks = torch.from_numpy(rng.uniform(0, 1, (4, 28, 28)).astype(np.float32))
     boxes = torch.tensor([[10.3, 20.7, 37.2, 47.9], [0.0, 0.0, 5.5, 3.1], [-4.0, 30.0, 60.0, 99.0], [80, 5, 99.9, 44]])
-    ours = paste_masks_aligned(masks, boxes, 70, 100)
+    ours = paste_masks_aligned(masks, boxes, 70, 100).dense()
     ys = (torch.arange(70, dtype=torch.float32) + 0.5)[None]
     xs = (torch.arange(100, dtype=torch.float32) + 0.5)[None]
     x0, y0, x1, y1 = boxes.split(1, dim=1)

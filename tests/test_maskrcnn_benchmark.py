@@ -759,7 +759,7 @@ def test_mask_paste_is_mbs_masker():
             [98.5, 78.5, 120.0, 90.0],
         ]
     )
-    ours = paste_masks(masks, boxes, 80, 100)
+    ours = paste_masks(masks, boxes, 80, 100).dense()
     ref = torch.stack([_mb_paste(masks[i], boxes[i], 80, 100) for i in range(len(boxes))])
     assert ours.dtype == torch.bool and torch.equal(ours, ref)
 

@@ -126,7 +126,8 @@ def run_case(folder: Path, family: str, opts: list, batch: str) -> list[dict[str
     images = torch.load(folder / "images.pt")
     with torch.inference_mode():
         outs = predictor.predict_batch([images[i].numpy() for i in indices])
-    return [{k: o[k] for k in KEYS if k in o} for o in outs]
+    # masks as the whole (N, H, W) stack (box-cropped ``BoxMasks`` since issue 35): every pixel compared
+    return [{k: (o[k].dense() if hasattr(o[k], "dense") else o[k]) for k in KEYS if k in o} for o in outs]
 
 
 def cases():

@@ -32,4 +32,4 @@ class Convention:
     small_box_filter: bool = False  # the box head drops boxes under ROI_HEADS.MIN_BOX_SIZE
     ties_at_cap: bool = False  # every detection scoring >= the DETECTIONS_PER_IMAGE-th best is kept
     rescale: Callable = transform.rescale_per_axis  # boxes in the resized frame -> original pixels (rescale_*)
-    paste: Callable = transform.paste_masks  # (D, M, M) mask probabilities -> (D, H, W) bool masks (paste_*)
+    paste: Callable = transform.paste_masks  # (D, M, M) mask probabilities -> D box-cropped masks (paste_*)

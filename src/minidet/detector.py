@@ -76,7 +76,9 @@ class MaskRCNN(nn.Module):
     def forward(self, images: list) -> list[dict[str, torch.Tensor]]:
         """HxWx3 uint8 arrays (or tensors) in the input's (BGR) channel order -> per image a dict of
         ``boxes`` (D, 4) float32 xyxy in input pixels, ``scores`` (D,), ``labels`` (D,) int64 and, with a
-        mask head, ``masks`` (D, H, W) bool. The network runs on chunks of ``chunk_size`` images."""
+        mask head, ``masks`` (``minidet.masks.BoxMasks``: D bool masks of the H x W image, each kept as the crop of
+        the pixels around its box; ``dense()`` gives the (D, H, W) stack). The network runs on chunks of
+        ``chunk_size`` images."""
         t = self.timer
         with t.stage("preprocess"):
             batch = self.transform.preprocess(images)

@@ -126,8 +126,9 @@ def classes_of(cfg: CfgNode, weights: str | None = None) -> tuple[Classes, str]:
 class Predictor:
     """Built and loaded from a config, on ``MODEL.DEVICE``: ``predictor(image)`` takes an HxWx3 uint8 BGR array (as
     ``cv2.imread`` gives) and returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels``
-    (N,) int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks`` (N, H, W) bool
-    (``MODEL.MASK_ON``), ``timings`` (stage -> seconds) and what turns them into COCO instances: ``box_offset``
+    (N,) int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks`` (``MODEL.MASK_ON``;
+    ``minidet.masks.BoxMasks``: N bool masks of the H x W image, each kept as its box's crop, ``dense()`` the
+    (N, H, W) stack), ``timings`` (stage -> seconds) and what turns them into COCO instances: ``box_offset``
     (1 where the weights' family counts box sizes pixel-inclusively) and ``class_names`` (the name of each class
     index; ``minidet.apps.outputs.instances``). ``weights_summary`` names what was loaded. ``weights``:
     the checkpoint's path when the caller resolved ``MODEL.WEIGHTS`` already (see ``checkpoint_file``)."""

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .boxes import clip_boxes
+from .masks import BoxMasks
 
 
 class ImageBatch(NamedTuple):
@@ -163,32 +164,35 @@ def rescale_clip_nonempty(det, size: tuple[int, int], orig: tuple[int, int]):
 
 def paste_masks(
     masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
-) -> torch.Tensor:
-    """torchvision/Detectron: (N, M, M) mask probabilities -> (N, height, width) bool masks. The mask is padded by one
-    pixel, the box expanded by (M + 2) / M about its centre and truncated to integers, the padded mask resized
-    bilinearly (align_corners=False) to the box's (x2 - x1 + 1, y2 - y1 + 1) size and binarized with ``> threshold``."""
-    n = masks.shape[0]
-    out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
+) -> BoxMasks:
+    """torchvision/Detectron: (N, M, M) mask probabilities -> N bool masks of the height x width frame, each kept as
+    the crop of the pixels around its box (``BoxMasks``). The mask is padded by one pixel, the box expanded by
+    (M + 2) / M about its centre and truncated to integers, the padded mask resized bilinearly (align_corners=False)
+    to the box's (x2 - x1 + 1, y2 - y1 + 1) size and binarized with ``> threshold``."""
     m = masks.shape[-1]
     padded = F.pad(masks, (1, 1, 1, 1))
     scale = float(m + 2) / m
     w_half, h_half = (boxes[:, 2] - boxes[:, 0]) * 0.5 * scale, (boxes[:, 3] - boxes[:, 1]) * 0.5 * scale
     x_c, y_c = (boxes[:, 2] + boxes[:, 0]) * 0.5, (boxes[:, 3] + boxes[:, 1]) * 0.5
     ib = torch.stack((x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half), dim=1).to(torch.int64).tolist()
+    crops, origins = [], []
     for i, (x0, y0, x1, y1) in enumerate(ib):
         w, h = max(x1 - x0 + 1, 1), max(y1 - y0 + 1, 1)
         xa, xb = max(x0, 0), min(x1 + 1, width)
         ya, yb = max(y0, 0), min(y1 + 1, height)
         if xa >= xb or ya >= yb:
+            crops.append(masks.new_zeros((0, 0), dtype=torch.bool))
+            origins.append((0, 0))
             continue
         res = F.interpolate(padded[i][None, None], size=(h, w), mode="bilinear", align_corners=False)[0, 0]
-        out[i, ya:yb, xa:xb] = res[ya - y0 : yb - y0, xa - x0 : xb - x0] > threshold
-    return out
+        crops.append(res[ya - y0 : yb - y0, xa - x0 : xb - x0] > threshold)
+        origins.append((xa, ya))
+    return BoxMasks(crops, origins, (height, width))
 
 
 def paste_masks_aligned(
     masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
-) -> torch.Tensor:
+) -> BoxMasks:
     """detectron2: each (M, M) mask sampled at the pixel centres in its box (pixel (x + 0.5, y + 0.5) maps to [-1, 1]
     across the float box) with ``grid_sample`` (bilinear, zeros outside, align_corners=False); ``>= threshold``."""
     return _grid_sample_paste(masks, boxes, height, width, threshold, inf_to_centre=False)
@@ -196,23 +200,24 @@ def paste_masks_aligned(
 
 def paste_masks_mmdet(
     masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int, threshold: float = 0.5
-) -> torch.Tensor:
+) -> BoxMasks:
     """mmdetection: detectron2's paste, but an infinite grid coordinate (a box without width or height, which
     mmdetection keeps) becomes 0, the mask's centre: such a box gets the mask's middle column or row."""
     return _grid_sample_paste(masks, boxes, height, width, threshold, inf_to_centre=True)
 
 
-def _grid_sample_paste(masks, boxes, height: int, width: int, threshold: float, inf_to_centre: bool) -> torch.Tensor:
-    """The grid-sample paste of ``paste_masks_aligned``, one box at a time over the pixels around it; with
-    ``inf_to_centre`` an infinite grid coordinate is set to 0 (NaN, from 0 / 0, stays)."""
-    n = masks.shape[0]
-    out = torch.zeros((n, height, width), dtype=torch.bool, device=masks.device)
-    for i in range(n):
+def _grid_sample_paste(masks, boxes, height: int, width: int, threshold: float, inf_to_centre: bool) -> BoxMasks:
+    """The grid-sample paste of ``paste_masks_aligned``, one box at a time over the pixels around it (each mask's
+    crop); with ``inf_to_centre`` an infinite grid coordinate is set to 0 (NaN, from 0 / 0, stays)."""
+    crops, origins = [], []
+    for i in range(masks.shape[0]):
         box = boxes[i : i + 1]
         x0i, y0i = torch.clamp(box.min(dim=0).values.floor()[:2] - 1, min=0).to(torch.int32).tolist()
         x1i = int(torch.clamp(box[:, 2].max().ceil() + 1, max=width).to(torch.int32))
         y1i = int(torch.clamp(box[:, 3].max().ceil() + 1, max=height).to(torch.int32))
         if x1i <= x0i or y1i <= y0i:
+            crops.append(masks.new_zeros((0, 0), dtype=torch.bool))
+            origins.append((0, 0))
             continue
         x0, y0, x1, y1 = torch.split(box, 1, dim=1)
         img_y = (torch.arange(y0i, y1i, device=masks.device, dtype=torch.float32) + 0.5 - y0) / (y1 - y0) * 2 - 1
@@ -222,8 +227,9 @@ def _grid_sample_paste(masks, boxes, height: int, width: int, threshold: float, 
         shape = (1, img_y.size(1), img_x.size(1))
         grid = torch.stack([img_x[:, None, :].expand(shape), img_y[:, :, None].expand(shape)], dim=3)
         sampled = F.grid_sample(masks[i : i + 1, None].float(), grid, align_corners=False)
-        out[i, y0i:y1i, x0i:x1i] = sampled[0, 0] >= threshold
-    return out
+        crops.append(sampled[0, 0] >= threshold)
+        origins.append((x0i, y0i))
+    return BoxMasks(crops, origins, (height, width))
 
 
 class Transform(nn.Module):
@@ -273,7 +279,8 @@ class Transform(nn.Module):
 
     def postprocess(self, dets: list, images: ImageBatch) -> list[dict[str, torch.Tensor]]:
         """Per image ``Detections`` -> a dict of ``boxes`` (D, 4) in original-image pixels, ``scores``,
-        ``labels`` and, where the detections carry mask probabilities, ``masks`` (D, H, W) bool."""
+        ``labels`` and, where the detections carry mask probabilities, ``masks`` (``BoxMasks``: D bool masks of the
+        H x W frame, each kept as its box's crop)."""
         results = []
         for det, size, (oh, ow) in zip(dets, images.sizes, images.orig_sizes):
             if det.frame == "resized":

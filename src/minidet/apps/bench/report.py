@@ -25,6 +25,7 @@ from pycocotools.coco import COCO
 from minidet.apps.compare import DetectionMatch
 from minidet.apps.evaluation import coco_metrics, instances_to_coco
 from minidet.apps.outputs.fileio import atomic_write
+from minidet.masks import BoxMasks
 from minidet.timing import DETAILS, STAGES, format_table, summarize
 
 VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
@@ -572,7 +573,8 @@ def _coco_output(d: dict) -> dict:
         "category_ids": d["labels"].detach().cpu().numpy(),
     }
     if "masks" in d:
-        out["masks"] = d["masks"].detach().cpu().numpy().astype(bool)
+        masks = d["masks"]  # minidet's BoxMasks, torchvision's (N, H, W) tensor
+        out["masks"] = masks.cpu() if isinstance(masks, BoxMasks) else masks.detach().cpu().numpy().astype(bool)
     return out
 
 

@@ -3,7 +3,7 @@ of ``infer`` (and, through them, its results file) and the results that ``eval``
 
 A Predictor's output carries what the conversion needs beside its tensors: ``box_offset`` (1 where the weight
 family counts box sizes pixel-inclusively, Detectron's width ``x2 - x1 + 1``) and ``class_names`` (the name of each
-class index). Masks become COCO RLE.
+class index). Masks (``BoxMasks``, or (N, H, W) arrays) become COCO RLE.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from minidet.apps.outputs.rle import encode_masks
+from minidet.masks import BoxMasks
 
 
 def coco_boxes(boxes: np.ndarray, offset: int) -> list[list[float]]:
@@ -37,7 +38,8 @@ def _columns(out: Mapping, rows: np.ndarray, offset: int | None) -> tuple[list, 
     cats = np.asarray(out["category_ids"]).reshape(-1)[rows]
     rles = None
     if "masks" in out:
-        masks = np.asarray(out["masks"])
+        masks = out["masks"]  # BoxMasks (a Predictor's) or an (N, H, W) stack
+        masks = masks if isinstance(masks, BoxMasks) else np.asarray(masks)
         rles = encode_masks(masks if np.array_equal(rows, np.arange(len(masks))) else masks[rows])
     return boxes, scores, cats, rles
 

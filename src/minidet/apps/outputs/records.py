@@ -16,6 +16,7 @@ from minidet.apps.outputs.instances import record_instances
 from minidet.apps.outputs.vis import draw_instances
 from minidet.categories import BACKGROUND, UNUSED
 from minidet.errors import ConfigError
+from minidet.masks import BoxMasks
 
 
 def dumps_record(doc: dict) -> str:
@@ -44,14 +45,14 @@ def keep_scores(out: dict, thresh: float) -> dict:
 
 def _select(out: dict, sel: np.ndarray) -> dict:
     """``out`` with its per-detection tensors cut to the detections ``sel`` (a bool array) keeps."""
-    return {k: (v[sel] if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+    return {k: (v[sel] if isinstance(v, (torch.Tensor, BoxMasks)) else v) for k, v in out.items()}
 
 
 def draw(image: np.ndarray, out: dict, args: argparse.Namespace) -> np.ndarray:
     """The drawing of one image's detections as ``args`` asks (``no_labels``, ``vis_thresh``, ``mask_alpha``,
     ``no_boxes``)."""
     labels = None if args.no_labels else [out["class_names"][int(k)] for k in out["labels"]]
-    masks = out["masks"].numpy() if "masks" in out else None
+    masks = out.get("masks")
     return draw_instances(image, out["boxes"].numpy(), out["scores"].numpy(), labels, masks, args.vis_thresh,
                           args.mask_alpha, draw_boxes=not args.no_boxes)
 

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 import cv2
 import numpy as np
 
+from minidet.masks import BoxMasks
+
 _GOLDEN = 0.6180339887498949
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
@@ -27,12 +29,13 @@ def palette(n: int) -> np.ndarray:
 
 
 def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray, labels: Sequence[str] | None,
-                   masks: np.ndarray | None = None, thresh: float = 0.5, alpha: float = 0.5,
+                   masks: BoxMasks | np.ndarray | None = None, thresh: float = 0.5, alpha: float = 0.5,
                    draw_boxes: bool = True) -> np.ndarray:
     """A new uint8 BGR image with the instances scoring ``>= thresh`` drawn on it: ``boxes`` (N, 4) xyxy in pixels,
-    ``scores`` (N,), ``labels`` N class names (None: no labels), ``masks`` (N, H, W) boolean or None (blended with
-    weight ``alpha``, outlined); boxes (unless not ``draw_boxes``) and ``"name 0.93"`` labels in the instance's
-    colour, lines and font growing with the image."""
+    ``scores`` (N,), ``labels`` N class names (None: no labels), ``masks`` a ``BoxMasks`` of the image's frame, an
+    (N, H, W) boolean stack or None (blended with weight ``alpha``, outlined, each within its crop); boxes (unless
+    not ``draw_boxes``) and ``"name 0.93"`` labels in the instance's colour, lines and font growing with the
+    image."""
     img = np.asarray(image_bgr)
     if img.dtype != np.uint8:
         raise ValueError(f"image must be uint8, got {img.dtype}")
@@ -48,22 +51,25 @@ def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
     if len(boxes) != n or (labels is not None and len(labels) != n):
         raise ValueError(f"got {len(boxes)} boxes, {n} scores and {len(labels)} labels")
     if masks is not None:
-        masks = np.asarray(masks)
-        if masks.shape != (n, height, width):
-            raise ValueError(f"masks must have shape {(n, height, width)}, got {masks.shape}")
+        if tuple(masks.shape) != (n, height, width):
+            raise ValueError(f"masks must have shape {(n, height, width)}, got {tuple(masks.shape)}")
+        masks = masks if isinstance(masks, BoxMasks) else BoxMasks.from_dense(np.asarray(masks))
     keep = [i for i in range(n) if scores[i] >= thresh]
     colors = [tuple(c) for c in palette(n).tolist()]
     diag = math.sqrt(height * width)
     line = max(1, round(diag / 500))
     if masks is not None:
+        crops = {i: masks.crops[i].cpu().numpy() for i in keep}
         # Big masks first so that small ones stay visible on top.
-        for i in sorted(keep, key=lambda k: -int(masks[k].sum())):
-            m = masks[i].astype(bool)
+        for i in sorted(keep, key=lambda k: -int(crops[k].sum())):
+            m = crops[i]
             if not m.any():
                 continue
-            color = np.array(colors[i], np.float32)
-            out[m] = (out[m].astype(np.float32) * (1.0 - alpha) + color * alpha + 0.5).astype(np.uint8)
-            contours, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE)
+            x0, y0, x1, y1 = masks.region(i)
+            _blend(out[y0:y1, x0:x1], m, np.array(colors[i], np.float32), alpha)
+            # the crop with a border of 0s, as the whole frame would have around it: the same contours, moved
+            framed = np.pad(m, 1).astype(np.uint8)
+            contours, _ = cv2.findContours(framed, cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE, offset=(x0 - 1, y0 - 1))
             cv2.drawContours(out, contours, -1, colors[i], line, cv2.LINE_AA)
     for i in keep if draw_boxes else []:
         x1, y1, x2, y2 = _clip_box(boxes[i], width, height)
@@ -75,6 +81,14 @@ def draw_instances(image_bgr: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
         x1, y1, _, _ = _clip_box(boxes[i], width, height)
         _draw_label(out, f"{labels[i]} {scores[i]:.2f}", x1, y1, colors[i], scale, thick)
     return out
+
+
+def _blend(part: np.ndarray, mask: np.ndarray, color: np.ndarray, alpha: float, rows: int = 256) -> None:
+    """``part``'s pixels under ``mask`` blended with ``color`` (weight ``alpha``) in place, a band of ``rows`` rows
+    at a time so that the float copies stay small for a mask of any size."""
+    for r in range(0, mask.shape[0], rows):
+        sub, m = part[r : r + rows], mask[r : r + rows]
+        sub[m] = (sub[m].astype(np.float32) * (1.0 - alpha) + color * alpha + 0.5).astype(np.uint8)
 
 
 @functools.cache
