@@ -120,6 +120,13 @@ def test_answers_equal_infer_under_concurrent_clients(server, images, tmp_path, 
     kept = [{k: v for k, v in i.items() if k != "segmentation"} for i in expected[images[0].name]["instances"]
             if i["score"] >= 0.5]
     assert status == 200 and json.loads(answer)["instances"] == kept
+    # polygons as infer's --mask-format polygon writes them
+    polygons = infer_records(tmp_path / "p", tv_file, images[:1], "--mask-format", "polygon", "--polygon-tolerance",
+                             "0.5")[images[0].name]
+    query = f"mask_format=polygon&tolerance=0.5&file={images[0]}"
+    status, _, answer = server.predict(data[images[0].name], query=query)
+    assert status == 200 and json.loads(answer) == polygons
+    assert all(isinstance(i["segmentation"], list) for i in polygons["instances"])
 
 
 def test_refusals_are_one_json_line_and_the_next_request_is_served(server, images):
@@ -141,6 +148,7 @@ def test_refusals_are_one_json_line_and_the_next_request_is_served(server, image
         (server.predict(png, query="classes=unicorn"), 400, "unknown class 'unicorn'"),
         (server.predict(png, query="score_thresh=2"), 400, "score_thresh"),
         (server.predict(png, query="mask_format=png"), 400, "mask_format"),
+        (server.predict(png, query="mask_format=polygon&tolerance=-1"), 400, "tolerance"),
         (server.predict(*multipart(png, "a.png", field="photo")), 400, "file field named 'image'"),
         (server.request("GET", "/predict"), 405, ""),
         (server.request("GET", "/v2/models/other"), 404, "no model 'other'"),

@@ -74,6 +74,7 @@ from minidet.apps.evaluation import (
     match_dataset,
 )
 from minidet.apps.outputs.fileio import OutputDir, remove_temp_files, write_json
+from minidet.apps.outputs.instances import MASK_FORMATS
 from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
@@ -89,6 +90,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> arg
     p.add_argument("--results", nargs="+", metavar="RESULTS.json", help="evaluate these COCO results files instead")
     p.add_argument("--only-result-images", action="store_true",
                    help="with --results: evaluate only the images that have detections in the file")
+    p.add_argument("--mask-format", choices=MASK_FORMATS, default="rle",
+                   help="masks in the results file: COCO RLE (exact), COCO polygons (outlines, holes filled; scored "
+                        "as pycocotools rasterizes them) or none (boxes only)")
     p.add_argument("--max-images", type=int, metavar="N", help="only the first N images (by id)")
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process (0: none)")
     p.add_argument("--warmup", type=int, default=2, help="batches per process left out of the timing statistics")
@@ -179,7 +183,7 @@ class Run(BulkJob):
             raise EvaluationError("--only-result-images applies to --results (a model run evaluates the images it ran)")
         self.engine = LocalEngine(args)
         super().__init__(args)
-        self.evaluator = COCOEvaluator(self.coco_gt)
+        self.evaluator = COCOEvaluator(self.coco_gt, args.mask_format)
 
     def inputs(self, cfg) -> tuple[list[tuple[int, str]], dict]:
         """The annotation file's images (the first ``--max-images`` by id), its categories checked."""
@@ -187,8 +191,9 @@ class Run(BulkJob):
         self.coco_gt = load_coco_annotations(args.ann)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
         self.files = dict(files)
+        fmt = {"mask format": args.mask_format} if args.mask_format != "rle" else {}  # resumed only in one format
         return files, {"images": os.path.abspath(args.images), "image ids": [i for i, _ in files],
-                       "config": config_entries(cfg)}
+                       "config": config_entries(cfg), **fmt}
 
     def input_files(self) -> dict:
         return {"annotations": file_identity(self.args.ann)}
@@ -253,7 +258,7 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
     out = args.output
     write_json(os.path.join(out, RESULTS_FILE), results)
     t0 = time.perf_counter()
-    metrics = evaluator.evaluate(("bbox", "segm") if cfg.MODEL.MASK_ON else ("bbox",))
+    metrics = evaluator.evaluate(("bbox", "segm") if cfg.MODEL.MASK_ON and args.mask_format != "none" else ("bbox",))
     t_eval = time.perf_counter() - t0
     skipped = [merged.skipped[i] for i in sorted(merged.skipped)]
     write_json(os.path.join(out, "metrics.json"), metrics, indent=1)

@@ -212,8 +212,15 @@ def _check_rle(r: dict, image: dict, where: str) -> tuple[str, int, int] | None:
     """Check one entry's RLE; returns ``(counts, H, W)`` of compressed counts (their runs are checked later), None
     for uncompressed counts (compressed in place)."""
     seg = r["segmentation"]
+    if isinstance(seg, list):  # COCO polygons: scored as pycocotools rasterizes them
+        if not all(isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 and all(_is_real(v) for v in p)
+                   for p in seg):
+            raise EvaluationError(f"{where}: polygon segmentation must be lists of x, y numbers (at least 3 points)")
+        r["segmentation"] = _polygons_as_rle(r, image)["segmentation"]
+        return None
     if not (isinstance(seg, dict) and "size" in seg and "counts" in seg):
-        raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}}")
+        raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}} or "
+                              "COCO polygons")
     size, hw = seg["size"], [image["height"], image["width"]]
     if not (isinstance(size, list) and size == hw):
         raise EvaluationError(f"{where}: segmentation size {size!r} is not the image's [height, width] {hw}")
@@ -352,6 +359,18 @@ def _results_api(coco_gt: COCO, dets: list[dict]) -> COCO:
     return empty
 
 
+def _polygons_as_rle(det: dict, image: dict) -> dict:
+    """A result whose segmentation is COCO polygons with it as the RLE pycocotools rasterizes them to (its results
+    API takes RLE only); other results as they are."""
+    seg = det["segmentation"]
+    if not isinstance(seg, list):
+        return det
+    h, w = image["height"], image["width"]
+    rle = mask_utils.merge(mask_utils.frPyObjects(seg, h, w)) if seg else mask_utils.encode(
+        np.zeros((h, w, 1), np.uint8, order="F"))[0]
+    return {**det, "segmentation": {"size": [h, w], "counts": rle["counts"].decode("ascii")}}
+
+
 def coco_metrics(coco_gt: COCO, results: Sequence[dict], iou_types: Sequence[str],
                  image_ids: Iterable[int] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """Run COCOeval per IoU type on ``results`` (not modified) over ``image_ids`` (default: every image).
@@ -369,6 +388,8 @@ def coco_metrics(coco_gt: COCO, results: Sequence[dict], iou_types: Sequence[str
         # (which changes what counts as small / medium / large)
         keys = ("image_id", "category_id", _RESULT_FIELD[iou_type], "score")
         dets = [{k: r[k] for k in keys} for r in results]
+        if iou_type == "segm":
+            dets = [_polygons_as_rle(d, coco_gt.imgs[d["image_id"]]) for d in dets]
         ev = COCOeval(coco_gt, _results_api(coco_gt, dets), iou_type)
         ev.params.imgIds = ids
         _quiet(ev.evaluate)
@@ -385,8 +406,8 @@ class COCOEvaluator:
     returns the metrics over the processed images (pycocotools' printouts in ``tables``). Detections of categories
     the annotation file lacks are dropped and counted in ``dropped``."""
 
-    def __init__(self, coco_gt: COCO) -> None:
-        self.coco_gt = coco_gt
+    def __init__(self, coco_gt: COCO, mask_format: str = "rle") -> None:
+        self.coco_gt, self.mask_format = coco_gt, mask_format
         self.category_ids = frozenset(coco_gt.getCatIds())
         self.reset()
 
@@ -400,7 +421,7 @@ class COCOEvaluator:
         """Convert and keep one batch; returns the new results."""
         new: list[dict] = []
         for image_id, out in zip(image_ids, outputs):
-            res, dropped = instances_to_coco(image_id, out, keep=self.category_ids)
+            res, dropped = instances_to_coco(image_id, out, keep=self.category_ids, mask_format=self.mask_format)
             new.extend(res)
             self.dropped += dropped
         self.extend(image_ids, new)

@@ -56,6 +56,7 @@ from minidet.apps.bulk.engines import LocalEngine
 from minidet.apps.bulk.infer_job import Job
 from minidet.apps.bulk.job import drive
 from minidet.apps.outputs.fileio import OutputDir
+from minidet.apps.outputs.instances import MASK_FORMATS
 from minidet.apps.outputs.video import CODECS
 
 
@@ -73,6 +74,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
     p.add_argument("--mask-alpha", type=float, default=0.5, help="opacity of the drawn masks (0 to 1)")
     p.add_argument("--no-boxes", action="store_true", help="draw no boxes")
     p.add_argument("--no-labels", action="store_true", help="draw no class labels")
+    p.add_argument("--mask-format", choices=MASK_FORMATS, default="rle",
+                   help="masks in the records: COCO RLE (exact), COCO polygons (outlines; holes filled) or none")
+    p.add_argument("--polygon-tolerance", type=float, default=0.0, metavar="PX",
+                   help="--mask-format polygon: simplify outlines by up to PX pixels (0: exact pixel edges)")
     p.add_argument("--classes", metavar="NAMES", help="comma-separated class names to keep, e.g. person,dog")
     p.add_argument("--every", type=int, default=1, metavar="N", help="videos: every N-th frame")
     p.add_argument("--codecs", default=",".join(CODECS), help="video codecs (FourCC) to try, in order")
@@ -97,6 +102,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
         p.error("give --input PATH ... or --input-list FILE")
     if args.warmup < 0 or args.workers < 0 or args.chunk_size < 1 or args.every < 1:
         p.error("need --warmup >= 0, --workers >= 0, --chunk-size >= 1, --every >= 1")
+    if args.polygon_tolerance < 0:
+        p.error("--polygon-tolerance must be at least 0")
     for flag, value in (("--vis-thresh", args.vis_thresh), ("--mask-alpha", args.mask_alpha)):
         if not 0.0 <= value <= 1.0:
             p.error(f"{flag} must be between 0 and 1")

@@ -29,14 +29,15 @@ from minidet.apps.bulk.ledger import timing_summary
 from minidet.apps.bulk.writer import InputGuard, OrderedWriter
 from minidet.apps.outputs.fileio import OutputDir, OutputError, atomic_open, remove_temp_files
 from minidet.apps.outputs.instances import record_instances
-from minidet.apps.outputs.records import draw, dumps_record, keep_classes, parse_classes
+from minidet.apps.outputs.records import draw, dumps_record, keep_classes, mask_options, parse_classes
 from minidet.apps.outputs.video import STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
 from minidet.apps.outputs.vis import undrawable
 from minidet.categories import COCO_CATEGORIES, Classes
 from minidet.timing import format_table
 
 CHUNKS = ".chunks"
-_OUTPUT_KEYS = ("no_vis", "vis_thresh", "mask_alpha", "no_boxes", "no_labels", "classes", "every", "codecs")
+_OUTPUT_KEYS = ("no_vis", "vis_thresh", "mask_alpha", "no_boxes", "no_labels", "classes", "every", "codecs",
+                "mask_format", "polygon_tolerance")
 
 
 def unique_stems(names: list[str]) -> list[str]:
@@ -312,7 +313,7 @@ class Job(BulkJob):
 
     def _frame(self, index: int, seconds: float, frame: np.ndarray, out: dict, draw: bool):
         record = {"frame": index, "time": round(seconds, 6),
-                  "instances": record_instances(out)}
+                  "instances": record_instances(out, *mask_options(self.args))}
         return record, (self._draw(frame, out) if draw else None)
 
     # ------------------------------------------------------------------ rank 0, at the end

@@ -152,21 +152,23 @@ class Detect:
 
     Built once per actor from ``config_file`` (a file or a config name) and ``opts`` (``KEY VALUE`` overrides), with
     ``minidet infer``'s output options: ``classes`` (``"person,dog"``), ``no_vis`` (default True: no drawing),
-    ``vis_thresh``, ``mask_alpha``, ``no_boxes``, ``no_labels``. ``workdir``: the folder that relative paths (config,
-    weights, images) are relative to; the actor changes into it when it exists there.
+    ``vis_thresh``, ``mask_alpha``, ``no_boxes``, ``no_labels``, ``mask_format`` and ``polygon_tolerance``.
+    ``workdir``: the folder that relative paths (config, weights, images) are relative to; the actor changes into it
+    when it exists there.
 
     A batch has a column ``path`` (file paths or URIs) and may have ``bytes`` (the encoded images; ``path`` then only
     names them, as ``read_binary_files(..., include_paths=True)`` gives) and ``image_id`` (passed through). It is run
     ``TEST.IMS_PER_BATCH`` images per forward. The result has one row per input row, in the same order: ``path``,
     ``record`` (the JSON text of the image's record exactly as ``minidet infer --results`` has it: file, height,
-    width, instances with bbox [x, y, w, h], score, category id and name, RLE segmentation; "" for an error),
+    width, instances with bbox [x, y, w, h], score, category id and name, segmentation; "" for an error),
     ``error`` (one line ``"<path>: <what>"``; "" if none), ``warnings`` (the decoder's, one a line), ``jpg`` (the
     drawing; b"" with ``no_vis``), ``timing`` (on the first row of each forward, the JSON of its seconds: ``n``
     images, ``data``, ``model``, ``stages``, with this ``actor`` and its forward count ``seq``; else "")."""
 
     def __init__(self, config_file: str, opts: Sequence[str] = (), *, classes: str | None = None,
                  no_vis: bool = True, vis_thresh: float = 0.5, mask_alpha: float = 0.5, no_boxes: bool = False,
-                 no_labels: bool = False, workdir: str | None = None) -> None:
+                 no_labels: bool = False, mask_format: str = "rle", polygon_tolerance: float = 0.0,
+                 workdir: str | None = None) -> None:
         if workdir and os.path.isdir(workdir):
             os.chdir(workdir)
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
@@ -177,7 +179,8 @@ class Detect:
         self.predictor = minidet.Predictor(cfg)
         self.keep = parse_classes(classes, self.predictor.class_names)
         self.options = argparse.Namespace(no_vis=no_vis, vis_thresh=vis_thresh, mask_alpha=mask_alpha,
-                                          no_boxes=no_boxes, no_labels=no_labels)
+                                          no_boxes=no_boxes, no_labels=no_labels, mask_format=mask_format,
+                                          polygon_tolerance=polygon_tolerance)
         self.actor = f"{socket.gethostname()}:{os.getpid()}"
         self.seq = 0
 
@@ -501,7 +504,7 @@ class RayEngine:
               f"cluster {self.address}", flush=True)
         opts = [*args.opts, *(["MODEL.DEVICE", "cuda"] if self.gpus else [])]  # the GPU Ray gives the actor
         options = {k: getattr(args, k) for k in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
-                                                 "no_labels")}
+                                                 "no_labels", "mask_format", "polygon_tolerance")}
         # two tasks queued per actor: the next block is there when one ends, and the first actor to start does not
         # take the blocks of those still starting
         pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)

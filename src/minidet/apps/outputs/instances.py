@@ -3,7 +3,8 @@ of ``infer`` (and, through them, its results file) and the results that ``eval``
 
 A Predictor's output carries what the conversion needs beside its tensors: ``box_offset`` (1 where the weight
 family counts box sizes pixel-inclusively, Detectron's width ``x2 - x1 + 1``) and ``class_names`` (the name of each
-class index). Masks (``BoxMasks``, or (N, H, W) arrays) become COCO RLE.
+class index). Masks (``BoxMasks``, or (N, H, W) arrays) become COCO RLE, COCO polygons or nothing
+(``MASK_FORMATS``: ``--mask-format`` of infer, eval and the server).
 """
 
 from __future__ import annotations
@@ -12,8 +13,22 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from minidet.apps.outputs.polygons import encode_polygons
 from minidet.apps.outputs.rle import encode_masks
 from minidet.masks import BoxMasks
+
+MASK_FORMATS = ("rle", "polygon", "none")  # COCO RLE of the frame, COCO polygons (outlines, holes filled), none
+
+
+def segmentations(masks, mask_format: str = "rle", tolerance: float = 0.0) -> list | None:
+    """Each mask of ``masks`` (``BoxMasks`` or an (N, H, W) stack) as ``mask_format`` gives it: COCO RLE dicts,
+    COCO polygon lists (outlines on the pixels' edges, simplified by ``tolerance`` pixels), or None for ``none``."""
+    if mask_format not in MASK_FORMATS:
+        raise ValueError(f"mask format: one of {', '.join(MASK_FORMATS)}, got {mask_format!r}")
+    if mask_format == "none":
+        return None
+    masks = masks if isinstance(masks, BoxMasks) else BoxMasks.from_dense(np.asarray(masks))
+    return encode_masks(masks) if mask_format == "rle" else encode_polygons(masks, tolerance)
 
 
 def coco_boxes(boxes: np.ndarray, offset: int) -> list[list[float]]:
@@ -31,8 +46,10 @@ def offset_of(out: Mapping) -> int:
     return int(out["box_offset"])
 
 
-def _columns(out: Mapping, rows: np.ndarray, offset: int | None) -> tuple[list, np.ndarray, np.ndarray, list | None]:
-    """bbox lists, scores, category ids and RLEs (None without masks) of the detections ``rows``."""
+def _columns(out: Mapping, rows: np.ndarray, offset: int | None, mask_format: str = "rle",
+             tolerance: float = 0.0) -> tuple[list, np.ndarray, np.ndarray, list | None]:
+    """bbox lists, scores, category ids and segmentations (``segmentations``; None without masks or with
+    ``mask_format`` none) of the detections ``rows``."""
     boxes = coco_boxes(np.asarray(out["boxes"])[rows], offset_of(out) if offset is None else offset)
     scores = np.asarray(out["scores"]).reshape(-1)[rows]
     cats = np.asarray(out["category_ids"]).reshape(-1)[rows]
@@ -40,15 +57,16 @@ def _columns(out: Mapping, rows: np.ndarray, offset: int | None) -> tuple[list, 
     if "masks" in out:
         masks = out["masks"]  # BoxMasks (a Predictor's) or an (N, H, W) stack
         masks = masks if isinstance(masks, BoxMasks) else np.asarray(masks)
-        rles = encode_masks(masks if np.array_equal(rows, np.arange(len(masks))) else masks[rows])
+        rles = segmentations(masks if np.array_equal(rows, np.arange(len(masks))) else masks[rows], mask_format,
+                             tolerance)
     return boxes, scores, cats, rles
 
 
-def record_instances(out: Mapping) -> list[dict]:
+def record_instances(out: Mapping, mask_format: str = "rle", tolerance: float = 0.0) -> list[dict]:
     """One image's detections as the instances of ``infer``'s records: ``bbox`` [x, y, w, h], ``score``,
-    ``category_id``, ``category_name`` and, with masks, RLE ``segmentation``."""
+    ``category_id``, ``category_name`` and, with masks, ``segmentation`` in ``mask_format`` (``segmentations``)."""
     rows = np.arange(len(out["scores"]))
-    boxes, scores, cats, rles = _columns(out, rows, None)
+    boxes, scores, cats, rles = _columns(out, rows, None, mask_format, tolerance)
     names, labels = out["class_names"], np.asarray(out["labels"]).reshape(-1)
     found = []
     for i, box in enumerate(boxes):
@@ -61,14 +79,15 @@ def record_instances(out: Mapping) -> list[dict]:
 
 
 def instances_to_coco(image_id: int, out: Mapping, box_offset: int | None = None,
-                      keep: Iterable[int] | None = None) -> tuple[list[dict], int]:
+                      keep: Iterable[int] | None = None, mask_format: str = "rle",
+                      tolerance: float = 0.0) -> tuple[list[dict], int]:
     """One image's detections as COCO result dicts (``image_id``, ``category_id``, ``bbox``, ``score``, with masks
-    ``segmentation``) in its order; detections whose category id is not in ``keep`` (coco91's unused slots, classes
-    a dataset lacks) are dropped. ``box_offset``: the box rule's, for detections that do not carry it. Returns
-    (results, number dropped)."""
+    ``segmentation`` in ``mask_format``) in its order; detections whose category id is not in ``keep`` (coco91's
+    unused slots, classes a dataset lacks) are dropped. ``box_offset``: the box rule's, for detections that do not
+    carry it. Returns (results, number dropped)."""
     cat = np.asarray(out["category_ids"]).reshape(-1)
     rows = np.flatnonzero(np.isin(cat, np.fromiter(keep, dtype=np.int64))) if keep is not None else np.arange(len(cat))
-    boxes, scores, cats, rles = _columns(out, rows, box_offset)
+    boxes, scores, cats, rles = _columns(out, rows, box_offset, mask_format, tolerance)
     results = [{"image_id": int(image_id), "category_id": int(cats[k]), "bbox": boxes[k], "score": float(scores[k])}
                for k in range(len(rows))]
     for r, rle in zip(results, rles or []):

@@ -27,10 +27,15 @@ def dumps_record(doc: dict) -> str:
     return f'{head}, "instances": {body}}}\n'
 
 
-def to_record(path: str, image: np.ndarray, out: dict) -> dict:
-    """The JSON document for one image's detections."""
+def to_record(path: str, image: np.ndarray, out: dict, mask_format: str = "rle", tolerance: float = 0.0) -> dict:
+    """The JSON document for one image's detections, masks in ``mask_format`` (``instances.MASK_FORMATS``)."""
     return {"file": path, "height": int(image.shape[0]), "width": int(image.shape[1]),
-            "instances": record_instances(out)}
+            "instances": record_instances(out, mask_format, tolerance)}
+
+
+def mask_options(args: argparse.Namespace) -> tuple[str, float]:
+    """The mask format and polygon tolerance ``args`` ask for (``--mask-format``, ``--polygon-tolerance``)."""
+    return args.mask_format, args.polygon_tolerance
 
 
 def keep_classes(out: dict, keep: set[int] | None) -> dict:
@@ -58,8 +63,9 @@ def draw(image: np.ndarray, out: dict, args: argparse.Namespace) -> np.ndarray:
 
 
 def render(path: str, image: np.ndarray, out: dict, args: argparse.Namespace) -> tuple[dict, bytes | None]:
-    """One image's record (:func:`to_record`) and, unless ``args.no_vis``, its drawing as JPEG bytes."""
-    record = to_record(path, image, out)
+    """One image's record (:func:`to_record`, masks as ``args.mask_format``) and, unless ``args.no_vis``, its
+    drawing as JPEG bytes."""
+    record = to_record(path, image, out, *mask_options(args))
     if args.no_vis:
         return record, None
     ok, jpg = cv2.imencode(".jpg", draw(image, out, args), [cv2.IMWRITE_JPEG_QUALITY, 90])

@@ -3,7 +3,8 @@
 - ``POST /predict``: the image's bytes as the body (``Content-Type: image/*``) or a multipart form's ``image`` field;
   the answer is the JSON record ``minidet infer`` writes for that image (``outputs.records``), with the time of each
   stage in a ``Server-Timing`` header. Query: ``classes`` (names, comma-separated), ``score_thresh`` (the lowest
-  score returned), ``mask_format`` (``rle`` or ``none``), ``file`` (the name the record carries).
+  score returned), ``mask_format`` (``rle``, ``polygon`` or ``none``), ``tolerance`` (polygons simplified by up to
+  this many pixels), ``file`` (the name the record carries).
 - ``GET /health/live``, ``GET /health/ready`` (and the Open Inference Protocol's ``/v2/health/live|ready``),
   ``GET /metrics`` (Prometheus text), ``GET /v2`` and ``GET /v2/models/<name>`` (metadata: family, classes, config,
   weights SHA-256), ``GET /v2/models/<name>/ready``; ``GET /``: a page to try it in a browser.
@@ -31,14 +32,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from minidet import __version__
+from minidet.apps.outputs.instances import MASK_FORMATS
 from minidet.apps.outputs.records import parse_classes
 from minidet.apps.serve.metrics import Metrics
 from minidet.apps.serve.pool import Job, Pool, QueueFull
 from minidet.apps.serve.worker import Options
 from minidet.errors import ConfigError
 from minidet.imageio import ImageReadError, check_image_bytes
-
-MASK_FORMATS = ("rle", "none")  # the large-images issue adds polygon
 
 
 @dataclass
@@ -105,7 +105,14 @@ def parse_options(request: Request, class_names: list[str]) -> Options:
     mask_format = q.get("mask_format", "rle")
     if mask_format not in MASK_FORMATS:
         raise HTTPException(400, f"mask_format: one of {', '.join(MASK_FORMATS)}, got {mask_format!r}")
-    return Options(file=q.get("file", ""), keep=keep, score_thresh=thresh, mask_format=mask_format)
+    try:
+        tolerance = float(q.get("tolerance", 0))
+    except ValueError:
+        tolerance = math.nan
+    if not 0 <= tolerance < math.inf:
+        raise HTTPException(400, f"tolerance: a number of pixels of at least 0, got {q.get('tolerance')!r}")
+    return Options(file=q.get("file", ""), keep=keep, score_thresh=thresh, mask_format=mask_format,
+                   tolerance=tolerance)
 
 
 def server_timing(times: dict[str, float]) -> str:

@@ -25,12 +25,14 @@ WARMUP_SIZE = (480, 640)  # the warm-up image (the config's resize takes it to t
 @dataclass
 class Options:
     """What one request asks beyond its image: the ``file`` name its record carries, the class indices to keep
-    (None: all), the lowest score returned, ``mask_format`` (``rle`` or ``none``)."""
+    (None: all), the lowest score returned, ``mask_format`` (``rle``, ``polygon`` or ``none``) and the polygons'
+    ``tolerance`` in pixels."""
 
     file: str = ""
     keep: set[int] | None = None
     score_thresh: float = 0.0
     mask_format: str = "rle"
+    tolerance: float = 0.0
 
 
 @dataclass
@@ -95,9 +97,7 @@ def answer(predictor, data: bytes, options: Options, max_pixels: int, debug: boo
     times.update(out.pop("timings"))
     t1 = time.perf_counter()
     out = keep_scores(keep_classes(out, options.keep), options.score_thresh)
-    if options.mask_format == "none":
-        out.pop("masks", None)
-    body = dumps_record(to_record(options.file, image, out)).encode()
+    body = dumps_record(to_record(options.file, image, out, options.mask_format, options.tolerance)).encode()
     times["serialize"] = time.perf_counter() - t1
     return "ok", body, times
 
