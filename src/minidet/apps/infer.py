@@ -51,7 +51,7 @@ import os
 import sys
 
 from minidet.apps import fail, parse_with_overrides, run_app
-from minidet.apps.bulk import dist
+from minidet.apps.bulk import dist, sliced
 from minidet.apps.bulk.engines import LocalEngine
 from minidet.apps.bulk.infer_job import Job
 from minidet.apps.bulk.job import drive
@@ -79,6 +79,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
     p.add_argument("--polygon-tolerance", type=float, default=0.0, metavar="PX",
                    help="--mask-format polygon: simplify outlines by up to PX pixels (0: exact pixel edges)")
     p.add_argument("--classes", metavar="NAMES", help="comma-separated class names to keep, e.g. person,dog")
+    sliced.add_options(p)
     p.add_argument("--every", type=int, default=1, metavar="N", help="videos: every N-th frame")
     p.add_argument("--codecs", default=",".join(CODECS), help="video codecs (FourCC) to try, in order")
     p.add_argument("--workers", type=int, default=2, help="image decoding processes per process (0: none)")
@@ -102,6 +103,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
         p.error("give --input PATH ... or --input-list FILE")
     if args.warmup < 0 or args.workers < 0 or args.chunk_size < 1 or args.every < 1:
         p.error("need --warmup >= 0, --workers >= 0, --chunk-size >= 1, --every >= 1")
+    sliced.slicing_of(args, p)
     if args.polygon_tolerance < 0:
         p.error("--polygon-tolerance must be at least 0")
     for flag, value in (("--vis-thresh", args.vis_thresh), ("--mask-alpha", args.mask_alpha)):

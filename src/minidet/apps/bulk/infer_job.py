@@ -21,6 +21,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from minidet.apps.bulk import sliced
 from minidet.apps.bulk.chunks import ChunkError, config_entries
 from minidet.apps.bulk.engines import LocalEngine
 from minidet.apps.bulk.inputs import describe_skipped
@@ -37,7 +38,7 @@ from minidet.timing import format_table
 
 CHUNKS = ".chunks"
 _OUTPUT_KEYS = ("no_vis", "vis_thresh", "mask_alpha", "no_boxes", "no_labels", "classes", "every", "codecs",
-                "mask_format", "polygon_tolerance")
+                "mask_format", "polygon_tolerance", *sliced.KEYS)
 
 
 def unique_stems(names: list[str]) -> list[str]:
@@ -170,6 +171,7 @@ class Job(BulkJob):
         bar = tqdm(total=len(images), unit="img", file=sys.stderr, disable=(not info.is_main or not images) or None,
                    desc=f"rank 0 of {info.world_size}" if info.distributed else None)
         ledger.plan(images, self.cfg.TEST.IMS_PER_BATCH)
+        self.on_tile = lambda done, total: bar.set_postfix_str(f"tile {done}/{total}" if done < total else "")
         limit = 2 * self.cfg.TEST.IMS_PER_BATCH + 2
         try:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="infer-write") as pool:

@@ -14,10 +14,12 @@ from collections.abc import Callable
 from minidet.apps.bulk import dist
 from minidet.apps.bulk.chunks import ChunkStore, file_identity
 from minidet.apps.bulk.ledger import Ledger, begin_run, open_share
+from minidet.apps.bulk.sliced import slicing_of
 from minidet.apps.outputs.fileio import no_space
 from minidet.config import CfgNode, get_cfg, validate_cfg
 from minidet.errors import Interrupted
 from minidet.hub import weights_path
+from minidet.slicing import SlicedPredictor
 
 
 class BulkJob:
@@ -90,7 +92,17 @@ class BulkJob:
             print(f"{self.name}: weights {predictor.weights_summary}")
             if predictor.classes_summary:
                 print(f"{self.name}: {predictor.classes_summary}")
-        return predictor
+        slicing = slicing_of(self.args) if hasattr(self.args, "slice") else None
+        if slicing is None:
+            return predictor
+        if self.info.is_main:
+            print(f"{self.name}: sliced inference: {slicing.size} px tiles, overlap {slicing.overlap:g}, merge "
+                  f"{slicing.merge} by box {slicing.match} >= {slicing.threshold:g}"
+                  + (", and the whole image" if slicing.full_pass else ""))
+        return SlicedPredictor(predictor, slicing, progress=lambda done, total: self.on_tile(done, total))
+
+    def on_tile(self, done: int, total: int) -> None:
+        """Called after each tile of a sliced image (the loop shows it on its bar)."""
 
     def remove_temp_files(self) -> None:
         """Remove what a killed run left half-written (rank 0, before the run is recorded)."""

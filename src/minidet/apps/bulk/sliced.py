@@ -1,0 +1,36 @@
+"""``--slice`` and its options (sliced inference, ``minidet.slicing``) as ``infer`` and ``eval`` take them."""
+
+from __future__ import annotations
+
+import argparse
+
+from minidet.slicing import MATCHES, MERGES, Slicing
+
+KEYS = ("slice", "overlap", "merge", "match", "match_thresh", "full_pass")  # what a resumed run must repeat
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slice", type=int, metavar="S",
+                   help="sliced inference: run each image as S x S tiles of its own pixels, each as the model runs "
+                        "that crop, and merge the detections cut by tile borders")
+    p.add_argument("--overlap", type=float, default=0.2, metavar="F", help="--slice: tiles overlap by F of S")
+    p.add_argument("--merge", choices=MERGES, default="nmm",
+                   help="--slice: nmm joins the pieces of an object cut by tile borders (boxes and masks united); "
+                        "nms keeps the highest-scoring piece")
+    p.add_argument("--match", choices=MATCHES, default="ios",
+                   help="--slice: pieces match by box IoS (intersection over the smaller box) or IoU")
+    p.add_argument("--match-thresh", type=float, default=0.5, metavar="T", help="--slice: the lowest match")
+    p.add_argument("--full-pass", action="store_true",
+                   help="--slice: run the whole image too and merge it in (objects larger than a tile)")
+
+
+def slicing_of(args: argparse.Namespace, p: argparse.ArgumentParser | None = None) -> Slicing | None:
+    """The ``Slicing`` the options ask for (None without ``--slice``); a bad value is ``p.error``'s one line."""
+    if args.slice is None:
+        return None
+    try:
+        return Slicing(args.slice, args.overlap, args.merge, args.match, args.match_thresh, args.full_pass)
+    except ValueError as e:
+        if p is None:
+            raise
+        p.error(f"--slice: {e}")
