@@ -11,8 +11,8 @@ from pathlib import Path
 
 import cv2
 import pytest
-from helpers import ROOT
 
+from helpers import ROOT
 from minidet.apps.synthetic import structured_image
 
 CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"

@@ -10,9 +10,9 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, run_tool
 
 import minidet
+from helpers import ROOT, run_tool
 from minidet.apps.synthetic import structured_image
 from minidet.masks import BoxMasks
 from minidet.slicing import SlicedPredictor, Slicing, merge_tiles, tile_count, tile_windows
