@@ -269,6 +269,23 @@ def test_two_actors_write_what_one_process_writes(reference, images, tv_file, cl
 
 
 @needs_ray
+def test_sliced_inference_on_ray_writes_what_one_process_writes(images, tv_file, cluster, tmp_path, capfd,
+                                                                driver_env):
+    """``--slice`` (and polygons) through the actors: the same files as one local process."""
+    extra = ("--slice", "256", "--overlap", "0.25", "--mask-format", "polygon", "--no-vis")
+    local = tmp_path / "local"
+    res = call_tool(TOOL, *_args(tv_file, local, str(images), extra=(*extra, "--workers", "0")), threads=1)
+    assert res.returncode == 1, res.stderr
+    out = tmp_path / "ray"
+    res = _ray(capfd, *_args(tv_file, out, str(images), extra=(*extra, "--engine", "ray", "--ray-address",
+                                                               cluster[0])), cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert _files(out) == _files(local) and len(_files(out)) == GOOD
+    record = json.loads(next(iter(_files(out).values())))
+    assert record["instances"] and isinstance(record["instances"][0]["segmentation"], list)
+
+
+@needs_ray
 def test_an_actor_killed_while_it_works_is_replaced(reference, images, tv_file, cluster, tmp_path):
     """SIGKILL to the actor while it runs a task: Ray restarts it and reruns the task; the files are the same."""
     out = tmp_path / "out"

@@ -210,7 +210,15 @@ class SlicedPredictor:
         return self.predict_batch([image])[0]
 
     def predict_batch(self, images: list[np.ndarray]) -> list[dict]:
-        return [self._one(im) for im in images]
+        """Each image sliced and merged; ``timings`` are for the whole batch (a Predictor's are)."""
+        outs = [self._one(im) for im in images]
+        total: dict[str, float] = {}
+        for o in outs:
+            for k, v in o["timings"].items():
+                total[k] = total.get(k, 0.0) + v
+        for o in outs:
+            o["timings"] = total
+        return outs
 
     def windows(self, height: int, width: int) -> list[tuple[int, int, int, int]]:
         s = self.slicing
@@ -227,6 +235,7 @@ class SlicedPredictor:
         if len(windows) == 1:  # the plain run
             out = self.predictor(image)
             out["tiles"] = 1
+            out["timings"] = dict(out["timings"])
             return out
         parts, stages = [], {}
         for n, (x0, y0, x1, y1) in enumerate(windows):

@@ -43,6 +43,7 @@ from minidet.apps.bulk import dist
 from minidet.apps.bulk.engines import Forward, run_batches
 from minidet.apps.bulk.inputs import find_inputs
 from minidet.apps.bulk.loader import ImageFiles
+from minidet.apps.bulk.sliced import slicing_of
 from minidet.apps.outputs.records import keep_classes, parse_classes, render
 from minidet.apps.outputs.video import is_video
 from minidet.config import ConfigError, validate_cfg
@@ -56,6 +57,7 @@ from minidet.imageio import (
     read_image_bytes,
 )
 from minidet.predictor import classes_of
+from minidet.slicing import SlicedPredictor, Slicing
 
 _URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 BLOCK_ROWS = 256  # at most this many inputs per Ray block (one actor task; what a killed actor redoes)
@@ -152,7 +154,8 @@ class Detect:
 
     Built once per actor from ``config_file`` (a file or a config name) and ``opts`` (``KEY VALUE`` overrides), with
     ``minidet infer``'s output options: ``classes`` (``"person,dog"``), ``no_vis`` (default True: no drawing),
-    ``vis_thresh``, ``mask_alpha``, ``no_boxes``, ``no_labels``, ``mask_format`` and ``polygon_tolerance``.
+    ``vis_thresh``, ``mask_alpha``, ``no_boxes``, ``no_labels``, ``mask_format``, ``polygon_tolerance`` and
+    ``slicing`` (``minidet.slicing.Slicing``'s fields as a dict: sliced inference).
     ``workdir``: the folder that relative paths (config, weights, images) are relative to; the actor changes into it
     when it exists there.
 
@@ -168,7 +171,7 @@ class Detect:
     def __init__(self, config_file: str, opts: Sequence[str] = (), *, classes: str | None = None,
                  no_vis: bool = True, vis_thresh: float = 0.5, mask_alpha: float = 0.5, no_boxes: bool = False,
                  no_labels: bool = False, mask_format: str = "rle", polygon_tolerance: float = 0.0,
-                 workdir: str | None = None) -> None:
+                 slicing: dict | None = None, workdir: str | None = None) -> None:
         if workdir and os.path.isdir(workdir):
             os.chdir(workdir)
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
@@ -177,6 +180,8 @@ class Detect:
         cfg.merge_from_list(list(opts))
         validate_cfg(cfg)
         self.predictor = minidet.Predictor(cfg)
+        if slicing:  # minidet.slicing.Slicing's fields: each image run as tiles, merged
+            self.predictor = SlicedPredictor(self.predictor, Slicing(**slicing))
         self.keep = parse_classes(classes, self.predictor.class_names)
         self.options = argparse.Namespace(no_vis=no_vis, vis_thresh=vis_thresh, mask_alpha=mask_alpha,
                                           no_boxes=no_boxes, no_labels=no_labels, mask_format=mask_format,
@@ -505,6 +510,8 @@ class RayEngine:
         opts = [*args.opts, *(["MODEL.DEVICE", "cuda"] if self.gpus else [])]  # the GPU Ray gives the actor
         options = {k: getattr(args, k) for k in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
                                                  "no_labels", "mask_format", "polygon_tolerance")}
+        if (slicing := slicing_of(args)) is not None:
+            options["slicing"] = slicing.describe()
         # two tasks queued per actor: the next block is there when one ends, and the first actor to start does not
         # take the blocks of those still starting
         pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)
