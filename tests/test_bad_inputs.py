@@ -23,6 +23,7 @@ import minidet
 from helpers import call_tool, config, load_tool, one_error_line, run_tool
 from minidet.apps.synthetic import structured_image
 from minidet.checkpoint import CheckpointError, load_checkpoint
+from minidet.imageio import DEFAULT_MAX_PIXELS
 from minidet.testing.checkpoints import d2_weights
 from test_imageio import _forged_png, _with_exif
 from test_infer_tool import FAST as INFER_FAST
@@ -392,7 +393,7 @@ def _image_corpus(folder: Path) -> tuple[dict[str, tuple[int, int]], dict[str, s
         "zero.jpg": "empty file (0 bytes)",
         "truncated.jpg": "cannot decode JPEG data (truncated or corrupt)",
         "text.jpg": "not a recognized image format",
-        "bomb.png": "60000 x 60000 = 3600000000 pixels exceeds INPUT.MAX_PIXELS (100000000)",
+        "bomb.png": f"60000 x 60000 = 3600000000 pixels exceeds INPUT.MAX_PIXELS ({DEFAULT_MAX_PIXELS})",
         "sliver.png": "ValueError: image 0: 4000 x 1 is too elongated: with its long side resized to at most "
         "INPUT.MAX_SIZE_TEST 1333, its short side would be under one pixel",
     }

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from minidet.apps.bulk.inputs import find_inputs
 from minidet.apps.synthetic import structured_image
 from minidet.imageio import (
+    DEFAULT_MAX_PIXELS,
     ImageReadError,
     header_size,
     read_image,
@@ -279,7 +280,7 @@ def test_pixel_limit(tmp_path, img):
 def test_pixel_limit_checked_before_decoding(tmp_path):
     # 60000 x 60000 x 3 bytes would be ~10 GB; the header alone must be enough to refuse it.
     err = _read_error(_write(tmp_path / "bomb.png", _forged_png(60000, 60000)))
-    assert "60000 x 60000 = 3600000000 pixels exceeds INPUT.MAX_PIXELS (100000000)" in err.reason
+    assert f"60000 x 60000 = 3600000000 pixels exceeds INPUT.MAX_PIXELS ({DEFAULT_MAX_PIXELS})" in err.reason
 
 
 def test_pixel_limit_jpeg_header(tmp_path, img):
