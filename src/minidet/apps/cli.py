@@ -1,5 +1,5 @@
-"""The ``minidet`` command: ``minidet infer|eval|bench|export|serve|bench-serve|weights|configs ...``; ``minidet CMD
---help`` for each.
+"""The ``minidet`` command: ``minidet infer|eval|bench|export|serve|bench-serve|convert|weights|configs ...``;
+``minidet CMD --help`` for each.
 
 ``infer``, ``eval``, ``bench``, ``export``, ``serve`` and ``bench-serve`` are the programs that ``tools/infer.py``,
 ``tools/eval_coco.py``, ``tools/benchmark.py``, ``tools/export.py``, ``tools/serve.py`` and ``tools/bench_serve.py``
@@ -23,6 +23,8 @@ COMMANDS = {
     "serve": ("serve.program", "the model behind HTTP: POST /predict answers what infer writes; a page at / "
               "(the serve extra)"),
     "bench-serve": ("serve.load", "load benchmark of a running `minidet serve`: latency at 0.5x, 1x, 2x its rate"),
+    "convert": ("convert", "infer's results as a COCO dataset, CVAT XML, Label Studio tasks, YOLO-seg labels or "
+                "GeoJSON"),
     "weights": ("weights", "pre-trained weights by name: list, get (download, verified), verify the cache"),
     "configs": ("", "the configs shipped with minidet, by name (--config-file NAME)"),
 }
