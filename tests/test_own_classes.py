@@ -219,6 +219,39 @@ def test_each_family_runs_its_own_classes(zoo, tmp_path, family, picked, agnosti
     assert n > 0
 
 
+@pytest.mark.slow
+def test_a_detectree2_style_checkpoint_runs_unedited(tmp_path, capsys):
+    """What detectree2 (tree crowns on aerial tiles) trains and ships: detectron2's R-101-FPN Mask R-CNN fine-tuned
+    to one class, saved by detectron2's Checkpointer (``model_final.pth``: torch tensors with the optimizer's and
+    scheduler's state beside them). It loads unedited: one class found, the same detections as the COCO-sized
+    model with every other class impossible, and ``minidet infer --slice`` runs it over a tile set's image."""
+    state = d2_weights(101, seed=11)
+    small, ref = _variants("detectron2", state, [0], False)
+    path = tmp_path / "model_final.pth"
+    torch.save({"model": {k: torch.from_numpy(v) for k, v in small.items()},
+                "optimizer": {"state": {}, "param_groups": [{"lr": 0.01, "momentum": 0.9, "params": [0, 1]}]},
+                "scheduler": {"base_lrs": [0.01], "last_epoch": 2999}, "iteration": 2999}, path)
+    cfg_file = "configs/detectron2/mask_rcnn_R_101_FPN_3x.yaml"
+    fine = minidet.Predictor(config(cfg_file, *SIZE, weights=path))
+    coco = minidet.Predictor(config(cfg_file, *SIZE, weights=_write("detectron2", ref, tmp_path / "ref.pkl")))
+    assert fine.classes.own and fine.classes.count == 1 and fine.cfg.MODEL.RESNETS.DEPTH == 101
+    n = 0
+    for image in images_bgr(SHAPES, seed=5):
+        ours, theirs = fine(image), coco(image)
+        m = compare_detections(ours, theirs)
+        assert not m.problem() or (m.problem().startswith("mask IoU") and m.worst_pixels <= 1), m.problem()
+        n += len(ours["scores"])
+    assert n > 0
+    image = tmp_path / "tile.png"
+    cv2.imwrite(str(image), images_bgr([(300, 420)], seed=6)[0])
+    argv = ["--config-file", "detectron2/mask_rcnn_R_101_FPN_3x", "--input", str(image), "--output",
+            str(tmp_path / "out"), "--no-vis", "--workers", "0", "--slice", "256", "MODEL.WEIGHTS", str(path),
+            "MODEL.CLASS_NAMES", "tree", *map(str, SIZE)]
+    assert load_tool(ROOT / "tools" / "infer.py").main(argv) == 0, capsys.readouterr().err
+    record = json.loads((tmp_path / "out" / "tile.json").read_text())
+    assert record["instances"] and {i["category_name"] for i in record["instances"]} == {"tree"}
+
+
 # ----------------------------------------------------------------------------- evaluation on a dataset of its own
 
 
