@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, needs_extra
 
 import minidet
+from helpers import ROOT, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.integrations import to_supervision
 from minidet.masks import BoxMasks
