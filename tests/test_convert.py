@@ -198,8 +198,9 @@ def test_unreadable_results_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 @needs_extra("rasterio", "geo")
 def test_geotiff_in_geojson_out_in_the_rasters_crs(tmp_path, capsys, tv_file):
-    """A GeoTIFF (UTM zone 33N, 10 m pixels) through ``minidet infer --slice`` and ``minidet convert --to
-    geojson``: the polygons in the raster's CRS, where its transform puts the pixels."""
+    """A GeoTIFF (UTM zone 33N, 10 m pixels) through ``minidet infer --slice`` (its tiles read window by window
+    from the file: the same records as the same pixels in a PNG) and ``minidet convert --to geojson``: the polygons
+    in the raster's CRS, where its transform puts the pixels."""
     import rasterio
     from rasterio.transform import from_origin
 
@@ -212,10 +213,17 @@ def test_geotiff_in_geojson_out_in_the_rasters_crs(tmp_path, capsys, tv_file):
                        transform=transform) as dst:
         dst.write(image[:, :, ::-1].transpose(2, 0, 1))  # bands in RGB order
     out = tmp_path / "out"
-    res = call_tool(TOOL, "--config-file", str(CONFIG), "--input", str(path), "--output", str(out), "--no-vis",
-                    "--workers", "0", "--slice", "256", "--results", str(out / "all.jsonl"), "MODEL.WEIGHTS",
-                    str(tv_file), "INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512", threads=1)
-    assert res.returncode == 0, res.stderr
+    png = tmp_path / "png" / "ortho.png"
+    png.parent.mkdir()
+    cv2.imwrite(str(png), image)
+    for source, folder in ((path, out), (png, tmp_path / "png_out")):
+        res = call_tool(TOOL, "--config-file", str(CONFIG), "--input", str(source), "--output", str(folder),
+                        "--no-vis", "--workers", "1", "--slice", "256", "--results", str(folder / "all.jsonl"),
+                        "MODEL.WEIGHTS", str(tv_file), "INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512",
+                        threads=1)
+        assert res.returncode == 0, res.stderr
+    from_png = json.loads((tmp_path / "png_out" / "ortho.json").read_text())
+    assert {**json.loads((out / "ortho.json").read_text()), "file": ""} == {**from_png, "file": ""}
     geo = tmp_path / "trees.geojson"
     assert _convert(capsys, str(out / "all.jsonl"), "--to", "geojson", "--output", str(geo))[0] == 0
     doc = json.loads(geo.read_text())

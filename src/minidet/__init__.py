@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "CheckpointError": "errors", "ConfigError": "errors", "InputError": "errors", "MinidetError": "errors",
     "RuntimeFailure": "errors", "MaskRCNN": "detector", "Predictor": "predictor", "build_model": "detector",
-    "get_cfg": "config", "load_checkpoint": "checkpoint", "prepare_model": "predictor",
+    "get_cfg": "config", "load_checkpoint": "checkpoint", "prepare_model": "predictor", "BoxMasks": "masks",
+    "SlicedPredictor": "slicing", "Slicing": "slicing",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -8,7 +8,8 @@ the server run tiles the way they run images.
 - Tiles (:func:`tile_windows`): ``size`` x ``size`` pixels of the original image (smaller where the image is), one
   every ``size * (1 - overlap)`` pixels, the last of a row or column flush with the image's edge (as sahi places
   them). An image no larger than one tile is one tile: the plain run, unchanged.
-- Each tile is ``predictor(tile)``: the same config, the same resize, the same detections as running that crop as
+- Each tile is ``predictor(tile)`` (``image[y0:y1, x0:x1]``: an array's view, or a window read from a raster,
+  ``minidet.rasters``): the same config, the same resize, the same detections as running that crop as
   an image. Boxes move by the tile's offset, masks (``BoxMasks``) keep their crops and move with them.
 - Merging (:func:`merge_tiles`) looks only at detections that overlap a detection of another tile (same class, box
   IoU or IoS, intersection over the smaller box, at least ``threshold``); one tile's detections are never merged
@@ -228,12 +229,12 @@ class SlicedPredictor:
         return found
 
     def _one(self, image: np.ndarray) -> dict:
-        if not (isinstance(image, np.ndarray) and image.ndim == 3):
+        if not (hasattr(image, "shape") and len(image.shape) == 3):
             return self.predictor(image)  # the Predictor's own one-line refusal
         h, w = image.shape[:2]
         windows = self.windows(h, w)
         if len(windows) == 1:  # the plain run
-            out = self.predictor(image)
+            out = self.predictor(np.asarray(image))
             out["tiles"] = 1
             out["timings"] = dict(out["timings"])
             return out

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 
 from minidet.apps.bulk.inputs import find_inputs
 from minidet.apps.bulk.loader import ImageFiles, collate, worker_init_fn
+from minidet.apps.bulk.sliced import image_reader
 from minidet.apps.outputs.records import keep_classes, render
 
 Output = Callable[[], tuple[dict, "bytes | None"]]  # makes one image's record and drawing (in a writer thread)
@@ -135,7 +136,8 @@ class LocalEngine:
     def forwards(self, job, images: list[tuple[int, str]]) -> Iterator[Forward]:
         """``images`` forward after forward; each output's record and drawing by ``render`` with the job's options."""
         args, cfg = self.args, job.cfg
-        for batch in self.batches(ImageFiles(images, cfg.INPUT.MAX_PIXELS), cfg.TEST.IMS_PER_BATCH):
+        files = ImageFiles(images, cfg.INPUT.MAX_PIXELS, read=image_reader(args))
+        for batch in self.batches(files, cfg.TEST.IMS_PER_BATCH):
             outputs = [(i, functools.partial(render, job.paths[i - 1], image, keep_classes(out, job.keep), args))
                        for i, image, out in batch.outputs]
             yield Forward(outputs, batch.errors, batch.timing)

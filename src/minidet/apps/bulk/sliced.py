@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from minidet.imageio import read_image
+from minidet.rasters import open_raster
 from minidet.slicing import MATCHES, MERGES, Slicing
 
 KEYS = ("slice", "overlap", "merge", "match", "match_thresh", "full_pass")  # what a resumed run must repeat
@@ -22,6 +24,20 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--match-thresh", type=float, default=0.5, metavar="T", help="--slice: the lowest match")
     p.add_argument("--full-pass", action="store_true",
                    help="--slice: run the whole image too and merge it in (objects larger than a tile)")
+
+
+def image_reader(args: argparse.Namespace):
+    """How the loader reads an input: with ``--slice``, a georeferenced raster (a GeoTIFF, with the geo extra) as a
+    ``RasterImage`` whose tiles are read window by window; everything else, and every input without ``--slice``,
+    decoded whole (``read_image``)."""
+    if getattr(args, "slice", None) is None:
+        return read_image
+
+    def read(path: str, max_pixels: int):
+        raster = open_raster(path, max_pixels)
+        return raster if raster is not None else read_image(path, max_pixels)
+
+    return read
 
 
 def slicing_of(args: argparse.Namespace, p: argparse.ArgumentParser | None = None) -> Slicing | None:

@@ -24,8 +24,7 @@ from pycocotools import mask as mask_utils
 from minidet.apps.outputs.fileio import atomic_open
 from minidet.apps.outputs.polygons import polygons_with_holes
 from minidet.errors import InputError
-
-GEO_EXTENSIONS = (".tif", ".tiff", ".jp2", ".vrt")  # rasters that may carry a CRS (read with rasterio)
+from minidet.rasters import GEO_EXTENSIONS
 
 
 class FormatError(InputError):
