@@ -681,3 +681,27 @@ def test_export_writes_nothing_when_the_gate_checks_nothing(tmp_path, capfd):
     assert sorted(p.name for p in forced.iterdir()) == ["config.yaml", "model.onnx", "report.json"]
     assert "FAILED (written with --force)" in (forced / "config.yaml").read_text().splitlines()[0]
     assert json.loads((forced / "report.json").read_text())["forced"]
+
+
+@pytest.mark.slow
+def test_sliced_inference_runs_the_graph_tile_by_tile(checkpoints, exports, tmp_path):
+    """``--slice`` under an exported graph (ONNX Runtime): each tile is the graph's run of that crop; with merge
+    nms every detection is one of those runs', moved by its tile's offset."""
+    from minidet.slicing import SlicedPredictor, Slicing
+
+    graph = tmp_path / "model.onnx"
+    graph.write_bytes(exports("maskrcnn_benchmark"))
+    cfg = config(FAMILIES["maskrcnn_benchmark"][0], *SIZE, "MODEL.RUNTIME", "onnxruntime", "MODEL.GRAPH", str(graph),
+                 weights=checkpoints("maskrcnn_benchmark"))
+    predictor = minidet.Predictor(cfg)
+    image = images_bgr([(300, 460)], seed=4)[0]
+    sliced = SlicedPredictor(predictor, Slicing(256, merge="nms"))
+    out = sliced(image)
+    assert out["tiles"] == 4 and len(out["scores"]) > 0
+    runs = []
+    for x0, y0, x1, y1 in sliced.windows(300, 460):
+        o = predictor(np.ascontiguousarray(image[y0:y1, x0:x1]))
+        runs.append((o["boxes"] + torch.tensor([x0, y0, x0, y0], dtype=torch.float32), o["scores"], o["labels"]))
+    for k in range(len(out["scores"])):
+        assert any(torch.equal(b[j], out["boxes"][k]) and torch.equal(s[j], out["scores"][k])
+                   and int(lab[j]) == int(out["labels"][k]) for b, s, lab in runs for j in range(len(s))), k
