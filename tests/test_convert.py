@@ -238,3 +238,22 @@ def test_geotiff_in_geojson_out_in_the_rasters_crs(tmp_path, capsys, tv_file):
         # outlines exact; the random weights' ragged masks have holes of a pixel or two whose traced corners may
         # move a pixel
         assert (got ^ m).sum() <= max(2, 0.02 * m.sum()), ((got ^ m).sum(), m.sum())
+
+
+def test_infers_coco_json_results_read_as_its_jsonl(tmp_path, capsys):
+    """infer's two results files (``.jsonl`` records; COCO ``.json`` with images, annotations and categories) give
+    the same converted files."""
+    src, _ = _records(tmp_path)
+    records = [json.loads(line) for line in open(src)]
+    doc = {"images": [{"id": r["image_id"], "file_name": r["file"], "height": r["height"], "width": r["width"]}
+                      for r in records],
+           "annotations": [{"image_id": r["image_id"], **{k: v for k, v in i.items() if k != "category_name"}}
+                           for r in records for i in r["instances"]],
+           "categories": [{"id": 1, "name": "person"}, {"id": 18, "name": "dog"}]}
+    coco_src = tmp_path / "all.json"
+    coco_src.write_text(json.dumps(doc))
+    for fmt in ("coco-dataset", "geojson", "labelstudio"):
+        a, b = tmp_path / f"a.{fmt}", tmp_path / f"b.{fmt}"
+        assert _convert(capsys, src, "--to", fmt, "--output", str(a))[0] == 0
+        assert _convert(capsys, str(coco_src), "--to", fmt, "--output", str(b))[0] == 0
+        assert a.read_bytes() == b.read_bytes(), fmt
