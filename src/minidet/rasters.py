@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -53,9 +54,9 @@ class RasterImage:
         return a if dtype is None else a.astype(dtype)
 
 
-def open_raster(path: str, max_pixels: int = 0) -> RasterImage | None:
-    """A :class:`RasterImage` of ``path`` where it is a raster with a coordinate system and rasterio is installed,
-    else None; :class:`ImageReadError` for one it cannot run (not 8-bit, more than ``max_pixels`` pixels)."""
+def _describe(path: str):
+    """``(height, width, bands, dtypes, transform, CRS name)`` of a raster with a coordinate system; None for another
+    file, or without rasterio."""
     if not os.fspath(path).lower().endswith(GEO_EXTENSIONS):
         return None
     try:
@@ -68,9 +69,17 @@ def open_raster(path: str, max_pixels: int = 0) -> RasterImage | None:
             with rasterio.open(path) as src:
                 if src.crs is None:
                     return None
-                h, w, n, dtypes = src.height, src.width, src.count, set(src.dtypes)
+                return src.height, src.width, src.count, set(src.dtypes), src.transform, src.crs.to_string()
     except (OSError, rasterio.errors.RasterioError):
         return None
+
+
+def open_raster(path: str, max_pixels: int = 0) -> RasterImage | None:
+    """A :class:`RasterImage` of ``path`` where it is a raster with a coordinate system and rasterio is installed,
+    else None; :class:`ImageReadError` for one it cannot run (not 8-bit, more than ``max_pixels`` pixels)."""
+    if (info := _describe(path)) is None:
+        return None
+    h, w, n, dtypes, _, _ = info
     if dtypes != {"uint8"}:
         raise ImageReadError(path, f"a raster of {', '.join(sorted(dtypes))} bands: minidet reads 8-bit bands "
                                    "(scale it to 8 bits, e.g. gdal_translate -ot Byte -scale)")
@@ -78,3 +87,16 @@ def open_raster(path: str, max_pixels: int = 0) -> RasterImage | None:
         raise ImageReadError(path, f"{w} x {h} = {w * h} pixels exceeds INPUT.MAX_PIXELS ({max_pixels})",
                              too_large=True)
     return RasterImage(os.fspath(path), h, w, n)
+
+
+def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
+    """The raster's pixel -> CRS map of (K, 2) x, y arrays (its affine transform) and its CRS name; None for a file
+    that is not a georeferenced raster, or without rasterio."""
+    if (info := _describe(path)) is None:
+        return None
+    t, crs = info[4], info[5]
+
+    def apply(xy: np.ndarray) -> np.ndarray:
+        return np.stack([t.a * xy[:, 0] + t.b * xy[:, 1] + t.c, t.d * xy[:, 0] + t.e * xy[:, 1] + t.f], axis=1)
+
+    return apply, crs

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from pycocotools import mask as mask_utils
 from minidet.apps.outputs.fileio import atomic_open
 from minidet.apps.outputs.polygons import polygons_with_holes
 from minidet.errors import InputError
-from minidet.rasters import GEO_EXTENSIONS
+from minidet.rasters import georeference
 
 
 class FormatError(InputError):
@@ -217,31 +216,6 @@ def _oriented(ring: np.ndarray, ccw: bool) -> list[list[float]]:
     if (area > 0) != ccw:
         ring = ring[::-1]
     return [[float(a), float(b)] for a, b in [*ring, ring[0]]]
-
-
-def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str | None] | None:
-    """The raster's pixel -> CRS transform and CRS name (rasterio, the geo extra), None for a file that is not a
-    georeferenced raster or without rasterio."""
-    if not path.lower().endswith(GEO_EXTENSIONS):
-        return None
-    try:
-        import rasterio
-    except ImportError:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
-            with rasterio.open(path) as src:
-                if src.crs is None:
-                    return None
-                t, crs = src.transform, src.crs.to_string()
-    except (OSError, rasterio.errors.RasterioError):
-        return None
-
-    def apply(xy: np.ndarray) -> np.ndarray:
-        return np.stack([t.a * xy[:, 0] + t.b * xy[:, 1] + t.c, t.d * xy[:, 0] + t.e * xy[:, 1] + t.f], axis=1)
-
-    return apply, crs
 
 
 def write_geojson(results: Results, out: str, score_thresh: float = 0.0) -> None:
