@@ -58,6 +58,12 @@ minidet infer --config-file torchvision/maskrcnn_resnet50_fpn --input photo.jpg 
     MODEL.WEIGHTS synthetic_v1.pth INPUT.MIN_SIZE_TEST 160 INPUT.MAX_SIZE_TEST 240 > infer.txt
 test -s out/photo.json && test -s out/photo.jpg
 python -c 'import json; d = json.load(open("out/photo.json")); assert d["width"] == 240, d'
+step "minidet infer --slice and minidet convert"
+minidet infer --config-file torchvision/maskrcnn_resnet50_fpn --input photo.jpg --output sliced --no-vis \
+    --slice 128 --mask-format polygon --results sliced/all.jsonl MODEL.WEIGHTS synthetic_v1.pth \
+    INPUT.MIN_SIZE_TEST 160 INPUT.MAX_SIZE_TEST 240 > sliced.txt
+minidet convert sliced/all.jsonl --to coco-dataset --output sliced/coco.json > /dev/null
+python -c 'import json; d = json.load(open("sliced/coco.json")); assert d["images"][0]["width"] == 240, d'
 if python -c 'import starlette, uvicorn' 2> /dev/null; then  # the serve extra: its page ships in the wheel
     step "minidet serve: the record infer wrote, the page, SIGTERM"
     # the default thread count, as infer's above: the same float sums, the same record to the bit
