@@ -226,8 +226,8 @@ def test_check_categories(small_gt, tmp_path):
             "entry 1: no 'score'",
         ),
         (
-            [{"image_id": 1, "category_id": 1, "score": 1, "segmentation": [[0, 0, 1, 0, 1, 1]]}],
-            "segmentation must be an RLE object",
+            [{"image_id": 1, "category_id": 1, "score": 1, "segmentation": [[0, 0, 1, 0]]}],
+            "polygon segmentation must be lists of x, y numbers",
         ),
         (
             [{"image_id": 1, "category_id": 1, "score": 1, "segmentation": {"size": [10, 10], "counts": "01"}}],
