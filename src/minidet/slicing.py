@@ -2,8 +2,8 @@
 detections mapped to the image and merged where an object was cut by a tile border.
 
 ``SlicedPredictor(predictor, Slicing(size=1024))`` stands where a ``Predictor`` does (``predictor(image)``,
-``predict_batch(images)``), so that ``minidet infer --slice``, its torchrun and Ray engines, resume, ``eval`` and
-the server run tiles the way they run images.
+``predict_batch(images)``), so that ``minidet infer --slice``, its torchrun and Ray engines and resume run tiles
+the way they run images.
 
 - Tiles (:func:`tile_windows`): ``size`` x ``size`` pixels of the original image (smaller where the image is), one
   every ``size * (1 - overlap)`` pixels, the last of a row or column flush with the image's edge (as sahi places
@@ -59,10 +59,6 @@ class Slicing:
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"match threshold {self.threshold}: above 0, at most 1")
 
-    def describe(self) -> dict:
-        return {"size": self.size, "overlap": self.overlap, "merge": self.merge, "match": self.match,
-                "threshold": self.threshold, "full_pass": self.full_pass}
-
 
 def _starts(length: int, size: int, overlap: float) -> list[int]:
     if length <= size:
@@ -76,6 +72,15 @@ def tile_windows(height: int, width: int, size: int, overlap: float) -> list[tup
     """The tiles of a height x width image as ``(x0, y0, x1, y1)`` (exclusive ends), row by row."""
     return [(x, y, min(x + size, width), min(y + size, height))
             for y in _starts(height, size, overlap) for x in _starts(width, size, overlap)]
+
+
+def slice_windows(height: int, width: int, slicing: Slicing) -> list[tuple[int, int, int, int]]:
+    """The runs of a height x width image: its tiles (:func:`tile_windows`) and, with ``full_pass`` and more than
+    one tile, the whole image last."""
+    found = tile_windows(height, width, slicing.size, slicing.overlap)
+    if slicing.full_pass and len(found) > 1:
+        found.append((0, 0, width, height))
+    return found
 
 
 def _box_match(a: torch.Tensor, b: torch.Tensor, match: str) -> torch.Tensor:
@@ -152,7 +157,8 @@ def merge_tiles(parts: list[tuple[tuple[int, int, int, int], dict]], size: tuple
 
     order = sorted(neighbours, key=lambda k: (-float(scores[k]), k))
     taken: set[int] = set()
-    groups: dict[int, list[int]] = {}  # the kept detection -> the detections it stands for (itself first)
+    # the kept detection -> the detections it stands for (itself first) and the union of their boxes
+    groups: dict[int, tuple[list[int], torch.Tensor]] = {}
     for d in order:
         if d in taken:
             continue
@@ -172,20 +178,18 @@ def merge_tiles(parts: list[tuple[tuple[int, int, int, int], dict]], size: tuple
             group.append(e)
             tiles.add(int(tile[e]))
             box = torch.cat([torch.minimum(box[:2], boxes[e][:2]), torch.maximum(box[2:], boxes[e][2:])])
-        groups[d] = group
+        groups[d] = group, box
 
     keep = [k for k in range(len(scores)) if k not in taken or k in groups]
     keep.sort(key=lambda k: (-float(scores[k]), k))
     out_boxes = boxes[keep].clone()
     crops, origins = [], []
     for n, k in enumerate(keep):
-        group = groups.get(k, [k])
-        if len(group) > 1 and slicing.merge == "nmm":
-            g = boxes[group]
-            out_boxes[n] = torch.cat([g[:, :2].min(dim=0).values, g[:, 2:].max(dim=0).values])
+        group, box = groups.get(k, ([k], None))
+        if len(group) > 1:  # nmm's union (an nms group is its kept detection alone)
+            out_boxes[n] = box
         if masks is not None:
-            crop, origin = _union_mask(masks, group) if len(group) > 1 and slicing.merge == "nmm" else (
-                masks.crops[k], masks.origins[k])
+            crop, origin = _union_mask(masks, group) if len(group) > 1 else (masks.crops[k], masks.origins[k])
             crops.append(crop)
             origins.append(origin)
     idx = torch.tensor(keep, dtype=torch.int64)
@@ -222,11 +226,7 @@ class SlicedPredictor:
         return outs
 
     def windows(self, height: int, width: int) -> list[tuple[int, int, int, int]]:
-        s = self.slicing
-        found = tile_windows(height, width, s.size, s.overlap)
-        if s.full_pass and len(found) > 1:
-            found.append((0, 0, width, height))
-        return found
+        return slice_windows(height, width, self.slicing)
 
     def _one(self, image: np.ndarray) -> dict:
         if not (hasattr(image, "shape") and len(image.shape) == 3):
@@ -259,6 +259,5 @@ class SlicedPredictor:
 
 def tile_count(height: int, width: int, slicing: Slicing) -> int:
     """How many runs an image of this size takes."""
-    n = len(tile_windows(height, width, slicing.size, slicing.overlap))
-    return n + (1 if slicing.full_pass and n > 1 else 0)
+    return len(slice_windows(height, width, slicing))
 

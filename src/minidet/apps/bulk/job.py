@@ -92,7 +92,7 @@ class BulkJob:
             print(f"{self.name}: weights {predictor.weights_summary}")
             if predictor.classes_summary:
                 print(f"{self.name}: {predictor.classes_summary}")
-        slicing = slicing_of(self.args) if hasattr(self.args, "slice") else None
+        slicing = slicing_of(self.args)
         if slicing is None:
             return predictor
         if self.info.is_main:

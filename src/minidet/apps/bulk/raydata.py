@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -511,7 +512,7 @@ class RayEngine:
         options = {k: getattr(args, k) for k in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
                                                  "no_labels", "mask_format", "polygon_tolerance")}
         if (slicing := slicing_of(args)) is not None:
-            options["slicing"] = slicing.describe()
+            options["slicing"] = dataclasses.asdict(slicing)
         # two tasks queued per actor: the next block is there when one ends, and the first actor to start does not
         # take the blocks of those still starting
         pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)

@@ -42,7 +42,7 @@ def image_reader(args: argparse.Namespace):
 
 def slicing_of(args: argparse.Namespace, p: argparse.ArgumentParser | None = None) -> Slicing | None:
     """The ``Slicing`` the options ask for (None without ``--slice``); a bad value is ``p.error``'s one line."""
-    if args.slice is None:
+    if getattr(args, "slice", None) is None:  # eval's arguments have no --slice
         return None
     try:
         return Slicing(args.slice, args.overlap, args.merge, args.match, args.match_thresh, args.full_pass)
