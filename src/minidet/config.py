@@ -17,6 +17,7 @@ from yacs.config import CfgNode as _YacsNode
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
 from .categories import names_problem
 from .errors import ConfigError
+from .export.precision import PRECISIONS, precision_problem
 from .families import FAMILIES
 from .imageio import DEFAULT_MAX_PIXELS
 
@@ -244,8 +245,9 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.RUNTIME": ("torch", ("torch", "onnxruntime", "openvino")),  # the network: torch, or MODEL.GRAPH's runtime
     "MODEL.GRAPH": ("", None),  # the model.onnx of `minidet export`, for MODEL.RUNTIME onnxruntime / openvino
     "MODEL.GRAPH_SHA256": ("", None),  # MODEL.GRAPH's SHA-256, checked before the graph is opened ('': unchecked)
-    # what the runtime of MODEL.GRAPH computes in: fp32 whatever the CPU; bf16 (OpenVINO, CPUs with bf16) on request
-    "MODEL.RUNTIME_PRECISION": ("fp32", ("fp32", "bf16")),
+    # what the runtime of MODEL.GRAPH computes in (export/precision.py): fp32 whatever the CPU; bf16 (OpenVINO, CPUs
+    # with bf16) on request; int8 (OpenVINO, the model.xml of `minidet export --precision int8`)
+    "MODEL.RUNTIME_PRECISION": ("fp32", tuple(PRECISIONS)),
     "MODEL.RESNETS.DEPTH": (50, (50, 101)),
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
     "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),
@@ -416,9 +418,8 @@ def validate_cfg(cfg: CfgNode) -> None:
     if m.GRAPH_SHA256 and not re.fullmatch(r"[0-9a-fA-F]{64}", str(m.GRAPH_SHA256)):
         raise ConfigError(f"MODEL.GRAPH_SHA256 must be a SHA-256 (64 hexadecimal digits) or empty; got "
                           f"{_short(m.GRAPH_SHA256)}")
-    if m.RUNTIME == "torch" and m.RUNTIME_PRECISION != "fp32":
-        raise ConfigError(f"MODEL.RUNTIME_PRECISION {m.RUNTIME_PRECISION} is the precision of an exported graph's "
-                          "runtime (MODEL.RUNTIME openvino); the eager network's is TEST.AMP")
+    if problem := precision_problem(m.RUNTIME_PRECISION, m.RUNTIME):
+        raise ConfigError(problem)
     if m.ROI_BOX_HEAD.NUM_CONV == 0 and m.ROI_BOX_HEAD.NUM_FC == 0:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
     if m.ROI_BOX_HEAD.NORM_FC and m.NORM != "GN":

@@ -22,6 +22,7 @@ from .. import __version__
 from ..detector import MaskRCNN
 from ..transform import ImageBatch
 from . import ExportError, require
+from .precision import PRECISIONS, precision_problem
 
 INTERFACE = "1"  # graph.INPUTS -> graph.OUTPUTS, as graph_inputs feeds them
 MIN_SIDE = 64  # the smallest padded side the graph takes (a smaller one would make the coarsest level 0 or 1 cells)
@@ -77,7 +78,7 @@ def export_onnx(model: MaskRCNN, example: ImageBatch, metadata: dict[str, str]) 
 
 
 Runner = Callable[[dict], dict]  # the graph's inputs by name (``graph_inputs``) -> its outputs by name (numpy)
-PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}  # MODEL.RUNTIME_PRECISION -> what the runtime computes in
+GraphBytes = bytes | tuple[bytes, bytes]  # an ONNX model's bytes, or an OpenVINO model's (model.xml, model.bin)
 # the CPU flags that decide which kernels (and so which float arithmetic) a runtime picks by itself
 NUMERIC_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16",
                  "amx_fp16", "amx_int8", "asimd", "bf16", "i8mm", "sve")
@@ -136,13 +137,14 @@ ORT_ENTRIES = {"session.set_denormal_as_zero": "0", "mlas.enable_gemm_fastmath_a
                "session.intra_op.allow_spinning": "0"}
 
 
-def _onnxruntime(source: bytes, threads: int, precision: str) -> tuple[Runner, dict[str, str], dict[str, object]]:
+def _onnxruntime(source: GraphBytes, threads: int, precision: str) -> tuple[Runner, dict[str, str], dict[str, object]]:
     """The graph in an ONNX Runtime session on the CPU, float32 (its CPU provider's only precision for this graph),
     every graph optimization (float order only), ``threads`` intra-op threads; its runner, metadata and facts."""
     ort = require("onnxruntime", "MODEL.RUNTIME onnxruntime")
-    if precision != "fp32":
-        raise PrecisionError(f"MODEL.RUNTIME_PRECISION {precision}: ONNX Runtime runs the graph in float32 only "
-                             "(MODEL.RUNTIME_PRECISION fp32); MODEL.RUNTIME openvino runs bf16")
+    if problem := precision_problem(precision, "onnxruntime"):
+        raise PrecisionError(problem)
+    if isinstance(source, tuple):
+        raise PrecisionError("an OpenVINO model (model.xml), which MODEL.RUNTIME openvino runs, not ONNX Runtime")
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = threads, 1, 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -160,51 +162,91 @@ def _onnxruntime(source: bytes, threads: int, precision: str) -> tuple[Runner, d
 
 def openvino_options(precision: str, threads: int) -> dict[str, object]:
     """What ``compile_model`` gets for ``MODEL.RUNTIME_PRECISION`` ``precision``: every CPU-plugin property that
-    changes numerics, set (its defaults differ by CPU: bf16 by itself where the CPU has AVX512_BF16 or AMX)."""
+    changes numerics, set (its defaults differ by CPU: bf16 by itself where the CPU has AVX512_BF16 or AMX). The
+    float layers compute in the table's ``hint`` (int8: float32; the int8 layers are the quantized model's own)."""
+    hint = PRECISIONS[precision].hint
     return {
         "INFERENCE_NUM_THREADS": threads,
-        "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision],
-        "EXECUTION_MODE_HINT": "ACCURACY" if precision == "fp32" else "PERFORMANCE",  # ACCURACY: no lower precision
+        "INFERENCE_PRECISION_HINT": hint,
+        "EXECUTION_MODE_HINT": "ACCURACY" if hint == "f32" else "PERFORMANCE",  # ACCURACY: no lower float precision
         "CPU_DENORMALS_OPTIMIZATION": False,  # denormals computed, not flushed to zero
         "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,  # no run-time int8 of activations
     }
 
 
+# OpenVINO's compiled layers that multiply weights (where an int8 model's int8 arithmetic is)
+WEIGHTED_LAYERS = ("Convolution", "Deconvolution", "FullyConnected", "MatMul")
+
+
 def layer_precisions(compiled) -> dict[str, int]:
-    """How many layers of OpenVINO's compiled model compute in each floating precision (``f32``, ``bf16``, ``f16``),
-    read from its runtime model (what the plugin will run, not what was asked)."""
+    """How many layers of OpenVINO's compiled model compute in each floating precision (``f32``, ``bf16``, ``f16``)
+    and how many weighted layers (``WEIGHTED_LAYERS``) in int8 (``i8``/``u8``, counted as ``int8``), read from its
+    runtime model (what the plugin will run, not what was asked). Other integer layers (indices, masks) are not
+    counted."""
     counts: dict[str, int] = {}
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
         if "runtimePrecision" in info.keys() and "layerType" in info.keys():
             kind, p = info["layerType"].astype(str), info["runtimePrecision"].astype(str)
-            if p in ("f32", "bf16", "f16") and kind not in ("Input", "Output", "Const", "Reorder"):
+            if p in ("i8", "u8") and kind in WEIGHTED_LAYERS:
+                counts["int8"] = counts.get("int8", 0) + 1
+            elif p in ("f32", "bf16", "f16") and kind not in ("Input", "Output", "Const", "Reorder"):
                 counts[p] = counts.get(p, 0) + 1
     return counts
 
 
-def _openvino(source: bytes, threads: int, precision: str) -> tuple[Runner, dict[str, str], dict[str, object]]:
-    """The graph compiled by OpenVINO for the CPU in ``precision`` (``openvino_options``), checked: every layer of
-    the compiled model computes in it; its runner (labels as int64, as ONNX Runtime gives them), metadata, facts."""
+def _read_openvino(core, source: GraphBytes):
+    """An ``ov.Model`` from an ONNX model's bytes or an OpenVINO model's (xml, bin) bytes."""
+    if isinstance(source, tuple):
+        import openvino as ov
+
+        xml, weights = source
+        return core.read_model(xml, ov.Tensor(np.frombuffer(weights, np.uint8)))
+    return core.read_model(source)
+
+
+def cpu_lacks(precision: str, core=None) -> str:
+    """'' when OpenVINO's CPU plugin computes in ``precision`` on this CPU, else one line saying it cannot."""
+    need = PRECISIONS[precision].capability
+    if not need:
+        return ""
+    if core is None:
+        core = require("openvino", f"MODEL.RUNTIME_PRECISION {precision}", "openvino").Core()
+    if need in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        return ""
+    which = {"BF16": "bf16 instructions OpenVINO computes with (AVX512_BF16 or AMX)",
+             "INT8": "int8 instructions OpenVINO computes with"}[need]
+    return f"MODEL.RUNTIME_PRECISION {precision}: this CPU has no {which}; use fp32"
+
+
+def _openvino(source: GraphBytes, threads: int, precision: str) -> tuple[Runner, dict[str, str], dict[str, object]]:
+    """The graph compiled by OpenVINO for the CPU in ``precision`` (``openvino_options``), checked: its compiled
+    layers compute in the precisions ``PRECISIONS[precision]`` allows (int8: some weighted layers in int8, the
+    float ones in float32); its runner (labels as int64, as ONNX Runtime gives them), metadata, facts."""
     ov = require("openvino", "MODEL.RUNTIME openvino", "openvino")
     core = ov.Core()
-    if precision == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
-        raise PrecisionError("MODEL.RUNTIME_PRECISION bf16: this CPU has no bf16 instructions OpenVINO computes with "
-                             "(AVX512_BF16 or AMX); use fp32")
-    model = core.read_model(source)
+    if problem := cpu_lacks(precision, core):
+        raise PrecisionError(problem)
+    model = _read_openvino(core, source)
     info = model.get_rt_info()
     framework = info["framework"] if "framework" in info.keys() else {}
     meta = {k: framework[k].astype(str) for k in framework.keys()} if framework else {}
+    if "minidet.interface" in meta and (mismatch := precision_mismatch(graph_precision(meta), precision)):
+        raise PrecisionError(mismatch)  # before compiling it (open_graph checks every runtime's graph again)
     options = openvino_options(precision, threads)
     compiled = core.compile_model(model, "CPU", options)
     layers = layer_precisions(compiled)
-    wanted = {"fp32": "f32", "bf16": "bf16"}[precision]
-    if precision == "fp32" and set(layers) - {"f32"}:
-        other = ", ".join(f"{n} in {p}" for p, n in layers.items() if p != "f32")
+    allowed = PRECISIONS[precision].layers | ({"int8"} if "i8" in PRECISIONS[precision].layers else set())
+    if set(layers) - allowed:
+        other = ", ".join(f"{n} in {p}" for p, n in layers.items() if p not in allowed)
         raise PrecisionError(f"OpenVINO {ov.__version__} compiled {other} of {sum(layers.values())} layers although "
-                             "float32 was asked (MODEL.RUNTIME_PRECISION fp32: INFERENCE_PRECISION_HINT f32, "
-                             "EXECUTION_MODE_HINT ACCURACY); its detections would not be the exported model's")
-    got = "fp32" if set(layers) <= {"f32"} else "bf16" if wanted in layers else "+".join(sorted(layers))
+                             f"{precision} was asked (MODEL.RUNTIME_PRECISION {precision}: INFERENCE_PRECISION_HINT "
+                             f"{options['INFERENCE_PRECISION_HINT']}, EXECUTION_MODE_HINT "
+                             f"{options['EXECUTION_MODE_HINT']}); its detections would not be the exported model's")
+    if precision == "int8" and not layers.get("int8"):
+        raise PrecisionError(f"OpenVINO {ov.__version__} compiled no layer in int8 (MODEL.RUNTIME_PRECISION int8): "
+                             "this model holds no quantized layer")
+    got = "fp32" if set(layers) <= {"f32"} else precision if precision != "fp32" else "+".join(sorted(layers))
     facts = {"name": "openvino", "version": ov.__version__, "device": "CPU", "precision_asked": precision,
              "precision": got, "layers": layers, "options": {k: str(v) for k, v in options.items()},
              "capabilities": list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))}
@@ -224,13 +266,54 @@ RUNTIMES = {"onnxruntime": _onnxruntime, "openvino": _openvino}  # MODEL.RUNTIME
 RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
 
 
-def graph_sha256(data: bytes) -> str:
-    """The SHA-256 of a graph's bytes (``MODEL.GRAPH_SHA256``)."""
-    return hashlib.sha256(data).hexdigest()
+def graph_sha256(data: GraphBytes) -> str:
+    """The SHA-256 of a graph's bytes (``MODEL.GRAPH_SHA256``): an ONNX file's, or an OpenVINO model's ``.xml``
+    followed by its ``.bin``."""
+    digest = hashlib.sha256()
+    for part in data if isinstance(data, tuple) else (data,):
+        digest.update(part)
+    return digest.hexdigest()
 
 
-def open_graph(path: str, weights_sha256: str | None = None, threads: int | None = None, data: bytes | None = None,
-               runtime: str = "onnxruntime", precision: str = "fp32", sha256: str = "") -> Graph:
+def _read(path: str) -> bytes:
+    if not os.path.isfile(path):
+        what = "is a folder, not a model file" if os.path.isdir(path) else "not found"
+        raise ExportError(f"exported graph {path}: {what}")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ExportError(f"exported graph {path}: cannot read ({e.strerror})") from None
+
+
+def read_graph(path: str) -> GraphBytes:
+    """The bytes of the graph at ``path``: an ONNX file, or an OpenVINO model (``.xml`` and the ``.bin`` beside it,
+    as ``minidet export --precision int8`` writes it)."""
+    if path.lower().endswith(".xml"):
+        return _read(path), _read(path[:-4] + ".bin")
+    return _read(path)
+
+
+def graph_precision(metadata: dict[str, str]) -> str:
+    """The precision a graph was exported in (``minidet.precision``; graphs without it are float32)."""
+    return metadata.get("minidet.precision", "fp32")
+
+
+def precision_mismatch(held: str, asked: str) -> str:
+    """'' when a graph exported in ``held`` runs in ``MODEL.RUNTIME_PRECISION`` ``asked`` (a float32 ONNX graph runs
+    in any precision computed from it: fp32, bf16), else why not."""
+    if asked == held or (held == "fp32" and PRECISIONS[asked].graph == PRECISIONS["fp32"].graph):
+        return ""
+    if held == "fp32":
+        return (f"a float32 graph; MODEL.RUNTIME_PRECISION {asked} runs the graph of `minidet export --precision "
+                f"{asked}`")
+    return (f"a graph exported with --precision {held}; set MODEL.RUNTIME_PRECISION {held} (a precision is named "
+            "in the config, never implied by the graph)")
+
+
+def open_graph(path: str, weights_sha256: str | None = None, threads: int | None = None,
+               data: GraphBytes | None = None, runtime: str = "onnxruntime", precision: str = "fp32",
+               sha256: str = "") -> Graph:
     """``path`` (or the serialized model ``data``, named ``path``) opened by ``runtime`` (``RUNTIMES``; CPU, ``threads``
     threads, default torch's count, so that ``OMP_NUM_THREADS`` and ``torch.set_num_threads`` govern both) in
     ``precision`` (``MODEL.RUNTIME_PRECISION``) and checked: its bytes of SHA-256 ``sha256`` where given (read once:
@@ -239,14 +322,7 @@ def open_graph(path: str, weights_sha256: str | None = None, threads: int | None
     ``NO_WEIGHTS``), holding those weights; compiled in the precision asked. Anything else: ``ExportError``, one
     line naming ``path``."""
     if data is None:
-        if not os.path.isfile(path):
-            what = "is a folder, not a model.onnx" if os.path.isdir(path) else "not found"
-            raise ExportError(f"exported graph {path}: {what}")
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise ExportError(f"exported graph {path}: cannot read ({e.strerror})") from None
+        data = read_graph(path)
     if sha256 and (got := graph_sha256(data)) != sha256.strip().lower():
         raise ExportError(f"exported graph {path}: its SHA-256 is {got[:12]}..., not the {sha256.strip()[:12]}... "
                           "recorded when it was exported (MODEL.GRAPH_SHA256): the file is damaged or was replaced; "
@@ -269,6 +345,8 @@ def open_graph(path: str, weights_sha256: str | None = None, threads: int | None
     if version != __version__ or meta["minidet.interface"] != INTERFACE:
         raise ExportError(f"exported graph {path}: written by minidet {version}, this is minidet {__version__}; "
                           "export it again with this version (`minidet export`)")
+    if mismatch := precision_mismatch(graph_precision(meta), precision):
+        raise ExportError(f"exported graph {path}: {mismatch}")
     held = meta.get("minidet.weights_sha256", "")
     if weights_sha256 is not None and held != weights_sha256:
         source = meta.get("minidet.weights", "?")

@@ -1,0 +1,140 @@
+"""``minidet export --precision int8``: the exported graph quantized to int8 by NNCF, run by OpenVINO.
+
+Post-training quantization (NNCF's ``quantize`` on the OpenVINO model read from the float32 ONNX graph): NNCF runs
+the graph on the calibration images (``graph_inputs`` of minidet's own preprocessing), takes each quantized
+layer's activation range from them, quantizes weights per output channel and corrects the biases. Which layers
+compute in int8 is minidet's choice, by module (the graph's nodes are named after the model's modules from the
+exporter's scopes: ``name_by_module``):
+
+- int8: the weighted layers of ``QUANTIZED`` (the ResNet stages, the FPN, the box head's fully connected layers:
+  nearly all of the arithmetic);
+- float32 (``KEPT_FLOAT``, each with why): the first convolution, the RPN head, the box predictor, the mask head,
+  and every step without weights (box decoding, NMS, RoIAlign, the mask paste's inputs).
+
+The result is written as an OpenVINO model (``model.xml`` + ``model.bin``, weights uncompressed) with minidet's
+metadata (``minidet.precision int8``, the float modules), which ``onnxfile.open_graph`` opens under ``MODEL.RUNTIME
+openvino`` and ``MODEL.RUNTIME_PRECISION int8``. ``nncf`` is the optional extra ``minidet[int8]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Sequence
+
+from . import require
+
+QUANTIZED = ("backbone", "fpn", "box_head")  # modules whose weighted layers compute in int8
+# what stays float32, and why (the modules inside QUANTIZED first; everything outside QUANTIZED is float too)
+KEPT_FLOAT = {
+    "backbone.stem": "the first convolution: it sees the normalized image itself, and its three input channels "
+                     "make it a tiny share of the work",
+    "rpn.head": "the RPN head: its objectness ranks every anchor; quantized together with the FPN it lost the "
+                "proposals (all at the image's corner) on the test weights under OpenVINO 2026.4",
+    "box_predictor": "the class scores and box deltas: the detections' scores and boxes themselves, a tiny share",
+    "mask_head": "the mask head: int8 coarsens the 28x28 mask logits, the masks' outlines (OpenVINO's own Mask "
+                 "R-CNN tutorial shows some masks 'considerably less accurate' in int8)",
+}
+DEFAULT_CALIBRATION = 100  # calibration images used at most (spread evenly over those given)
+SCOPE = "pkg.torch.onnx.name_scopes"  # the torch exporter's node metadata: the modules a node was traced in
+WEIGHTED = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")
+
+
+def module_of(scopes: Sequence[str]) -> str:
+    """The module a node belongs to from its exporter scopes (``['', 'backbone', 'backbone.stem', ...,
+    'conv2d']``: the last is the operator's own name): the innermost module path, '' for the top."""
+    return scopes[-2] if len(scopes) >= 2 else ""
+
+
+def name_by_module(proto) -> int:
+    """Prefix each node of the ONNX model ``proto`` with its module (``backbone.res2.0.conv1/node_Conv_12``), in
+    place; returns how many were named."""
+    named = 0
+    for node in proto.graph.node:
+        for prop in node.metadata_props:
+            if prop.key == SCOPE:
+                try:
+                    module = module_of(ast.literal_eval(prop.value))
+                except (ValueError, SyntaxError):
+                    module = ""
+                if module:
+                    node.name = f"{module}/{node.name}"
+                    named += 1
+    return named
+
+
+def _under(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def is_quantized(name: str) -> bool:
+    """Whether the op named ``name`` (``module/op``, ``name_by_module``) is in a module whose layers are int8."""
+    module = name.split("/", 1)[0] if "/" in name else ""
+    return _under(module, QUANTIZED) and not _under(module, KEPT_FLOAT)
+
+
+def weighted_layers(model) -> dict[str, list[str]]:
+    """The weighted layers of an OpenVINO model by whether their weights are quantized: ``{"int8": [module, ...],
+    "float32": [...]}`` (module names, each once, in graph order)."""
+    seen: dict[str, dict[str, None]] = {"int8": {}, "float32": {}}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() not in WEIGHTED or op.get_input_size() < 2:
+            continue
+        source = op.input(1).get_source_output().get_node()
+        while source.get_type_name() in ("Convert", "Reshape", "Transpose", "Multiply", "Subtract") and \
+                source.get_input_size():
+            source = source.input(0).get_source_output().get_node()
+        kind = "int8" if source.get_type_name() == "FakeQuantize" or source.get_element_type().get_type_name() in (
+            "i8", "u8") else "float32"
+        name = op.get_friendly_name()
+        if source.get_type_name() == "Parameter" or "/" not in name:  # data, not weights (an index op, a product)
+            continue
+        seen[kind][name.split("/", 1)[0]] = None
+    return {k: list(v) for k, v in seen.items()}
+
+
+def quantize(onnx_data: bytes, calibration: Sequence[dict], metadata: dict[str, str]):
+    """The float32 ONNX graph ``onnx_data`` quantized by NNCF on ``calibration`` (each the graph's inputs of one
+    image, ``graph_inputs``): ``(ov.Model, facts)``, the model carrying ``metadata`` (and ``minidet.precision``),
+    ``facts`` what was done (NNCF's version and settings, the calibration count, the layers in int8 and in
+    float32 with why)."""
+    onnx = require("onnx", "minidet export --precision int8")
+    ov = require("openvino", "minidet export --precision int8", "openvino")
+    nncf = require("nncf", "minidet export --precision int8", "int8")
+    proto = onnx.load_from_string(onnx_data)
+    name_by_module(proto)
+    model = ov.Core().read_model(proto.SerializeToString())
+    del proto
+    inputs = {n for i in model.inputs for n in i.get_names()}
+    items = [{k: v for k, v in feeds.items() if k in inputs} for feeds in calibration]
+    names = sorted({op.get_friendly_name() for op in model.get_ordered_ops() if not is_quantized(op.get_friendly_name())})
+    settings = {"preset": "PERFORMANCE", "target_device": "CPU", "fast_bias_correction": True,
+                "subset_size": len(items)}
+    nncf.set_log_level(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = nncf.quantize(model, nncf.Dataset(items), preset=nncf.QuantizationPreset.PERFORMANCE,
+                                  target_device=nncf.TargetDevice.CPU, subset_size=len(items),
+                                  fast_bias_correction=True, ignored_scope=nncf.IgnoredScope(names=names,
+                                                                                              validate=False))
+    for key, value in {**metadata, "minidet.precision": "int8",
+                       "minidet.kept_float": ",".join(KEPT_FLOAT)}.items():
+        quantized.set_rt_info(str(value), ["framework", key])
+    layers = weighted_layers(quantized)
+    facts = {"tool": "NNCF", "version": nncf.__version__, "method": "post-training quantization", **settings,
+             "calibration_images": len(items), "int8_modules": QUANTIZED, "kept_float": KEPT_FLOAT,
+             "layers": {k: len(v) for k, v in layers.items()}, "float32_layers": layers["float32"]}
+    return quantized, facts
+
+
+def serialize(model) -> tuple[bytes, bytes]:
+    """An OpenVINO model's ``(model.xml, model.bin)`` bytes (weights as they are: not compressed to fp16)."""
+    ov = require("openvino", "minidet export --precision int8", "openvino")
+    with tempfile.TemporaryDirectory(prefix="minidet-int8-") as tmp:
+        xml = os.path.join(tmp, "model.xml")
+        ov.save_model(model, xml, compress_to_fp16=False)
+        with open(xml, "rb") as f, open(xml[:-4] + ".bin", "rb") as g:
+            return f.read(), g.read()
