@@ -110,7 +110,7 @@ def quantize(onnx_data: bytes, calibration: Sequence[dict], metadata: dict[str, 
     del proto
     inputs = {n for i in model.inputs for n in i.get_names()}
     items = [{k: v for k, v in feeds.items() if k in inputs} for feeds in calibration]
-    names = sorted({op.get_friendly_name() for op in model.get_ordered_ops() if not is_quantized(op.get_friendly_name())})
+    names = sorted({n for op in model.get_ordered_ops() if not is_quantized(n := op.get_friendly_name())})
     settings = {"preset": "PERFORMANCE", "target_device": "CPU", "fast_bias_correction": True,
                 "subset_size": len(items)}
     nncf.set_log_level(logging.ERROR)
