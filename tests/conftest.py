@@ -60,3 +60,27 @@ def tv_v2_state_init() -> dict:
     from minidet.apps.bench.reference import tv_init_state
 
     return tv_init_state(2)
+
+
+INT8_SIZE = ["INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512"]
+
+
+@pytest.fixture(scope="session")
+def int8_export(tmp_path_factory, tv_file):
+    """``minidet export --precision int8`` of ``tv_file`` (short side 320), calibrated on two coco_tiny photos and
+    verified on two others, its drift gate set so that it must refuse (everything matched, AP 1.0) and ``--force``:
+    ``(folder, the export's CompletedProcess, verification images)``. Skipped without coco_tiny."""
+    from pathlib import Path
+
+    from helpers import call_tool
+
+    tiny = Path(ROOT).parent / "shared" / "data" / "coco_tiny" / "val2017"
+    if not tiny.is_dir():
+        pytest.skip("needs ../shared/data/coco_tiny")
+    photos = sorted(tiny.glob("*.jpg"))
+    out = tmp_path_factory.mktemp("int8") / "export"
+    r = call_tool(Path(ROOT) / "tools" / "export.py", "--config-file", "torchvision/maskrcnn_resnet50_fpn",
+                  "--output", str(out), "--precision", "int8", "--calib", *map(str, photos[10:12]), "--images",
+                  *map(str, photos[:2]), "--repeats", "1", "--min-matched", "1", "--min-ap", "1", "--force",
+                  "MODEL.WEIGHTS", str(tv_file), *INT8_SIZE)
+    return out, r, photos[:2]

@@ -434,8 +434,10 @@ def test_the_config_must_be_the_graphs_where_the_graph_holds_it(tmp_path):
 def test_onnxruntime_runs_float32_only(tmp_path):
     graph = _tiny_onnx(tmp_path / "model.onnx", **_minidet_meta())
     assert open_graph(str(graph)).runtime["precision"] == "fp32"
-    with pytest.raises(ExportError, match="ONNX Runtime runs the graph in float32 only"):
-        open_graph(str(graph), precision="bf16")
+    for precision in ("bf16", "int8"):
+        with pytest.raises(ExportError, match=f"MODEL.RUNTIME_PRECISION {precision} runs under MODEL.RUNTIME "
+                                              "openvino, not onnxruntime"):
+            open_graph(str(graph), precision=precision)
     with pytest.raises(minidet.ConfigError, match="MODEL.RUNTIME_PRECISION bf16 is the precision of an exported"):
         minidet.prepare_model(config("configs/torchvision/maskrcnn_resnet50_fpn.yaml", "MODEL.RUNTIME_PRECISION",
                                      "bf16", weights="none"))

@@ -286,6 +286,23 @@ def test_sliced_inference_on_ray_writes_what_one_process_writes(images, tv_file,
 
 
 @needs_ray
+@needs_extra("nncf", "int8")
+def test_an_int8_export_runs_on_ray_as_in_one_process(images, int8_export, cluster, tmp_path, capfd, driver_env):
+    """The folder of ``minidet export --precision int8`` (its config: OpenVINO, int8) through the actors: the same
+    files as one local process with one thread (the actors' count)."""
+    folder = int8_export[0]
+    args = ["--config-file", str(folder / "config.yaml"), "--input", str(images), "--no-vis"]
+    local = tmp_path / "local"
+    res = call_tool(TOOL, *args, "--output", str(local), "--workers", "0", threads=1)
+    assert res.returncode == 1, res.stderr
+    out = tmp_path / "ray"
+    res = _ray(capfd, *args, "--output", str(out), "--engine", "ray", "--ray-address", cluster[0], cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert _files(out) == _files(local) and len(_files(out)) == GOOD
+    assert json.loads(next(iter(_files(out).values())))["instances"]
+
+
+@needs_ray
 def test_an_actor_killed_while_it_works_is_replaced(reference, images, tv_file, cluster, tmp_path):
     """SIGKILL to the actor while it runs a task: Ray restarts it and reruns the task; the files are the same."""
     out = tmp_path / "out"

@@ -30,5 +30,9 @@ class FPN(nn.Module):
             inner = getattr(self, f"lateral{lvl}")(feat, add=top_down)
             outs.insert(0, getattr(self, f"output{lvl}")(inner))
         result = {f"p{lvl}": o for lvl, o in enumerate(outs, start=2)}
-        result[f"p{len(outs) + 2}"] = F.max_pool2d(outs[-1], kernel_size=1, stride=2, padding=0)
+        if torch.compiler.is_exporting():  # the same values; OpenVINO's CPU plugin zeroes a kernel-1 max-pool fed
+            # by an int8 convolution (2026.4), a strided slice it computes right
+            result[f"p{len(outs) + 2}"] = outs[-1][:, :, ::2, ::2]
+        else:
+            result[f"p{len(outs) + 2}"] = F.max_pool2d(outs[-1], kernel_size=1, stride=2, padding=0)
         return result

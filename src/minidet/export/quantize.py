@@ -96,18 +96,22 @@ def weighted_layers(model) -> dict[str, list[str]]:
     return {k: list(v) for k, v in seen.items()}
 
 
+def named_model(onnx_data: bytes):
+    """The OpenVINO model of the ONNX graph ``onnx_data`` with its nodes named by module (``name_by_module``)."""
+    onnx = require("onnx", "minidet export --precision int8")
+    ov = require("openvino", "minidet export --precision int8", "openvino")
+    proto = onnx.load_from_string(onnx_data)
+    name_by_module(proto)
+    return ov.Core().read_model(proto.SerializeToString())
+
+
 def quantize(onnx_data: bytes, calibration: Sequence[dict], metadata: dict[str, str]):
     """The float32 ONNX graph ``onnx_data`` quantized by NNCF on ``calibration`` (each the graph's inputs of one
     image, ``graph_inputs``): ``(ov.Model, facts)``, the model carrying ``metadata`` (and ``minidet.precision``),
     ``facts`` what was done (NNCF's version and settings, the calibration count, the layers in int8 and in
     float32 with why)."""
-    onnx = require("onnx", "minidet export --precision int8")
-    ov = require("openvino", "minidet export --precision int8", "openvino")
     nncf = require("nncf", "minidet export --precision int8", "int8")
-    proto = onnx.load_from_string(onnx_data)
-    name_by_module(proto)
-    model = ov.Core().read_model(proto.SerializeToString())
-    del proto
+    model = named_model(onnx_data)
     inputs = {n for i in model.inputs for n in i.get_names()}
     items = [{k: v for k, v in feeds.items() if k in inputs} for feeds in calibration]
     names = sorted({n for op in model.get_ordered_ops() if not is_quantized(n := op.get_friendly_name())})

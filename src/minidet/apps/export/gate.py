@@ -183,16 +183,18 @@ def judge(name: str, image: np.ndarray, ours: Difference, noise: Difference, tol
     return check
 
 
-def time_both(model: MaskRCNN, network: ExportedNetwork, images: list[np.ndarray], repeats: int) -> dict[str, float]:
-    """Median seconds per image of the whole call (preprocess, network, paste), eager and exported, interleaved:
-    each image runs both ways in turn, ``repeats`` times after one untimed run, the order alternating."""
-    times: dict[str, list[float]] = {"eager": [], "exported": []}
+def time_networks(model: MaskRCNN, networks: dict[str, ExportedNetwork | None], images: list[np.ndarray],
+                  repeats: int) -> dict[str, float]:
+    """Median seconds per image of the whole call (preprocess, network, paste) with each of ``networks`` in the
+    model (None: its eager network), interleaved: each image runs every way in turn, ``repeats`` times after one
+    untimed run, the order reversing every other round."""
+    times: dict[str, list[float]] = {k: [] for k in networks}
     saved = model.network
     try:
         for r in range(repeats + 1):
             for image in images:
-                for which in ("eager", "exported") if r % 2 else ("exported", "eager"):
-                    model.network = network if which == "exported" else None
+                for which in list(networks) if r % 2 else list(networks)[::-1]:
+                    model.network = networks[which]
                     t0 = time.perf_counter()
                     model([image])
                     if r:
@@ -200,6 +202,11 @@ def time_both(model: MaskRCNN, network: ExportedNetwork, images: list[np.ndarray
     finally:
         model.network = saved
     return {k: statistics.median(v) for k, v in times.items() if v}
+
+
+def time_both(model: MaskRCNN, network: ExportedNetwork, images: list[np.ndarray], repeats: int) -> dict[str, float]:
+    """``time_networks`` of eager and ``network``: ``{"eager", "exported"}``."""
+    return time_networks(model, {"eager": None, "exported": network}, images, repeats)
 
 
 def eager_references(model: MaskRCNN, images: list[tuple[str, np.ndarray]]) -> list[tuple[Outputs, Outputs]]:

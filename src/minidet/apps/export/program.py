@@ -48,8 +48,11 @@ import torch
 
 import minidet
 from minidet.apps import fail, parse_with_overrides, run_app
+from minidet.apps.export.drift import MIN_AP, MIN_MATCHED, SCORE
 from minidet.apps.outputs.fileio import OutputDir, atomic_write, write_json
 from minidet.errors import ConfigError
+from minidet.export.precision import DEFAULT, PRECISIONS, precision_problem
+from minidet.export.quantize import DEFAULT_CALIBRATION
 from minidet.hub import weights_path
 from minidet.hub.cache import NO_WEIGHTS
 from minidet.imageio import read_image
@@ -76,14 +79,29 @@ def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argpar
     p.add_argument("--images", nargs="+", metavar="IMG", help="verification images (default: a built-in set)")
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each image per runtime (0: no timing)")
     p.add_argument("--force", action="store_true", help="write the export even when the parity gate fails")
-    p.add_argument("--runtime", choices=["onnxruntime", "openvino"], default="onnxruntime",
-                   help="what runs the graph in the gate and in the written config.yaml (MODEL.RUNTIME)")
+    p.add_argument("--runtime", choices=["onnxruntime", "openvino"],
+                   help="what runs the graph in the gate and in the written config.yaml (MODEL.RUNTIME; default "
+                   "onnxruntime for fp32, openvino for the other precisions)")
+    p.add_argument("--precision", choices=list(PRECISIONS), default=DEFAULT,
+                   help="what the graph computes in (MODEL.RUNTIME_PRECISION): fp32 (exact, the parity gate), bf16 "
+                   "or int8 (faster, not exact: the drift report and its gate)")
+    p.add_argument("--calib", nargs="+", metavar="IMG", help="--precision int8: calibration images (files or folders)")
+    p.add_argument("--calib-count", type=int, default=DEFAULT_CALIBRATION, metavar="N",
+                   help=f"--precision int8: calibrate on at most N of them, spread evenly (default "
+                   f"{DEFAULT_CALIBRATION})")
+    p.add_argument("--min-matched", type=float, default=MIN_MATCHED, metavar="F",
+                   help=f"drift gate: the fraction of eager float32's detections the graph must keep (default "
+                   f"{MIN_MATCHED})")
+    p.add_argument("--min-ap", type=float, default=MIN_AP, metavar="F",
+                   help=f"drift gate: mask AP (box AP without masks) against float32's detections (default {MIN_AP})")
+    p.add_argument("--drift-score", type=float, default=SCORE, metavar="S",
+                   help=f"drift report: eager's detections judged are those scoring at least S (default {SCORE})")
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
     p.add_argument("--keep-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="keep freed memory in the process (minidet.memory)")
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides (last)")
     # overrides as infer takes them: after --images too (`--images a.jpg MODEL.WEIGHTS x.pth`), options after them
-    args = parse_with_overrides(p, argv, lists=("images",))
+    args = parse_with_overrides(p, argv, lists=("images", "calib"))
     if args.check:
         if args.config_file or args.output or args.force:
             p.error("--check DIR takes the export's own config.yaml: no --config-file, --output or --force")
@@ -93,7 +111,58 @@ def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argpar
         p.error("--json goes with --check (an export writes report.json)")
     if args.repeats < 0:
         p.error("--repeats must be >= 0")
+    if args.calib_count < 1 or not (0 <= args.min_matched <= 1 and 0 <= args.min_ap <= 1 and 0 <= args.drift_score
+                                    <= 1):
+        p.error("need --calib-count >= 1 and --min-matched, --min-ap, --drift-score in [0, 1]")
+    if not args.check:
+        args.runtime = args.runtime or PRECISIONS[args.precision].runtimes[0]
+        if problem := precision_problem(args.precision, args.runtime):
+            p.error(f"--precision {args.precision} --runtime {args.runtime}: {problem}")
+        if args.precision == "int8" and not args.calib:
+            p.error("--precision int8 needs --calib IMG ... (calibration images: a folder or files, ideally like "
+                    "those the model will see)")
+        if args.calib and args.precision != "int8":
+            p.error("--calib goes with --precision int8")
     return args
+
+
+def calibration_images(paths: list[str], count: int) -> list[str]:
+    """The image files of ``paths`` (files, or folders: their images, sorted), at most ``count`` spread evenly."""
+    from minidet.imageio import IMAGE_EXTENSIONS
+
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            files += sorted(os.path.join(path, n) for n in os.listdir(path) if n.lower().endswith(IMAGE_EXTENSIONS))
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise ConfigError(f"--calib {path}: not found")
+    if not files:
+        raise ConfigError(f"--calib {' '.join(paths)}: no image files there")
+    if len(files) > count:
+        files = [files[(i * len(files)) // count] for i in range(count)]
+    return files
+
+
+def calibration_inputs(model, paths: list[str], count: int, max_pixels: int) -> tuple[list[dict], list[str]]:
+    """The graph's inputs of each calibration image (minidet's own preprocessing), and the files used; an image
+    that cannot be read is a warning line and skipped."""
+    from minidet.export.onnxfile import graph_inputs
+    from minidet.imageio import ImageReadError
+
+    inputs, used = [], []
+    for path in calibration_images(paths, count):
+        try:
+            image = read_image(path, max_pixels)
+        except (ImageReadError, OSError, ValueError) as e:
+            print(f"warning: --calib {path}: skipped ({' '.join(str(e).split())})", file=sys.stderr)
+            continue
+        inputs.append(graph_inputs(model.preprocess([image]), 0))
+        used.append(path)
+    if not inputs:
+        raise ConfigError("--calib: none of the images could be read")
+    return inputs, used
 
 
 def verification_images(paths: list[str] | None, max_pixels: int) -> tuple[list[tuple[str, np.ndarray]], str]:
@@ -164,23 +233,27 @@ def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, rep
 def export(args: argparse.Namespace) -> int:
     from minidet.export import require
     from minidet.export.graph import FLOAT_ORDER, inexact_steps
-    from minidet.export.onnxfile import export_onnx, graph_sha256, open_graph
+    from minidet.export.onnxfile import cpu_lacks, export_onnx, graph_sha256, open_graph
     from minidet.export.runtime import ExportedNetwork
     from minidet.hub import file_sha256
 
-    for module in ("onnx", "onnxscript", args.runtime):
-        require(module, "minidet export", "openvino" if module == "openvino" else "export")
+    for module in ("onnx", "onnxscript", args.runtime) + (("nncf",) if args.precision == "int8" else ()):
+        require(module, "minidet export", {"openvino": "openvino", "nncf": "int8"}.get(module, "export"))
+    if problem := cpu_lacks(args.precision):
+        raise ConfigError(f"--precision {args.precision}: {problem.split(': ', 1)[1]}")
     cfg, notes = source_config(args)
     images, image_source = verification_images(args.images, cfg.INPUT.MAX_PIXELS)
     weights = weights_path(cfg.MODEL.WEIGHTS)  # None: MODEL.WEIGHTS none
     predictor = minidet.Predictor(cfg, weights)  # its config fitted to the checkpoint (class count, agnostic heads)
     model, load, cfg = predictor.model, predictor.load_report, predictor.cfg
     digest = NO_WEIGHTS if weights is None else file_sha256(weights)
-    graph_path = os.path.abspath(os.path.join(args.output, GRAPH))
+    precision = PRECISIONS[args.precision]
+    graph_path = os.path.abspath(os.path.join(args.output, precision.graph))
     out_cfg = cfg.clone()
     out_cfg.defrost()  # the paths relative to the folder: it can be copied or moved (config._beside)
-    out_cfg.merge_from_list(["MODEL.RUNTIME", args.runtime, "MODEL.GRAPH", GRAPH, "MODEL.WEIGHTS",
-                             weights_reference(cfg.MODEL.WEIGHTS, weights, args.output)])
+    out_cfg.merge_from_list(["MODEL.RUNTIME", args.runtime, "MODEL.GRAPH", precision.graph, "MODEL.WEIGHTS",
+                             weights_reference(cfg.MODEL.WEIGHTS, weights, args.output),
+                             "MODEL.RUNTIME_PRECISION", precision.name])
     metadata = {"minidet.weights": weights or NO_WEIGHTS, "minidet.weights_sha256": digest,
                 "minidet.weights_format": load.format if load else "random",
                 "minidet.tensors": str(load.loaded if load else 0), "minidet.config": out_cfg.dump()}
@@ -190,27 +263,79 @@ def export(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     data = export_onnx(model, model.preprocess([images[0][1]]), metadata)
     t_export = time.perf_counter() - t0
-    sha = graph_sha256(data)
-    out_cfg.merge_from_list(["MODEL.GRAPH_SHA256", sha])
     print(f"export: graph of {len(data) / 2**20:.0f} MiB in {t_export:.0f} s")
     report = {"config": args.config_file, "overrides": list(args.opts), "runtime": args.runtime,
-              "weights": {"path": weights or NO_WEIGHTS, "sha256": digest}, "graph_sha256": sha,
+              "precision": precision.name, "exact": precision.exact,
+              "weights": {"path": weights or NO_WEIGHTS, "sha256": digest},
               "export_seconds": t_export, "versions": versions(args.runtime), "images_from": image_source,
               "not_exact": inexact_steps(model) + notes, "float_order": FLOAT_ORDER}
-    network = ExportedNetwork(open_graph(graph_path, digest, data=data, runtime=args.runtime, sha256=sha))
-    gate(model, network, images, args.repeats, report)
+    if precision.exact:
+        files = data
+        sha = graph_sha256(files)
+        network = ExportedNetwork(open_graph(graph_path, digest, data=files, runtime=args.runtime, sha256=sha))
+        gate(model, network, images, args.repeats, report)
+    else:
+        files, sha = lower_precision(args, model, data, digest, graph_path, images, cfg.INPUT.MAX_PIXELS, report)
+    out_cfg.merge_from_list(["MODEL.GRAPH_SHA256", sha])
+    report["graph_sha256"] = sha
     written = report["passed"] or args.force
     report.update(written=written, forced=written and not report["passed"])
     if written:
-        atomic_write(graph_path, data)
-        mark = "passed" if report["passed"] else "FAILED (written with --force)"
+        if isinstance(files, tuple):  # an OpenVINO model: model.xml and its model.bin
+            atomic_write(graph_path[:-4] + ".bin", files[1])
+            atomic_write(graph_path, files[0])
+        else:
+            atomic_write(graph_path, files)
+        what = "parity gate" if precision.exact else f"{precision.name} drift gate"
+        mark = f"{what} passed" if report["passed"] else f"{what} FAILED (written with --force)"
         source = "random weights" if weights is None else f"{out_cfg.MODEL.WEIGHTS} (SHA-256 {digest[:12]}...)"
-        text = f"# minidet export of {source}: parity gate {mark}\n{out_cfg.dump()}"
+        text = f"# minidet export of {source}: {mark}\n{out_cfg.dump()}"
         atomic_write(os.path.join(args.output, "config.yaml"), text.encode())
     write_json(os.path.join(args.output, "report.json"), report, indent=1)
     for line in report["not_exact"]:
         print(f"not exact: {line}")
     return finish(args, report)
+
+
+def lower_precision(args: argparse.Namespace, model, data: bytes, digest: str, graph_path: str,
+                    images: list[tuple[str, np.ndarray]], max_pixels: int, report: dict):
+    """A bf16 or int8 export: the float32 graph ``data`` compiled in bf16, or quantized to int8 by NNCF on the
+    ``--calib`` images; its drift report against eager float32 printed and put into ``report``; returns the
+    graph's bytes (int8: model.xml's and model.bin's) and their SHA-256."""
+    from minidet.apps.export.drift import Probes, Thresholds, format_drift, run_drift
+    from minidet.export.onnxfile import cpu_facts, graph_sha256, open_graph, openvino_options
+    from minidet.export.quantize import named_model, quantize, serialize
+    from minidet.export.runtime import ExportedNetwork
+
+    name = args.precision
+    float32 = ExportedNetwork(open_graph(graph_path, digest, data=data, runtime="openvino", precision="fp32"))
+    reference = named_model(data)
+    if name == "int8":
+        calibration, used = calibration_inputs(model, args.calib, args.calib_count, max_pixels)
+        print(f"{PROG}: calibrating on {len(used)} images (NNCF post-training quantization)", flush=True)
+        t0 = time.perf_counter()
+        other, facts = quantize(data, calibration, float32.graph.metadata)
+        facts.update(seconds=time.perf_counter() - t0, images=[os.path.basename(p) for p in used],
+                     overlaps_verification=sorted({os.path.basename(p) for p in used} & {n for n, _ in images}))
+        report["quantization"] = facts
+        print(f"{PROG}: {facts['layers']['int8']} weighted layers in int8, {facts['layers']['float32']} kept "
+              f"float32 ({', '.join(facts['kept_float'])}) in {facts['seconds']:.0f} s")
+        files = serialize(other)
+    else:
+        other, files = reference, data
+    sha = graph_sha256(files)
+    network = ExportedNetwork(open_graph(graph_path, digest, data=files, runtime="openvino", precision=name,
+                                         sha256=sha))
+    threads = torch.get_num_threads()
+    probes = Probes(reference, other, openvino_options("fp32", threads), openvino_options(name, threads))
+    thresholds = Thresholds(args.min_matched, args.min_ap, args.drift_score)
+    print(f"{PROG}: {name} drift against eager float32 on {len(images)} images ({network.graph.runtime['name']} "
+          f"{network.graph.runtime['version']}, {torch.get_num_threads()} threads)")
+    drift = run_drift(model, network, float32, images, probes, thresholds, args.repeats)
+    print(format_drift(drift, name))
+    report.update(frame=network.graph.frame, min_side=network.graph.min_side, runtime_facts=network.graph.runtime,
+                  cpu=cpu_facts(), threads=threads, drift=drift, passed=drift["passed"])
+    return files, sha
 
 
 def check(args: argparse.Namespace) -> int:
@@ -233,8 +358,19 @@ def check(args: argparse.Namespace) -> int:
     report = {"check": os.path.abspath(args.check), "overrides": list(args.opts), "runtime": cfg.MODEL.RUNTIME,
               "versions": versions(cfg.MODEL.RUNTIME), "images_from": image_source,
               "not_exact": inexact_steps(model), "float_order": FLOAT_ORDER}
+    precision = PRECISIONS[cfg.MODEL.RUNTIME_PRECISION]
     try:
-        gate(model, network, images, args.repeats, report)
+        if precision.exact:
+            gate(model, network, images, args.repeats, report)
+        else:  # the drift report against eager float32 (no float32 graph in the folder to time beside it)
+            from minidet.apps.export.drift import Thresholds, format_drift, run_drift
+            from minidet.export.onnxfile import cpu_facts
+
+            thresholds = Thresholds(args.min_matched, args.min_ap, args.drift_score)
+            drift = run_drift(model, network, None, images, None, thresholds, args.repeats)
+            print(format_drift(drift, precision.name))
+            report.update(precision=precision.name, runtime_facts=network.graph.runtime, cpu=cpu_facts(),
+                          threads=torch.get_num_threads(), drift=drift, passed=drift["passed"])
     finally:
         model.network = network
     if args.json:
@@ -242,13 +378,20 @@ def check(args: argparse.Namespace) -> int:
     facts = report["runtime_facts"]
     where = f"{facts.get('name')} {facts.get('version')} ({facts.get('precision')}) on {report['cpu']['model']}"
     if report["passed"]:
-        print(f"{PROG}: the graph of {args.check} gives eager's detections under {where}")
+        done = "gives eager's detections" if precision.exact else f"passes the {precision.name} drift gate"
+        print(f"{PROG}: the graph of {args.check} {done} under {where}")
         return 0
-    fail(f"--check {args.check}: the parity gate failed {why_failed(report)} under {where}", args.debug)
+    fail(f"--check {args.check}: {gate_name(report)} failed {why_failed(report)} under {where}", args.debug)
     return 1
 
 
+def gate_name(report: dict) -> str:
+    return f"the {report['precision']} drift gate" if "drift" in report else "the parity gate"
+
+
 def why_failed(report: dict) -> str:
+    if "drift" in report:
+        return f"({report['drift']['why']})"
     bad = [c for c in report["images"] if c["verdict"] == "DIFFERS"]
     return (f"on {len(bad)} of {len(report['images'])} images (first: {bad[0]['name']}, at {bad[0]['first']}: "
             f"{bad[0]['problem']})" if bad else "to check anything: no image with detections was judged")
@@ -257,16 +400,17 @@ def why_failed(report: dict) -> str:
 def finish(args: argparse.Namespace, report: dict) -> int:
     """The last line: what was written, or why not (status 1 when the gate failed without ``--force``)."""
     config = os.path.join(args.output, "config.yaml")
+    graph = "model.xml, model.bin" if report.get("precision") == "int8" else "model.onnx"
     if report["passed"]:
-        print(f"export: wrote model.onnx, config.yaml and report.json into {args.output}; run it with --config-file "
+        print(f"export: wrote {graph}, config.yaml and report.json into {args.output}; run it with --config-file "
               f"{config}; check it where it runs with `minidet export --check {args.output}`")
         return 0
     if report["written"]:
-        print(f"warning: the parity gate failed {why_failed(report)}; written anyway (--force), marked in "
+        print(f"warning: {gate_name(report)} failed {why_failed(report)}; written anyway (--force), marked in "
               f"report.json and {config}", file=sys.stderr)
         return 0
-    fail(f"the parity gate failed {why_failed(report)}; nothing exported (details: {args.output}/report.json; "
-         "--force writes it anyway)", args.debug)
+    fail(f"{gate_name(report)} failed {why_failed(report)}; nothing exported (details: {args.output}/report.json; "
+         "--force writes it anyway; the thresholds are options)", args.debug)
     return 1
 
 
