@@ -5,6 +5,8 @@ Usage::
 
     minidet export --config-file CFG --output DIR [--images IMG ...] [--runtime onnxruntime|openvino]
         [--repeats N] [--force] [KEY VALUE ...]
+    minidet export ... --precision bf16|int8 [--calib IMG ...] [--calib-count N] [--min-matched F] [--min-ap F]
+        [--drift-score S]
     minidet export --check DIR [--images IMG ...] [--repeats N] [--json FILE] [KEY VALUE ...]
     python tools/export.py ...   # the same program
 
@@ -31,6 +33,13 @@ The gate's table is printed. When an image's exported detections are not the eag
 or image, or a missing ``minidet[export]`` extra, is one ``error:`` line (status 2). ``--check DIR`` loads
 ``DIR/config.yaml`` as ``minidet infer`` does (overrides such as ``MODEL.RUNTIME openvino`` change what runs) and
 runs the same gate with this machine's runtime and CPU: status 0 when it passes, 1 when it fails.
+
+``--precision bf16|int8`` (``minidet.export.precision``; OpenVINO): bf16 compiles the float32 graph in bf16; int8
+quantizes it with NNCF on the ``--calib`` images (``minidet.export.quantize``) and writes ``model.xml`` and
+``model.bin`` instead of ``model.onnx``. Neither is exact, so instead of the parity gate the drift report against
+eager float32 (``minidet.apps.export.drift``) is printed and put into ``report.json``, and its gate
+(``--min-matched``, ``--min-ap``) decides whether the export is written (``--force`` as above); ``--check`` runs
+that report and gate for such a folder.
 """
 
 from __future__ import annotations
