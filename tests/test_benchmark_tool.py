@@ -12,7 +12,7 @@ from pathlib import Path
 import cv2
 import pytest
 
-from helpers import load_tool, run_tool
+from helpers import load_tool, needs_extra, run_tool
 from minidet.apps.bench import report as benchreport
 from minidet.apps.bench.report import Run
 from minidet.timing import DETAILS, STAGES
@@ -311,6 +311,47 @@ def test_the_exported_graph_runs_in_the_benchmark_like_any_variant(tmp_path):
     assert proc.stderr.count("exporting the FrozenBN R-50 model") == 1  # one graph for both runtimes
 
 
+@pytest.mark.slow
+@needs_extra("openvino", "openvino")
+@needs_extra("nncf", "int8")
+def test_the_int8_graph_runs_beside_the_float32_graph_with_its_facts_and_the_int8_peak(tmp_path):
+    """``--norms openvino,openvino-int8``: the float32 graph exported once, quantized by NNCF on the calibration
+    images, both run by OpenVINO in the same interleaved loop; the JSON holds the quantization's facts, the int8
+    layers the runtime compiled, OpenVINO's float32 and int8 conv peaks (the int8 conv compiled in int8) and each
+    graph's floor at its own precision's peak."""
+    out_json = tmp_path / "bench.json"
+    proc = _run("--size", "128", "--image", "96x128", "--iters", "1", "--warmup", "0", "--no-memory",
+                "--norms", "openvino,openvino-int8", "--calib-images", "1", "--peak-seconds", "0.02",
+                "--json", str(out_json), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("exporting the FrozenBN R-50 model") == 1  # one float32 graph for both
+    assert proc.stderr.count("quantizing the FrozenBN R-50 graph to int8 on 1 image (NNCF)") == 1
+    data = json.loads(out_json.read_text())
+    assert data["settings"]["calib_images"] == 1
+    rows = {r["variant"]: r for r in data["runs"]}
+    assert list(rows) == ["openvino", "openvino-int8"]
+    int8, fp32 = rows["openvino-int8"], rows["openvino"]
+    for row in (int8, fp32):
+        assert set(row["stages"]) == {"preprocess", "network", "paste", "total"}
+        assert row["flops"]["total"] == fp32["flops"]["total"] > 0
+    q = int8["quantize"]
+    assert q["tool"] == "NNCF" and q["calibration_images"] == 1 and q["seconds"] > 0
+    assert "coco_tiny" in q["calibration_source"] or "synthetic" in q["calibration_source"]
+    assert q["layers"]["int8"] > 0 and set(q["kept_float"]) >= {"rpn.head", "mask_head"}
+    assert fp32["quantize"] is None
+    assert int8["runtime"]["precision"] == "int8" and int8["runtime"]["layers"]["int8"] == q["layers"]["int8"]
+    assert fp32["runtime"]["precision"] == "fp32" and "int8" not in fp32["runtime"]["layers"]
+    peaks = data["peaks"]
+    assert peaks["conv_int8"]["gflop_per_s"] > 0 and peaks["conv_int8"]["layers"].get("int8") == 1
+    assert peaks["conv_fp32_openvino"]["gflop_per_s"] > 0 and peaks["conv_fp32_openvino"]["layers"] == {"f32": 1}
+    assert peaks["conv_fp32"]["gflop_per_s"] > 0 and "conv_bf16_openvino" not in peaks  # bf16 not asked
+    assert int8["floor"]["peak"] == "conv_int8" and fp32["floor"]["peak"] == "conv_fp32_openvino"
+    assert int8["floor"]["fraction"] < int8["floor"]["mixed"]["fraction"]  # its float32 stages at the fp32 peak
+    out = proc.stdout
+    assert "  OpenVINO int8 conv 3x3 256->256 at 64x96 (OpenVINO " in out and "floor openvino-int8: " in out
+    assert "openvino-int8: quantized by NNCF " in out and "MODEL.RUNTIME_PRECISION int8, computes in int8" in out
+
+
 def test_benchmark_arguments(capsys):
     tool = load_tool(TOOL)
     args = tool.parse_args(["--norms", "GN,Affine+fold,none", "--depths", "50,101", "--batch", "1,16", "--size", "512"])
@@ -325,10 +366,28 @@ def test_benchmark_arguments(capsys):
     bad_cases += [(["--peak-seconds", "-1"], "--peak-seconds"), (["--keep-memory", "maybe"], "--keep-memory")]
     bad_cases += [(["--norms", "onnxruntime", "--amp", "bf16"], "an exported graph runs on the CPU in float32"),
                   (["--norms", "FrozenBN,openvino", "--device", "cuda"], "an exported graph runs on the CPU")]
+    bad_cases += [(["--calib-images", "0"], "--calib-images >= 1")]
     for bad, msg in bad_cases:
         with pytest.raises(SystemExit) as e:
             tool.parse_args(bad)
         assert e.value.code == 2 and msg in capsys.readouterr().err
+    assert tool.parse_args([]).calib_images == 8
+
+
+def test_a_precision_the_machine_lacks_is_a_one_line_error(capsys, monkeypatch):
+    """``--norms openvino-bf16`` (``openvino-int8``) where OpenVINO cannot compute in bf16 (int8) on this CPU, or the
+    package that makes the int8 graph is missing: the argument check's one line, before anything runs."""
+    tool = load_tool(TOOL)
+    lacks = {"bf16": "MODEL.RUNTIME_PRECISION bf16: this CPU has no bf16 instructions OpenVINO computes with "
+                     "(AVX512_BF16 or AMX); use fp32", "int8": ""}
+    monkeypatch.setattr(tool, "precision_unavailable", lambda p: lacks.get(p, ""))
+    assert tool.parse_args(["--norms", "openvino,openvino-int8"]).variants == ["openvino", "openvino-int8"]
+    with pytest.raises(SystemExit) as e:
+        tool.parse_args(["--norms", "FrozenBN,openvino-bf16"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and err.endswith(f"--norms openvino-bf16: {lacks['bf16']}")
+    assert tool.RUNTIMES["openvino-int8"] == ("openvino", "int8") and tool.RUNTIMES["openvino-bf16"] == ("openvino",
+                                                                                                        "bf16")
 
 
 def test_detection_drift_matches_by_label_and_iou():
@@ -653,6 +712,51 @@ def test_flops_floor_and_their_lines_from_records():
     assert not any(ln.startswith(("floor ", "peaks of")) for ln in benchreport.report(rows).splitlines())
 
 
+def test_each_graph_floor_is_at_its_own_precisions_peak():
+    """An OpenVINO graph's floor is at OpenVINO's conv peak in its precision (the int8 graph's at the int8 peak, and
+    with its float32 stages at OpenVINO's float32 peak: ``mixed``); eager models keep PyTorch's float32 peak; without
+    OpenVINO's peaks every model falls back to that one. The peaks' lines name each."""
+    ms = 1e-3
+    stages = {s: 10 * ms for s in ("preprocess", "network", "paste")}
+    flops = {"stages": {**{s: 0 for s in STAGES}, "backbone": 4e9, "rpn": 1e9, "mask_head": 1e9}, "total": 6e9}
+    runs = []
+    for variant in ("FrozenBN", "openvino", "openvino-int8"):
+        r = _run_record(variant, [stages] * 3, [{}] * 3, [0.03] * 3, [5] * 3)
+        r.flops = flops
+        runs.append(r)
+    runs[2].quantize = {"tool": "NNCF", "version": "3.4.0", "method": "post-training quantization",
+                        "preset": "PERFORMANCE", "calibration_images": 2, "calibration_source": "2 synthetic images",
+                        "seconds": 9.0, "layers": {"int8": 62, "float32": 11}, "kept_float": {"rpn.head": "why"}}
+    conv = {"gflop_per_s": 100.0, "layouts": {"contiguous": {"gflop_per_s": 100.0, "shape": [1, 256, 64, 96]}},
+            "op": "conv 3x3 256->256 at 64x96 (F.conv2d, oneDNN)"}
+    ov32 = {"gflop_per_s": 200.0, "shape": [1, 256, 64, 96], "op": "conv 3x3 256->256 at 64x96 (OpenVINO 2026.4.1)"}
+    int8 = {**ov32, "gflop_per_s": 1000.0}
+    peaks = {"threads": 2, "seconds": 0.3, "grow_below_s": 0.1, "conv_fp32": conv, "conv_fp32_openvino": ov32,
+             "conv_int8": int8}
+    rows = {row["variant"]: row for row in benchreport.analyze(runs, peaks)}
+    assert rows["FrozenBN"]["floor"]["peak"] == "conv_fp32"
+    assert rows["FrozenBN"]["floor"]["floor_s"] == pytest.approx(0.06)
+    assert rows["openvino"]["floor"]["peak"] == "conv_fp32_openvino"
+    assert rows["openvino"]["floor"]["fraction"] == pytest.approx(0.03 / 0.03)
+    fl = rows["openvino-int8"]["floor"]
+    assert fl["peak"] == "conv_int8" and fl["floor_s"] == pytest.approx(0.006) and "mixed" in fl
+    assert fl["mixed"]["float_flops"] == 2e9 and fl["mixed"]["floor_s"] == pytest.approx(2e9 / 200e9 + 4e9 / 1000e9)
+    assert rows["openvino-int8"]["quantize"]["layers"]["int8"] == 62 and rows["FrozenBN"]["quantize"] is None
+    text = benchreport.report(list(rows.values()), peaks=peaks).splitlines()
+    assert ("floor openvino-int8: 6.00 GFLOP at the OpenVINO int8 conv peak 1000.0 GOP/s = 6 ms; median wall 30 ms: "
+            "floor / wall 0.200 (its float32 stages rpn, mask_head, 2.00 GFLOP, at the OpenVINO fp32 peak 200.0 "
+            "GFLOP/s, the rest at the int8 peak: 14 ms, 0.467)") in text
+    assert "floor openvino: 6.00 GFLOP at the OpenVINO fp32 conv peak 200.0 GFLOP/s = 30 ms; median wall 30 ms: " \
+           "floor / wall 1.000" in text
+    assert "  OpenVINO int8 conv 3x3 256->256 at 64x96 (OpenVINO 2026.4.1): 1000.0 GOP/s (at 1x256x64x96)" in text
+    assert any(ln.startswith("openvino-int8: quantized by NNCF 3.4.0 (post-training quantization, preset "
+                             "PERFORMANCE, calibrated on 2 synthetic images; 9 s): 62 weighted layers in int8, 11 in "
+                             "float32 (kept float: rpn.head)") for ln in text)
+    # without OpenVINO's peaks: every model's floor at the float32 conv peak
+    rows = benchreport.analyze(runs, {k: v for k, v in peaks.items() if k != "conv_int8"})
+    assert rows[2]["floor"]["peak"] == "conv_fp32" and "mixed" not in rows[2]["floor"]
+
+
 def test_a_difference_no_larger_than_the_references_own_is_the_same():
     """The verdict of the parity tests and the benchmark: a difference from the reference that is no larger than
     the reference's own under another float summation order (torchvision in channels-last) counts as the same
@@ -755,3 +859,15 @@ def test_the_quick_run_ends_with_one_verdict_line():
     assert "; detections moved by bf16 autocast (expected; see above); " in amp
     alone = [{**row, "vs_torchvision": None} for row in rows[1:]]  # without torchvision: no verdict
     assert benchreport.verdict_line(alone, quiet) is None
+    # an int8 graph is not exact by design: its moved detections are named apart, not called DIFFERENT
+    int8 = [{**row, "variant": "openvino-int8", "label": "openvino-int8"} if row["variant"] == "Affine" else row
+            for row in rows]
+    assert benchreport.verdict_line(int8, quiet) == (
+        "verdict: speed, torchvision's time / minidet's: FrozenBN 1.50x, openvino-int8 1.50x; the same detections "
+        "as torchvision on every image (4 per variant); detections moved (openvino-int8 on 1/4 images; not exact: "
+        "expected); quiet machine"
+    )
+    assert "(int8: not exact, differences expected)" in benchreport.report(int8, steps=False)
+    alone = [row for row in int8 if row["variant"] != "FrozenBN"]
+    assert "; detections moved (openvino-int8 on 1/4 images; not exact: expected); quiet" in \
+        benchreport.verdict_line(alone, quiet)

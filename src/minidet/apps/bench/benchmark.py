@@ -2,11 +2,12 @@
 
 Usage::
 
-    python tools/benchmark.py [--config-file CFG] [--norms FrozenBN,Affine,Affine+fold,GN,none,onnxruntime,openvino]
+    python tools/benchmark.py [--config-file CFG]
+        [--norms FrozenBN,Affine,Affine+fold,GN,none,onnxruntime,openvino,openvino-bf16,openvino-int8]
         [--depths 50,101] [--batch 1,16] [--device cpu|cuda] [--amp bf16|fp16] [--size 800]
         [--image 480x640] [--iters N] [--warmup K] [--threads T] [--vs-torchvision] [--no-memory]
         [--keep-memory on|off] [--peak-seconds S] [--busy-load L] [--busy-cpu F]
-        [--bf16-drift N] [--drift-images DIR] [--json OUT.json] [--plot OUT.png] [KEY VALUE ...]
+        [--bf16-drift N] [--drift-images DIR] [--calib-images N] [--json OUT.json] [--plot OUT.png] [KEY VALUE ...]
 
 No checkpoint is needed: every depth gets realistic random weights (torchvision's own model from
 ``minidet.apps.bench.reference.build_tv`` for a torchvision config, which minidet loads in each
@@ -14,7 +15,10 @@ No checkpoint is needed: every depth gets realistic random weights (torchvision'
 ``none`` and configs torchvision cannot build). ``onnxruntime`` and ``openvino`` are the FrozenBN model
 exported as ``minidet export`` exports it (once per depth, the same weights) and run by that runtime inside
 minidet (``MODEL.RUNTIME``: minidet's pre- and post-processing around the graph, the network one stage); the
-``export`` / ``openvino`` extras. Each iteration runs every model once, in turn,
+``export`` / ``openvino`` extras. ``openvino-bf16`` is the same graph compiled by OpenVINO in bf16
+(``MODEL.RUNTIME_PRECISION bf16``, CPUs with bf16 instructions), ``openvino-int8`` that graph quantized by NNCF
+(``minidet.export.quantize``, calibrated on ``--calib-images`` images; the ``int8`` extra) and run in int8
+(``MODEL.RUNTIME_PRECISION int8``). Each iteration runs every model once, in turn,
 the order rotating by one model per iteration; ``--warmup`` iterations are not recorded. This
 file holds the command line, the models (``Runner``), the interleaved timing loop, the
 torchvision channels-last baseline, the memory probe, the FLOP count per stage, the peak
@@ -54,7 +58,7 @@ import minidet
 from minidet.apps import fail
 from minidet.apps.bench import report as benchreport
 from minidet.apps.bench.reference import TorchvisionStages, binarize_masks, build_tv, to_tv_input, tv_skeleton
-from minidet.apps.bench.report import OWN_WEIGHTS, RUNTIMES, TV, VARIANTS, Run
+from minidet.apps.bench.report import FLOOR_PEAK, OWN_WEIGHTS, RUNTIMES, TV, VARIANTS, Run
 from minidet.apps.compare import compare_detections, detection_drift
 from minidet.apps.outputs.fileio import atomic_write, write_json
 from minidet.apps.synthetic import random_minidet_weights, strip_norms, structured_image
@@ -70,6 +74,7 @@ DRIFT_IMAGES = Path(minidet.__file__).resolve().parents[2].parent / "shared" / "
 CONV_PEAK = (256, 256, 64, 96)  # the peak's 3x3 conv: in and out channels, height, width (FPN / backbone-like)
 FC6 = (1000, 12544, 1024)  # the box head's fc6 GEMM: proposals x (256 x 7 x 7) -> 1024
 PEAK_CALL_S = 0.1  # a peak's problem size grows to its target while a call of the next size is expected below this
+CALIB_SEED = 10_000  # structured_image seeds of the int8 calibration images (without --drift-images photos)
 
 
 # --quick: short side 320, three variants against torchvision, channels-last convolutions
@@ -107,7 +112,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "benchmark.py") -> arg
     )
     p.add_argument(
         "--peak-seconds", type=float, default=0.3, metavar="S",
-        help="time per micro-benchmark of the machine's peaks (fp32 and bf16 conv, the box head's GEMM); 0: skip",
+        help="time per micro-benchmark of the machine's peaks (fp32 and bf16 conv, the box head's GEMM; with an "
+        "OpenVINO variant also OpenVINO's fp32 and int8 conv); 0: skip",
     )
     p.add_argument(
         "--busy-load", type=float, metavar="L",
@@ -122,7 +128,13 @@ def parse_args(argv: list[str] | None = None, prog: str = "benchmark.py") -> arg
         help="also run every model in fp32 and bf16 on the first N real images of --drift-images (untimed): "
         "matched detections and COCO AP of bf16 against fp32 (default 0: off)",
     )
-    p.add_argument("--drift-images", default=str(DRIFT_IMAGES), metavar="DIR", help="images of --bf16-drift")
+    p.add_argument("--drift-images", default=str(DRIFT_IMAGES), metavar="DIR",
+                   help="images of --bf16-drift and of --calib-images")
+    p.add_argument(
+        "--calib-images", type=int, default=8, metavar="N",
+        help="openvino-int8: quantize on the first N images of --drift-images (synthetic images where that folder "
+        "has none) (default %(default)s)",
+    )
     p.add_argument("--json", metavar="OUT.json", help="write all numbers to this file")
     p.add_argument("--plot", metavar="OUT.png", help="draw a stacked bar chart of the stage times")
     p.add_argument("--memory-probe", help=argparse.SUPPRESS)  # internal: one model's memory, in a child
@@ -150,8 +162,13 @@ def parse_args(argv: list[str] | None = None, prog: str = "benchmark.py") -> arg
         p.error(f"--norms: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(VARIANTS)}")
     runtimes = [v for v in args.variants if v in RUNTIMES]
     if runtimes and (args.device != "cpu" or args.amp):
-        p.error(f"--norms {','.join(runtimes)}: an exported graph runs on the CPU in float32 (no --device "
-                f"{args.device}{', no --amp' if args.amp else ''})")
+        p.error(f"--norms {','.join(runtimes)}: an exported graph runs on the CPU in float32 or the precision its "
+                f"variant names (no --device {args.device}{', no --amp' if args.amp else ''})")
+    for v in runtimes:
+        if problem := precision_unavailable(RUNTIMES[v][1]):
+            p.error(f"--norms {v}: {problem}")
+    if args.calib_images < 1:
+        p.error("need --calib-images >= 1")
     if not args.batch_list or min(args.batch_list) < 1 or not args.depth_list:
         p.error("--batch and --depths need at least one value; batch sizes >= 1")
     if "TEST.AMP" in args.opts[::2]:
@@ -162,6 +179,22 @@ def parse_args(argv: list[str] | None = None, prog: str = "benchmark.py") -> arg
         p.error("need --peak-seconds >= 0 and --bf16-drift >= 0")
     args.max_size = round(args.size * 1333 / 800)
     return args
+
+
+def precision_unavailable(precision: str) -> str:
+    """'' when this machine runs an exported graph in ``precision`` (``MODEL.RUNTIME_PRECISION``; OpenVINO's CPU
+    plugin computes in it, and NNCF, which makes the int8 graph, is installed), else why not (one line)."""
+    if precision == "fp32":
+        return ""
+    from minidet.export import ExportError, require
+    from minidet.export.onnxfile import cpu_lacks
+
+    try:
+        if precision == "int8":
+            require("nncf", "the int8 graph (NNCF's quantization)", "int8")
+        return cpu_lacks(precision)
+    except ExportError as e:
+        return str(e)
 
 
 def make_cfg(args: argparse.Namespace, norm: str = "FrozenBN", fold: bool = False, depth: int = 50):
@@ -231,6 +264,8 @@ class Runner:
         self.drift: dict | None = None
         self.flops: dict | None = None  # {"stages": {stage: FLOPs}, "total": FLOPs} of one forward
         self.bf16_drift: dict | None = None  # bf16 vs fp32 on real images (--bf16-drift)
+        self.runtime: dict | None = None  # an exported graph's runtime as it opened it (RUNTIMES' variants)
+        self.quantize: dict | None = None  # how the int8 graph was quantized (openvino-int8)
 
     def label(self, depths: list[int], batches: list[int]) -> str:
         parts = [self.variant]
@@ -247,7 +282,7 @@ class Runner:
             batch=self.batch, source=self.source, records=self.records, detail_records=self.detail_records,
             walls=self.walls, cpus=self.cpus, dets=self.dets, memory=self.memory, drift=self.drift,
             checks=self.checks, check_images=self.check_images, tv_channels_last=self.tv_channels_last,
-            flops=self.flops, bf16_drift=self.bf16_drift,
+            flops=self.flops, bf16_drift=self.bf16_drift, runtime=self.runtime, quantize=self.quantize,
         )
 
     def spec(self) -> dict:
@@ -274,6 +309,7 @@ class Runner:
             norm, fold = VARIANTS[self.variant]
             if self.variant in RUNTIMES:
                 model, report = self._exported(args)
+                self.runtime = model.network.graph.runtime
             elif norm:
                 model, report = minidet.prepare_model(make_cfg(args, norm, fold, self.depth), weights=self.weights)
             else:
@@ -293,10 +329,13 @@ class Runner:
 
     def _exported(self, args: argparse.Namespace):
         """The FrozenBN model exported as ``minidet export`` does (once per depth: ``self.graph``, not yet written)
-        and prepared to run that graph under the runtime this variant names (``MODEL.RUNTIME``)."""
+        and prepared to run that graph under the runtime and in the precision this variant names (``RUNTIMES``:
+        ``MODEL.RUNTIME``, ``MODEL.RUNTIME_PRECISION``); ``openvino-int8``: that graph quantized (``quantized``)."""
         from minidet.export.onnxfile import export_onnx
 
+        runtime, precision = RUNTIMES[self.variant]
         cfg = make_cfg(args, "FrozenBN", False, self.depth)
+        eager = None
         if not os.path.exists(self.graph):
             from minidet.hub import file_sha256
 
@@ -307,8 +346,41 @@ class Runner:
             data = export_onnx(eager, example, {"minidet.weights": self.weights,
                                                 "minidet.weights_sha256": file_sha256(self.weights)})
             atomic_write(self.graph, data)
-        cfg.merge_from_list(["MODEL.RUNTIME", self.variant, "MODEL.GRAPH", self.graph])
+        graph = self.graph
+        if precision == "int8":
+            graph, self.quantize = self.quantized(args, cfg, eager)
+        cfg.merge_from_list(["MODEL.RUNTIME", runtime, "MODEL.RUNTIME_PRECISION", precision, "MODEL.GRAPH", graph])
         return minidet.prepare_model(cfg, weights=self.weights)
+
+    def quantized(self, args: argparse.Namespace, cfg, eager=None) -> tuple[str, dict]:
+        """The float32 graph ``self.graph`` quantized to int8 as ``minidet export --precision int8`` does
+        (``minidet.export.quantize``, on ``calibration_images``; once per depth): the path of its ``.xml`` (the
+        ``.bin`` beside it) and the quantization's facts (kept beside them in a ``.json``)."""
+        xml = self.graph[: -len(".onnx")] + "_int8.xml"
+        facts_path = xml[: -len(".xml")] + ".json"
+        if not os.path.exists(xml):
+            from minidet.export.onnxfile import graph_inputs
+            from minidet.export.quantize import quantize, serialize
+
+            if eager is None:  # the graph exists: the eager model only preprocesses the calibration images
+                eager, _ = minidet.prepare_model(cfg, weights=self.weights)
+            images, source = calibration_images(args)
+            print(f"quantizing the FrozenBN R-{self.depth} graph to int8 on {len(images)} "
+                  f"image{'s' * (len(images) != 1)} (NNCF)",
+                  file=sys.stderr, flush=True)
+            with open(self.graph, "rb") as f:
+                data = f.read()
+            t0 = time.perf_counter()
+            model, facts = quantize(data, [graph_inputs(eager.preprocess([im]), 0) for im in images],
+                                    {"minidet.calibration": source})
+            facts = {**facts, "calibration_source": source, "seconds": time.perf_counter() - t0}
+            del data
+            xml_bytes, bin_bytes = serialize(model)
+            atomic_write(xml[: -len(".xml")] + ".bin", bin_bytes)
+            atomic_write(xml, xml_bytes)
+            write_json(facts_path, facts)
+        with open(facts_path) as f:
+            return xml, json.load(f)
 
     def set_amp(self, amp: str | None) -> None:
         """Mixed precision: minidet's own ``TEST.AMP`` (network layers only, box math float32);
@@ -518,13 +590,92 @@ def _fc6_path(runners: list[Runner]) -> tuple[torch.nn.Module | None, str]:
     return (None if plain else fc), name
 
 
+def openvino_conv(precision: str, threads: int, layers: dict):
+    """``make(size)`` for ``_best_rate``: ``CONV_PEAK``'s 3x3 conv (no bias) as an OpenVINO model of input size
+    ``size``, compiled for the CPU with ``openvino_options(precision, threads)`` (what ``MODEL.RUNTIME openvino``
+    compiles a graph with), as a call of one inference. int8: the conv's input and weights quantized as NNCF
+    quantizes a ResNet conv for the CPU (``minidet.export.quantize``, preset PERFORMANCE): the input through a
+    FakeQuantize of 256 levels from 0 (a conv's input after a ReLU: u8), the weights int8 per output channel (an
+    i8 constant converted and scaled, NNCF's form), so that OpenVINO computes the conv in u8 x i8. ``layers``
+    gets the compiled model's layer precisions (``onnxfile.layer_precisions``)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from minidet.export.onnxfile import layer_precisions, openvino_options
+
+    core, options = ov.Core(), openvino_options(precision, threads)
+    cin, cout, _, _ = CONV_PEAK
+    rng = np.random.default_rng(0)
+    weights = (0.02 * rng.standard_normal((cout, cin, 3, 3))).astype(np.float32)
+    high = np.float32(4.0)  # the input's range: [0, high)
+
+    def make(size):
+        x = ops.parameter(list(size), np.float32, name="x")
+        data, kernel = x, ops.constant(weights)
+        if precision == "int8":
+            zero, top = ops.constant(np.float32(0)), ops.constant(high)
+            data = ops.fake_quantize(x, zero, top, zero, top, 256)
+            scale = (np.abs(weights).max(axis=(1, 2, 3), keepdims=True) / 127).astype(np.float32)
+            q = np.clip(np.round(weights / scale), -127, 127).astype(np.int8)
+            kernel = ops.multiply(ops.convert(ops.constant(q), np.float32), ops.constant(scale))
+        conv = ops.convolution(data, kernel, [1, 1], [1, 1], [1, 1], [1, 1])
+        compiled = core.compile_model(ov.Model([conv.output(0)], [x], "conv_peak"), "CPU", options)
+        layers.clear()
+        layers.update(layer_precisions(compiled))
+        request = compiled.create_infer_request()
+        request.set_input_tensor(ov.Tensor(rng.uniform(0, high, size).astype(np.float32)))
+
+        def call() -> None:
+            request.start_async()
+            request.wait()
+
+        return call
+
+    return make
+
+
+def openvino_peaks(args: argparse.Namespace, runners: list[Runner], sizes, flops) -> dict:
+    """With an OpenVINO variant: ``CONV_PEAK``'s conv under OpenVINO (``openvino_conv``) in float32 and int8 (where
+    OpenVINO's CPU plugin computes in int8), and in bf16 with ``openvino-bf16``; the peaks of the OpenVINO
+    variants' floors (``FLOOR_PEAK``), timed as the PyTorch convs are."""
+    precisions = {RUNTIMES[r.variant][1] for r in runners if RUNTIMES.get(r.variant, ("",))[0] == "openvino"}
+    if not precisions or args.device != "cpu":
+        return {}
+    import openvino as ov
+
+    from minidet.export.onnxfile import cpu_lacks, openvino_options
+
+    cin, cout, h, w = CONV_PEAK
+    threads, out, skipped = torch.get_num_threads(), {}, []
+    for precision in ("fp32", "bf16", "int8"):
+        if precision == "bf16" and precision not in precisions:
+            continue
+        if problem := cpu_lacks(precision):
+            skipped.append(problem)
+            continue
+        layers: dict = {}
+        rate = _best_rate(openvino_conv(precision, threads, layers), sizes, flops, args.peak_seconds,
+                          torch.device("cpu"))
+        what = "u8 input (FakeQuantize, 256 levels) x i8 weights per channel, " if precision == "int8" else ""
+        version = ov.__version__.split("-")[0]
+        out[FLOOR_PEAK["openvino" if precision == "fp32" else f"openvino-{precision}"]] = {
+            "op": f"conv 3x3 {cin}->{cout} at {h}x{w} (OpenVINO {version}, {what}MODEL.RUNTIME_PRECISION {precision})",
+            "target": [1, cin, h, w], "runtime": "openvino", "precision": precision, **rate, "layers": layers,
+            "options": {k: str(v) for k, v in openvino_options(precision, threads).items()},
+        }
+    if skipped:
+        out["openvino_skipped"] = "; ".join(skipped)
+    return out
+
+
 @torch.inference_mode()
 def measure_peaks(args: argparse.Namespace, runners: list[Runner]) -> dict:
     """Micro-benchmarks of this machine, in this process with the benchmark's threads: a 3x3 conv
     (``CONV_PEAK``) in float32 and in bf16, each contiguous and channels-last (the best is the peak;
     on CPU PyTorch runs it with oneDNN), and the box head's fc6 GEMM (``FC6``) as plain ``nn.Linear``
     and as the minidet variants' own fc6 module where that is not plain ``nn.Linear``
-    (``MODEL.FUSE_LINEAR``). About ``--peak-seconds`` each."""
+    (``MODEL.FUSE_LINEAR``); with an OpenVINO variant the same conv under OpenVINO in float32 and int8
+    (``openvino_peaks``). About ``--peak-seconds`` each."""
     device, seconds = torch.device(args.device), args.peak_seconds
     cin, cout, h, w = CONV_PEAK
     gen = torch.Generator().manual_seed(0)
@@ -554,6 +705,7 @@ def measure_peaks(args: argparse.Namespace, runners: list[Runner]) -> dict:
             "gflop_per_s": max(v["gflop_per_s"] for v in layouts.values()),
             "layouts": layouts,
         }
+    peaks.update(openvino_peaks(args, runners, conv_sizes, conv_flops))
     m, k, n = FC6
     fc, path = _fc6_path(runners)
     k = fc.in_features if fc is not None and hasattr(fc, "in_features") else k
@@ -797,6 +949,26 @@ def drift_images(args: argparse.Namespace) -> tuple[list[np.ndarray], str]:
     return images, folder.parent.name if folder.name == "val2017" else folder.name
 
 
+def calibration_images(args: argparse.Namespace) -> tuple[list[np.ndarray], str]:
+    """The int8 graph's calibration images (``--calib-images`` N), BGR uint8, and their source in words: the first N
+    photos of ``--drift-images`` (by file name; all of them where it has fewer), or, where that folder has none,
+    N synthetic images of the benchmark's input size (``structured_image``, seeds from ``CALIB_SEED``)."""
+    folder = Path(args.drift_images)
+    paths = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS) if folder.is_dir() else []
+    if paths:
+        paths = paths[: args.calib_images]
+        try:
+            images = [read_image(str(p)) for p in paths]
+        except ImageReadError as e:
+            raise ConfigError(f"--calib-images: {e}") from None
+        name = folder.parent.name if folder.name == "val2017" else folder.name
+        return images, f"the first {len(images)} of {name}'s photos (--drift-images {folder})"
+    h, w = args.image_hw
+    images = [structured_image(h, w, seed=CALIB_SEED + i) for i in range(args.calib_images)]
+    return images, (f"{len(images)} synthetic {h}x{w} images (structured_image, seeds {CALIB_SEED} to "
+                    f"{CALIB_SEED + len(images) - 1}; no photos in {folder})")
+
+
 def measure_bf16_drift(args: argparse.Namespace, runners: list[Runner]) -> None:
     """``--bf16-drift``, untimed: each model (once per variant and depth) runs every image alone in
     float32 and then in bf16 (minidet's ``TEST.AMP``, torchvision under ``torch.autocast``); sets
@@ -877,7 +1049,7 @@ def environment(args: argparse.Namespace) -> dict:
 def settings(args: argparse.Namespace) -> dict:
     keys = ("config_file", "variants", "depth_list", "batch_list", "device", "amp", "size", "max_size", "image")
     keys += ("iters", "warmup", "threads", "vs_torchvision", "no_memory", "keep_memory", "peak_seconds")
-    keys += ("busy_load", "busy_cpu", "bf16_drift", "drift_images", "quick", "opts")
+    keys += ("busy_load", "busy_cpu", "bf16_drift", "drift_images", "calib_images", "quick", "opts")
     return {k: getattr(args, k) for k in keys}
 
 

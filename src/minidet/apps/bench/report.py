@@ -4,8 +4,10 @@
 runs into rows of statistics with the relations between models of a group (the same depth and
 batch): each variant against FrozenBN, against the model without norm layers (``none``), against
 batch 1 and against torchvision on the same weights (stage and step ratios, and whether the
-detections are the same: ``minidet.apps.compare``), and the FLOPs of each stage with the rate
-achieved and the floor of the machine's measured peaks (``peaks``). ``report`` prints the rows,
+detections are the same: ``minidet.apps.compare``; an exported graph in bf16 or int8 is not exact by
+design and is named apart), and the FLOPs of each stage with the rate achieved and the floor of the
+machine's measured peaks (``peaks``: each model at the conv peak of its runtime and precision,
+``FLOOR_PEAK``; the int8 graph's quantization facts ride along). ``report`` prints the rows,
 ``draw_chart`` draws their stage times; ``busy_check`` judges whether the machine was too busy
 for the ratios to mean anything, ``coco_drift`` scores one set of detections against another
 with pycocotools. What the benchmark measures and why is in docs/exactness.md ("The benchmark").
@@ -38,8 +40,37 @@ VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     # the FrozenBN model exported (minidet export's graph, the same weights) and run by that runtime
     "onnxruntime": ("FrozenBN", False),
     "openvino": ("FrozenBN", False),
+    # the same float32 graph compiled by OpenVINO in bf16, and quantized to int8 by NNCF (minidet.export.quantize)
+    "openvino-bf16": ("FrozenBN", False),
+    "openvino-int8": ("FrozenBN", False),
 }
-RUNTIMES = ("onnxruntime", "openvino")  # variants whose network is the exported graph (MODEL.RUNTIME): one stage
+# variants whose network is the exported graph (one stage): variant -> (MODEL.RUNTIME, MODEL.RUNTIME_PRECISION)
+RUNTIMES = {
+    "onnxruntime": ("onnxruntime", "fp32"),
+    "openvino": ("openvino", "fp32"),
+    "openvino-bf16": ("openvino", "bf16"),
+    "openvino-int8": ("openvino", "int8"),
+}
+# the conv peaks of ``peaks`` (the benchmark's micro-benchmarks), as the report names them
+PEAKS = {
+    "conv_fp32": "fp32",
+    "conv_bf16": "bf16",
+    "conv_fp32_openvino": "OpenVINO fp32",
+    "conv_bf16_openvino": "OpenVINO bf16",
+    "conv_int8": "OpenVINO int8",
+}
+# the peak a model's floor is measured against: its runtime's in its precision (every other model: conv_fp32)
+FLOOR_PEAK = {"openvino": "conv_fp32_openvino", "openvino-bf16": "conv_bf16_openvino", "openvino-int8": "conv_int8"}
+# the stages of the int8 graph whose layers stay float32 (minidet.export.quantize.KEPT_FLOAT: the RPN head, the
+# mask head; its stem and box predictor, small parts of backbone and box_head, are counted with the int8 layers)
+INT8_FLOAT_STAGES = ("rpn", "mask_head")
+
+
+def inexact(variant: str) -> str:
+    """The precision of a variant whose detections are not exact by design (an exported graph in bf16 or int8:
+    judged by drift, not by parity), else ''."""
+    precision = RUNTIMES.get(variant, ("", "fp32"))[1]
+    return "" if precision == "fp32" else precision
 # the stage columns: an exported graph's network is one stage between preprocess and paste
 COLUMNS = (STAGES[0], "network", *STAGES[1:])
 OWN_WEIGHTS = ("GN", "none")  # variants that cannot load the frozen-BN weights: randomized minidet models
@@ -77,6 +108,8 @@ class Run:
     tv_channels_last: list | None = None  # per check where ours differs: torchvision-CL vs torchvision, else None
     flops: dict | None = None  # {"stages": {stage: FLOPs}, "total": FLOPs} of one forward (FlopCounterMode)
     bf16_drift: dict | None = None  # bf16 against fp32 on real images (``--bf16-drift``): matches, COCO AP, times
+    runtime: dict | None = None  # an exported graph's runtime as it opened it (``Graph.runtime``: precision, layers)
+    quantize: dict | None = None  # the int8 graph's quantization (``minidet.export.quantize``'s facts)
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -108,31 +141,45 @@ def _steps(row: dict) -> dict[str, dict[str, float]]:
 
 def _flops(r: Run, stats: dict, wall: dict, peaks: dict | None, amp: str | None) -> tuple[dict | None, dict | None]:
     """A run's FLOPs per stage with the achieved rate (FLOPs / median stage time; the total's over the
-    median wall time), and its floor: the total FLOPs at the measured float32 conv peak (with
-    ``--amp bf16`` also at the bf16 peak), as a fraction of the median wall time."""
+    median wall time), and its floor: the total FLOPs at the measured conv peak of its runtime and precision
+    (``FLOOR_PEAK``: OpenVINO's graphs at OpenVINO's conv in their precision; every other model at PyTorch's
+    float32 conv, with ``--amp bf16`` also at the bf16 peak), as a fraction of the median wall time. The int8
+    graph's also ``mixed``: its float32 stages (``INT8_FLOAT_STAGES``) at OpenVINO's float32 peak, the rest at the
+    int8 peak."""
     if not r.flops:
         return None, None
     rate = lambda f, t: f / t / 1e9 if f > 0 and t > 0 else None  # noqa: E731
     stages = {s: f for s, f in r.flops["stages"].items()}
+    total = r.flops["total"]
     out = {
         "stages": stages,
-        "total": r.flops["total"],
+        "total": total,
         "gflop_per_s": {
             **{s: rate(f, stats[s]["median"]) if s in stats else None for s, f in stages.items()},
-            "total": rate(r.flops["total"], wall["median"]),
+            "total": rate(total, wall["median"]),
         },
     }
-    conv = (peaks or {}).get("conv_fp32")
+    peaks = peaks or {}
+    key = FLOOR_PEAK.get(r.variant, "conv_fp32")
+    key = key if peaks.get(key) else "conv_fp32"  # not measured (no OpenVINO peak): the float32 one
+    conv = peaks.get(key)
     if not conv:
         return out, None
-    floor_s = r.flops["total"] / (1e9 * conv["gflop_per_s"])
-    floor = {"peak": "conv_fp32", "peak_gflop_per_s": conv["gflop_per_s"], "floor_s": floor_s,
+    floor_s = total / (1e9 * conv["gflop_per_s"])
+    floor = {"peak": key, "peak_gflop_per_s": conv["gflop_per_s"], "floor_s": floor_s,
              "fraction": floor_s / wall["median"]}
-    bf16 = (peaks or {}).get("conv_bf16")
-    if amp == "bf16" and bf16:
+    bf16 = peaks.get("conv_bf16")
+    if amp == "bf16" and bf16 and key == "conv_fp32":
         floor["bf16_peak_gflop_per_s"] = bf16["gflop_per_s"]
-        floor["bf16_floor_s"] = r.flops["total"] / (1e9 * bf16["gflop_per_s"])
+        floor["bf16_floor_s"] = total / (1e9 * bf16["gflop_per_s"])
         floor["bf16_fraction"] = floor["bf16_floor_s"] / wall["median"]
+    f32 = peaks.get("conv_fp32_openvino")
+    if key == "conv_int8" and f32:
+        kept = sum(stages.get(s, 0) for s in INT8_FLOAT_STAGES)
+        mixed_s = kept / (1e9 * f32["gflop_per_s"]) + (total - kept) / (1e9 * conv["gflop_per_s"])
+        floor["mixed"] = {"float_stages": list(INT8_FLOAT_STAGES), "float_flops": kept,
+                          "float_peak": "conv_fp32_openvino", "float_peak_gflop_per_s": f32["gflop_per_s"],
+                          "floor_s": mixed_s, "fraction": mixed_s / wall["median"]}
     return out, floor
 
 
@@ -164,6 +211,8 @@ def analyze(runs: list[Run], peaks: dict | None = None, amp: str | None = None) 
                 "flops": flops,
                 "floor": floor,
                 "bf16_drift": r.bf16_drift,
+                "runtime": r.runtime,
+                "quantize": r.quantize,
                 "detections_per_image": {"mean": statistics.fmean(r.dets), "min": min(r.dets), "max": max(r.dets)},
                 "vs_frozenbn": None,
                 "vs_torchvision": None,
@@ -345,6 +394,8 @@ def report(
                     + (", further than torchvision itself moves under channels-last" if cl else "")
                 )
             verdict += " (autocast: differences expected)" if amp else ""
+            if p := inexact(row["variant"]):
+                verdict += f" ({p}: not exact, differences expected)"
             out.append(
                 f"  {verdict} (worst box {_fmt(d['worst_box_px'], '.2g')}"
                 f" px, score {_fmt(d['worst_score'], '.2g')}, mask IoU {_fmt(d['worst_mask_iou'], '.4f')}, "
@@ -396,10 +447,33 @@ def report(
                 f"score change max {_fmt(d['score_diff_max'], '.3g')}"
             )
         out += _bf16_drift_lines(row)
+        out += _graph_lines(row)
     out += peak_lines(peaks)
     out += flop_table(rows)
     out += floor_lines(rows, amp)
     return "\n".join(out)
+
+
+def _graph_lines(row: dict) -> list[str]:
+    """An exported graph's runtime as it compiled the graph (the precision of its layers) and, for the int8 graph,
+    how it was quantized."""
+    out = []
+    rt = row.get("runtime")
+    if rt:
+        layers = ", ".join(f"{n} {p}" for p, n in sorted((rt.get("layers") or {}).items()))
+        out.append(f"{row['label']}: {rt['name']} {str(rt['version']).split('-')[0]}, MODEL.RUNTIME_PRECISION "
+                   f"{rt['precision_asked']}, "
+                   f"computes in {rt['precision']}" + (f" (compiled layers: {layers})" if layers else ""))
+    q = row.get("quantize")
+    if q:
+        layers = q.get("layers", {})
+        out.append(
+            f"{row['label']}: quantized by {q['tool']} {q['version']} ({q['method']}, preset {q['preset']}, "
+            f"calibrated on {q.get('calibration_source') or str(q['calibration_images']) + ' images'}; "
+            f"{_fmt(q.get('seconds'), '.0f')} s): {layers.get('int8', 0)} weighted layers in int8, "
+            f"{layers.get('float32', 0)} in float32 (kept float: {', '.join(q.get('kept_float', {}))})"
+        )
+    return out
 
 
 def _bf16_drift_lines(row: dict) -> list[str]:
@@ -422,7 +496,8 @@ def _bf16_drift_lines(row: dict) -> list[str]:
 
 
 def peak_lines(peaks: dict | None) -> list[str]:
-    """The micro-benchmarks of this run: the float32 and bf16 conv peaks, the box head's GEMM."""
+    """The micro-benchmarks of this run: the float32 and bf16 conv peaks (PyTorch's; with an OpenVINO variant also
+    OpenVINO's float32 and int8 conv, and bf16 with ``openvino-bf16``), the box head's GEMM."""
     if not peaks:
         return []
 
@@ -437,10 +512,14 @@ def peak_lines(peaks: dict | None) -> list[str]:
         f"~{peaks['seconds']:g} s of calls each, at the target size or the largest whose call is expected "
         f"under {1e3 * peaks['grow_below_s']:g} ms):"
     ]
-    for key, what in (("conv_fp32", "fp32"), ("conv_bf16", "bf16")):
+    for key, what in PEAKS.items():
         p = peaks.get(key)
         if p:
-            out.append(f"  {what} {p['op']}: {p['gflop_per_s']:.1f} GFLOP/s ({layouts(p)})")
+            where = layouts(p) if "layouts" in p else f"at {'x'.join(map(str, p['shape']))}"
+            unit = "GOP/s" if key == "conv_int8" else "GFLOP/s"
+            out.append(f"  {what} {p['op']}: {p['gflop_per_s']:.1f} {unit} ({where})")
+    if peaks.get("openvino_skipped"):
+        out.append(f"  not measured under OpenVINO: {peaks['openvino_skipped']}")
     lin = peaks.get("linear")
     if lin:
         plain = lin["plain"]
@@ -483,15 +562,17 @@ def flop_table(rows: list[dict]) -> list[str]:
 
 
 def floor_lines(rows: list[dict], amp: str | None = None) -> list[str]:
-    """Per model: its FLOPs at the measured fp32 conv peak, and that floor over its median wall time."""
+    """Per model: its FLOPs at the measured conv peak of its runtime and precision, and that floor over its median
+    wall time (the int8 graph's also with its float32 stages at OpenVINO's float32 peak)."""
     out = []
     for row in rows:
         fl = row["floor"]
         if not fl:
             continue
+        unit = "GOP/s" if fl["peak"] == "conv_int8" else "GFLOP/s"
         text = (
-            f"floor {row['label']}: {row['flops']['total'] / 1e9:.2f} GFLOP at the fp32 conv peak "
-            f"{fl['peak_gflop_per_s']:.1f} GFLOP/s = {1e3 * fl['floor_s']:.0f} ms; median wall "
+            f"floor {row['label']}: {row['flops']['total'] / 1e9:.2f} GFLOP at the {PEAKS[fl['peak']]} conv peak "
+            f"{fl['peak_gflop_per_s']:.1f} {unit} = {1e3 * fl['floor_s']:.0f} ms; median wall "
             f"{1e3 * row['wall']['median']:.0f} ms: floor / wall {fl['fraction']:.3f}"
         )
         if "bf16_fraction" in fl:
@@ -499,12 +580,18 @@ def floor_lines(rows: list[dict], amp: str | None = None) -> list[str]:
                 f" (at the bf16 conv peak {fl['bf16_peak_gflop_per_s']:.1f} GFLOP/s: "
                 f"{1e3 * fl['bf16_floor_s']:.0f} ms, {fl['bf16_fraction']:.3f})"
             )
+        if m := fl.get("mixed"):
+            text += (
+                f" (its float32 stages {', '.join(m['float_stages'])}, {m['float_flops'] / 1e9:.2f} GFLOP, at the "
+                f"{PEAKS[m['float_peak']]} peak {m['float_peak_gflop_per_s']:.1f} GFLOP/s, the rest at the int8 "
+                f"peak: {1e3 * m['floor_s']:.0f} ms, {m['fraction']:.3f})"
+            )
         out.append(text)
     if out:
         out.append(
-            "(floor / wall: 1.0 would be every counted FLOP at the conv peak and nothing else; what "
-            "is missing is the rest of the work (norms, RoIAlign, NMS, paste, memory traffic) and "
-            "layers that run below the peak)"
+            "(floor / wall: 1.0 would be every counted FLOP at the conv peak of the model's runtime and precision "
+            "and nothing else; what is missing is the rest of the work (norms, RoIAlign, NMS, paste, memory "
+            "traffic) and layers that run below the peak)"
         )
     return out
 
@@ -542,8 +629,9 @@ def busy_line(check: dict) -> str | None:
 
 def verdict_line(rows: list[dict], busy: dict, amp: str | None = None) -> str | None:
     """The run's last line, with torchvision compared: each variant's speed against torchvision (torchvision's
-    median time per forward over its own), whether its detections are the same (``judged_same`` on every image),
-    and whether the machine was busy (``busy_check``). None without torchvision."""
+    median time per forward over its own), whether its detections are the same (``judged_same`` on every image;
+    an exported graph in bf16 or int8, not exact by design, is named apart where its detections moved), and whether
+    the machine was busy (``busy_check``). None without torchvision."""
     compared = [row for row in rows if row["vs_torchvision"]]
     if not compared:
         return None
@@ -551,14 +639,22 @@ def verdict_line(rows: list[dict], busy: dict, amp: str | None = None) -> str | 
         f"{row['label']} {_fmt(row['vs_torchvision']['end_to_end']['ratio_of_medians'], '.2f')}x" for row in compared
     )
     dets = [row["vs_torchvision"]["detections"] for row in compared]
+    exact = [(row, d) for row, d in zip(compared, dets) if not inexact(row["variant"])]
     different = [f"{row['label']} on {d['images'] - d['judged_same']}/{d['images']} images"
-                 for row, d in zip(compared, dets) if d["judged_same"] < d["images"]]
+                 for row, d in exact if d["judged_same"] < d["images"]]
+    moved = [f"{row['label']} on {d['images'] - d['judged_same']}/{d['images']} images"
+             for row, d in zip(compared, dets) if inexact(row["variant"]) and d["judged_same"] < d["images"]]
     if amp:
         same = f"detections moved by {amp} autocast (expected; see above)"
     elif different:
         same = f"DIFFERENT detections from torchvision ({', '.join(different)}; see above)"
+    elif exact or not moved:
+        n = max(d["images"] for d in ([d for _, d in exact] or dets))
+        same = f"the same detections as torchvision on every image ({n} per variant)"
     else:
-        same = f"the same detections as torchvision on every image ({max(d['images'] for d in dets)} per variant)"
+        same = ""
+    if moved and not amp:
+        same += ("; " if same else "") + f"detections moved ({', '.join(moved)}; not exact: expected)"
     machine = "busy machine: the ratios are rough, rerun on a quiet one" if busy["busy"] else "quiet machine"
     return f"verdict: speed, torchvision's time / minidet's: {speed}; {same}; {machine}"
 
