@@ -82,12 +82,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argpar
                                 "check an export where it runs (--check DIR).")
     p.add_argument("--config-file", metavar="CFG", help="config name or yaml file of the model")
     p.add_argument("--output", metavar="DIR", help="output folder (created if needed)")
-    p.add_argument("--check", metavar="DIR", help="instead of exporting: run the gate (parity, or drift for bf16 / int8) of the export in DIR "
+    p.add_argument("--check", metavar="DIR", help="instead of exporting: run the gate (parity, or drift for bf16 / "
+                   "int8) of the export in DIR "
                    "(its config.yaml, with the KEY VALUE overrides) here, with this machine's runtime")
     p.add_argument("--json", metavar="FILE", help="--check: write its report (as report.json's) to FILE")
     p.add_argument("--images", nargs="+", metavar="IMG", help="verification images (default: a built-in set)")
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each image per runtime (0: no timing)")
-    p.add_argument("--force", action="store_true", help="write the export even when its gate (parity, or drift for bf16 / int8) fails")
+    p.add_argument("--force", action="store_true",
+                   help="write the export even when its gate (parity, or drift for bf16 / int8) fails")
     p.add_argument("--runtime", choices=["onnxruntime", "openvino"],
                    help="what runs the graph in the gate and in the written config.yaml (MODEL.RUNTIME; default "
                    "onnxruntime for fp32, openvino for the other precisions)")
