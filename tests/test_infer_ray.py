@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import call_tool, needs_extra, one_error_line
+from helpers import call_tool, needs_extra, one_error_line, run_tool
 from procs import descendants, survivors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -293,8 +293,8 @@ def test_an_int8_export_runs_on_ray_as_in_one_process(images, int8_export, clust
     folder = int8_export[0]
     args = ["--config-file", str(folder / "config.yaml"), "--input", str(images), "--no-vis"]
     local = tmp_path / "local"
-    res = call_tool(TOOL, *args, "--output", str(local), "--workers", "0", threads=1)
-    assert res.returncode == 1, res.stderr
+    res = run_tool(TOOL, *args, "--output", str(local), "--workers", "0", cwd=tmp_path, threads=1)  # int8 kernels
+    assert res.returncode == 1, res.stderr  # in a process of their own, as in the actors
     out = tmp_path / "ray"
     res = _ray(capfd, *args, "--output", str(out), "--engine", "ray", "--ray-address", cluster[0], cwd=tmp_path)
     assert res.returncode == 1, res.stderr[-3000:]

@@ -14,13 +14,14 @@ import pytest
 import torch
 
 import minidet
-from helpers import ROOT, call_tool, needs_extra, one_error_line
+from helpers import ROOT, call_tool, needs_extra, one_error_line, run_tool
 from minidet.config import validate_cfg
 from minidet.export.precision import PRECISIONS, precision_problem
 
 for _module, _extra in (("onnx", "export"), ("onnxscript", "export"), ("openvino", "openvino"), ("nncf", "int8")):
     needs_extra(_module, _extra)
 EXPORT = ROOT / "tools" / "export.py"
+THREADS = torch.get_num_threads()
 
 
 # --------------------------------------------------------------------------- the table and the report's arithmetic
@@ -132,10 +133,10 @@ def test_int8_export_refused_by_its_gate_then_forced(int8_export, tv_file, tmp_p
     assert d["ap"]["bbox"] is not None and d["ap"]["segm"] is not None and d["mask_iou"]["median"] > 0
     assert set(d["seconds_per_image"]) == {"eager", "float32 graph", "graph"}
     refused = tmp_path / "refused"
-    r = call_tool(EXPORT, "--config-file", "torchvision/maskrcnn_resnet50_fpn", "--output", str(refused),
-                  "--precision", "int8", "--calib", str(images[0]), "--images", str(images[1]), "--repeats", "0",
-                  "--min-matched", "1", "--min-ap", "1", "MODEL.WEIGHTS", str(tv_file), "INPUT.MIN_SIZE_TEST", "320",
-                  "INPUT.MAX_SIZE_TEST", "512", capture=capfd)
+    r = run_tool(EXPORT, "--config-file", "torchvision/maskrcnn_resnet50_fpn", "--output", str(refused),
+                 "--precision", "int8", "--calib", str(images[0]), "--images", str(images[1]), "--repeats", "0",
+                 "--min-matched", "1", "--min-ap", "1", "MODEL.WEIGHTS", str(tv_file), "INPUT.MIN_SIZE_TEST", "320",
+                 "INPUT.MAX_SIZE_TEST", "512", cwd=tmp_path, threads=torch.get_num_threads())  # NNCF: conftest
     line = one_error_line("\n".join(x for x in r.stderr.splitlines() if x.startswith(("error", "Traceback"))))
     assert r.returncode == 1 and "the int8 drift gate failed" in line and "nothing exported" in line, r.stderr
     assert sorted(p.name for p in refused.iterdir()) == ["report.json"]
@@ -145,20 +146,23 @@ def test_int8_export_refused_by_its_gate_then_forced(int8_export, tv_file, tmp_p
 
 @pytest.mark.slow
 def test_int8_folder_runs_in_infer_and_eval_and_checks_where_it_runs(int8_export, tmp_path, capfd):
+    """The runs that compute in int8 in processes of their own (OpenVINO's int8 kernels are kept out of the test
+    process); the refusals, which come before any graph is compiled, in this one."""
     out, _, images = int8_export
     tiny = images[0].parent.parent
-    r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(out / "config.yaml"), "--input", str(images[0]),
-                  "--output", str(tmp_path / "infer"), "--workers", "0", "--no-vis", capture=capfd)
+    r = run_tool(ROOT / "tools" / "infer.py", "--config-file", str(out / "config.yaml"), "--input", str(images[0]),
+                 "--output", str(tmp_path / "infer"), "--workers", "0", "--no-vis", cwd=tmp_path, threads=THREADS)
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "infer" / f"{images[0].stem}.json").read_text())["instances"]
-    r = call_tool(ROOT / "tools" / "eval_coco.py", "--config-file", str(out / "config.yaml"), "--ann",
-                  str(tiny / "annotations" / "instances_val2017.json"), "--images", str(tiny / "val2017"),
-                  "--output", str(tmp_path / "eval"), "--max-images", "2", "--workers", "0", capture=capfd)
+    r = run_tool(ROOT / "tools" / "eval_coco.py", "--config-file", str(out / "config.yaml"), "--ann",
+                 str(tiny / "annotations" / "instances_val2017.json"), "--images", str(tiny / "val2017"),
+                 "--output", str(tmp_path / "eval"), "--max-images", "2", "--workers", "0", cwd=tmp_path,
+                 threads=THREADS)
     assert r.returncode == 0, r.stderr
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert {"bbox", "segm"} <= set(metrics) and len(metrics["segm"]["stats"]) == 12
-    r = call_tool(EXPORT, "--check", str(out), "--images", str(images[0]), "--repeats", "0", "--min-matched", "0",
-                  "--min-ap", "0", "--json", str(tmp_path / "check.json"), capture=capfd)
+    r = run_tool(EXPORT, "--check", str(out), "--images", str(images[0]), "--repeats", "0", "--min-matched", "0",
+                 "--min-ap", "0", "--json", str(tmp_path / "check.json"), cwd=tmp_path, threads=THREADS)
     assert r.returncode == 0 and "passes the int8 drift gate" in r.stdout, (r.stdout, r.stderr)
     checked = json.loads((tmp_path / "check.json").read_text())
     assert checked["precision"] == "int8" and checked["drift"]["matched"] is not None
