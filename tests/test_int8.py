@@ -76,18 +76,20 @@ def _dets(boxes, scores, labels, masks=True, size=(60, 80)):
 def test_drift_matching_and_ap_against_float32():
     """The same detections: all matched, AP 1; one box moved off its object, one relabelled: two of three lost and
     AP below 1; detections under the score are not judged."""
-    from minidet.apps.export.drift import ap_against, match
+    from minidet.apps.export.drift import _coco, ap_against, match
 
     ref = _dets([[5, 5, 30, 30], [40, 10, 70, 50], [10, 35, 25, 55]], [0.9, 0.8, 0.3], [1, 2, 1])
     same = match(ref, ref, 0.5)
     assert same["float32"] == 2 and same["matched"] == 2 and same["changes"]["mask_iou"] == [1.0, 1.0]
-    assert ap_against([ref], [ref], [(60, 80)], 0.5) == {"bbox": pytest.approx(1.0), "segm": pytest.approx(1.0)}
+    assert ap_against([_coco(0, ref)], [_coco(0, ref)], [(60, 80)], 0.5) == {"bbox": pytest.approx(1.0),
+                                                                             "segm": pytest.approx(1.0)}
     moved = _dets([[20, 20, 45, 45], [40, 10, 70, 50], [10, 35, 25, 55]], [0.9, 0.8, 0.3], [1, 3, 1])
     m = match(ref, moved, 0.5)
     assert m["float32"] == 2 and m["matched"] == 0
-    ap = ap_against([ref], [moved], [(60, 80)], 0.5)
+    ap = ap_against([_coco(0, ref)], [_coco(0, moved)], [(60, 80)], 0.5)
     assert ap["bbox"] < 1 and ap["segm"] < 1
-    assert ap_against([ref], [ref], [(60, 80)], 0.95) == {"bbox": None, "segm": None}  # nothing to be the truth
+    nothing = ap_against([_coco(0, ref)], [_coco(0, ref)], [(60, 80)], 0.95)  # nothing to be the truth
+    assert nothing == {"bbox": None, "segm": None}
 
 
 def test_calibration_images_spread_over_a_folder(tmp_path):

@@ -205,8 +205,9 @@ def _read_openvino(core, source: GraphBytes):
     return core.read_model(source)
 
 
-def cpu_lacks(precision: str, core=None) -> str:
-    """'' when OpenVINO's CPU plugin computes in ``precision`` on this CPU, else one line saying it cannot."""
+def cpu_lacks(precision: str, core=None, asked: str = "MODEL.RUNTIME_PRECISION") -> str:
+    """'' when OpenVINO's CPU plugin computes in ``precision`` on this CPU, else one line saying it cannot, naming
+    the setting ``asked`` (the config key, or a program's option) that asked for it."""
     need = PRECISIONS[precision].capability
     if not need:
         return ""
@@ -216,7 +217,7 @@ def cpu_lacks(precision: str, core=None) -> str:
         return ""
     which = {"BF16": "bf16 instructions OpenVINO computes with (AVX512_BF16 or AMX)",
              "INT8": "int8 instructions OpenVINO computes with"}[need]
-    return f"MODEL.RUNTIME_PRECISION {precision}: this CPU has no {which}; use fp32"
+    return f"{asked} {precision}: this CPU has no {which}; use fp32"
 
 
 def _openvino(source: GraphBytes, threads: int, precision: str) -> tuple[Runner, dict[str, str], dict[str, object]]:
@@ -286,12 +287,25 @@ def _read(path: str) -> bytes:
         raise ExportError(f"exported graph {path}: cannot read ({e.strerror})") from None
 
 
+def _weights_beside(xml: str) -> str:
+    """The ``.bin`` of the OpenVINO model ``xml`` (its weights, beside it under the same name)."""
+    return os.path.splitext(xml)[0] + ".bin"
+
+
 def read_graph(path: str) -> GraphBytes:
     """The bytes of the graph at ``path``: an ONNX file, or an OpenVINO model (``.xml`` and the ``.bin`` beside it,
     as ``minidet export --precision int8`` writes it)."""
     if path.lower().endswith(".xml"):
-        return _read(path), _read(path[:-4] + ".bin")
+        return _read(path), _read(_weights_beside(path))
     return _read(path)
+
+
+def graph_files(path: str, data: GraphBytes) -> list[tuple[str, bytes]]:
+    """``read_graph``'s inverse: the files that hold ``data`` as the graph ``path``, in the order to write them (an
+    OpenVINO model's ``.bin`` before its ``.xml``)."""
+    if isinstance(data, tuple):
+        return [(_weights_beside(path), data[1]), (path, data[0])]
+    return [(path, data)]
 
 
 def graph_precision(metadata: dict[str, str]) -> str:

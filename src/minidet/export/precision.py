@@ -27,17 +27,12 @@ class Precision:
     capability: str  # what OpenVINO's CPU plugin must list in OPTIMIZATION_CAPABILITIES ('' none)
     hint: str  # OpenVINO's INFERENCE_PRECISION_HINT (the precision of its float layers)
     layers: frozenset[str]  # the runtime precisions its compiled layers may have
-    about: str  # one line for the README and the report
 
 
 PRECISIONS = {
-    "fp32": Precision("fp32", ("onnxruntime", "openvino"), True, "model.onnx", "", "f32", frozenset({"f32"}),
-                      "float32: eager's detections (float order only), on every CPU"),
-    "bf16": Precision("bf16", ("openvino",), False, "model.onnx", "BF16", "bf16", frozenset({"f32", "bf16"}),
-                      "bf16 (OpenVINO, CPUs with AVX512_BF16 or AMX): faster, not exact; its drift is reported"),
-    "int8": Precision("int8", ("openvino",), False, "model.xml", "INT8", "f32", frozenset({"f32", "i8", "u8"}),
-                      "int8 (OpenVINO, NNCF's post-training quantization; float layers in float32): faster, not "
-                      "exact; its drift is reported"),
+    "fp32": Precision("fp32", ("onnxruntime", "openvino"), True, "model.onnx", "", "f32", frozenset({"f32"})),
+    "bf16": Precision("bf16", ("openvino",), False, "model.onnx", "BF16", "bf16", frozenset({"f32", "bf16"})),
+    "int8": Precision("int8", ("openvino",), False, "model.xml", "INT8", "f32", frozenset({"f32", "i8", "u8"})),
 }
 DEFAULT = "fp32"
 

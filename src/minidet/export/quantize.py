@@ -66,14 +66,20 @@ def name_by_module(proto) -> int:
     return named
 
 
-def _under(module: str, prefixes) -> bool:
+def module_named(name: str) -> str:
+    """The module of the op named ``name`` (``module/op``, ``name_by_module``); '' for an op outside any module."""
+    return name.split("/", 1)[0] if "/" in name else ""
+
+
+def under(module: str, prefixes) -> bool:
+    """Whether ``module`` is one of ``prefixes`` (module paths) or inside one."""
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def is_quantized(name: str) -> bool:
     """Whether the op named ``name`` (``module/op``, ``name_by_module``) is in a module whose layers are int8."""
-    module = name.split("/", 1)[0] if "/" in name else ""
-    return _under(module, QUANTIZED) and not _under(module, KEPT_FLOAT)
+    module = module_named(name)
+    return under(module, QUANTIZED) and not under(module, KEPT_FLOAT)
 
 
 def weighted_layers(model) -> dict[str, list[str]]:
@@ -89,10 +95,10 @@ def weighted_layers(model) -> dict[str, list[str]]:
             source = source.input(0).get_source_output().get_node()
         kind = "int8" if source.get_type_name() == "FakeQuantize" or source.get_element_type().get_type_name() in (
             "i8", "u8") else "float32"
-        name = op.get_friendly_name()
-        if source.get_type_name() == "Parameter" or "/" not in name:  # data, not weights (an index op, a product)
+        module = module_named(op.get_friendly_name())
+        if source.get_type_name() == "Parameter" or not module:  # data, not weights (an index op, a product)
             continue
-        seen[kind][name.split("/", 1)[0]] = None
+        seen[kind][module] = None
     return {k: list(v) for k, v in seen.items()}
 
 
@@ -105,13 +111,12 @@ def named_model(onnx_data: bytes):
     return ov.Core().read_model(proto.SerializeToString())
 
 
-def quantize(onnx_data: bytes, calibration: Sequence[dict], metadata: dict[str, str]):
-    """The float32 ONNX graph ``onnx_data`` quantized by NNCF on ``calibration`` (each the graph's inputs of one
-    image, ``graph_inputs``): ``(ov.Model, facts)``, the model carrying ``metadata`` (and ``minidet.precision``),
-    ``facts`` what was done (NNCF's version and settings, the calibration count, the layers in int8 and in
-    float32 with why)."""
+def quantize(model, calibration: Sequence[dict], metadata: dict[str, str]):
+    """The float32 graph ``model`` (``named_model``; not changed) quantized by NNCF on ``calibration`` (each the
+    graph's inputs of one image, ``graph_inputs``): ``(ov.Model, facts)``, the model carrying ``metadata`` (and
+    ``minidet.precision``), ``facts`` what was done (NNCF's version and settings, the calibration count, the
+    layers in int8 and in float32 with why)."""
     nncf = require("nncf", "minidet export --precision int8", "int8")
-    model = named_model(onnx_data)
     inputs = {n for i in model.inputs for n in i.get_names()}
     items = [{k: v for k, v in feeds.items() if k in inputs} for feeds in calibration]
     names = sorted({n for op in model.get_ordered_ops() if not is_quantized(n := op.get_friendly_name())})
@@ -136,9 +141,10 @@ def quantize(onnx_data: bytes, calibration: Sequence[dict], metadata: dict[str, 
 
 def serialize(model) -> tuple[bytes, bytes]:
     """An OpenVINO model's ``(model.xml, model.bin)`` bytes (weights as they are: not compressed to fp16)."""
+    from .onnxfile import read_graph
+
     ov = require("openvino", "minidet export --precision int8", "openvino")
     with tempfile.TemporaryDirectory(prefix="minidet-int8-") as tmp:
         xml = os.path.join(tmp, "model.xml")
         ov.save_model(model, xml, compress_to_fp16=False)
-        with open(xml, "rb") as f, open(xml[:-4] + ".bin", "rb") as g:
-            return f.read(), g.read()
+        return read_graph(xml)

@@ -359,8 +359,8 @@ class Runner:
         xml = self.graph[: -len(".onnx")] + "_int8.xml"
         facts_path = xml[: -len(".xml")] + ".json"
         if not os.path.exists(xml):
-            from minidet.export.onnxfile import graph_inputs
-            from minidet.export.quantize import quantize, serialize
+            from minidet.export.onnxfile import graph_files, graph_inputs
+            from minidet.export.quantize import named_model, quantize, serialize
 
             if eager is None:  # the graph exists: the eager model only preprocesses the calibration images
                 eager, _ = minidet.prepare_model(cfg, weights=self.weights)
@@ -371,13 +371,12 @@ class Runner:
             with open(self.graph, "rb") as f:
                 data = f.read()
             t0 = time.perf_counter()
-            model, facts = quantize(data, [graph_inputs(eager.preprocess([im]), 0) for im in images],
+            model, facts = quantize(named_model(data), [graph_inputs(eager.preprocess([im]), 0) for im in images],
                                     {"minidet.calibration": source})
             facts = {**facts, "calibration_source": source, "seconds": time.perf_counter() - t0}
             del data
-            xml_bytes, bin_bytes = serialize(model)
-            atomic_write(xml[: -len(".xml")] + ".bin", bin_bytes)
-            atomic_write(xml, xml_bytes)
+            for path, content in graph_files(xml, serialize(model)):  # model.bin, then model.xml
+                atomic_write(path, content)
             write_json(facts_path, facts)
         with open(facts_path) as f:
             return xml, json.load(f)

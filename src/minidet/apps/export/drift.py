@@ -54,14 +54,11 @@ def _coco(image_id: int, out: dict) -> list[dict]:
     return instances_to_coco(image_id, {**out, "category_ids": out["labels"]}, box_offset=0)[0]
 
 
-def _rles(out: dict) -> list[dict]:
-    results = _coco(0, out)
-    return [r["segmentation"] for r in results] if results and "segmentation" in results[0] else []
-
-
-def match(ref: dict, ours: dict, score: float) -> dict:
+def match(ref: dict, ours: dict, score: float, ref_coco: list[dict] | None = None,
+          our_coco: list[dict] | None = None) -> dict:
     """Eager's detections ``ref`` (those scoring >= ``score``) matched to the graph's ``ours`` as the module says:
-    counts and the matched pairs' changes."""
+    counts and the matched pairs' changes. ``ref_coco``, ``our_coco``: both as COCO results (``_coco``), where
+    converted already."""
     keep = (ref["scores"] >= score).nonzero().flatten()
     pairs = []
     if len(keep) and len(ours["boxes"]):
@@ -73,13 +70,17 @@ def match(ref: dict, ours: dict, score: float) -> dict:
                 pairs.append((int(keep[k]), j, float(iou[k, j])))
                 iou[:, j] = -1
     changes = {"score": [], "box_px": [], "box_iou": [], "mask_iou": []}
-    ref_rles, our_rles = (_rles(ref), _rles(ours)) if ref.get("masks") is not None else ([], [])
+    with_masks = pairs and ref.get("masks") is not None
+    if with_masks:
+        ref_coco = _coco(0, ref) if ref_coco is None else ref_coco
+        our_coco = _coco(0, ours) if our_coco is None else our_coco
     for i, j, b in pairs:
         changes["score"].append(abs(float(ours["scores"][j]) - float(ref["scores"][i])))
         changes["box_px"].append(float((ours["boxes"][j].double() - ref["boxes"][i].double()).abs().max()))
         changes["box_iou"].append(b)
-        if ref_rles:
-            changes["mask_iou"].append(float(mask_utils.iou([our_rles[j]], [ref_rles[i]], [0])[0][0]))
+        if with_masks:
+            iou = mask_utils.iou([our_coco[j]["segmentation"]], [ref_coco[i]["segmentation"]], [0])
+            changes["mask_iou"].append(float(iou[0][0]))
     return {"float32": len(keep), "detections": len(ours["boxes"]), "matched": len(pairs), "changes": changes}
 
 
@@ -91,18 +92,18 @@ def _summary(values: list[float], low: bool = False) -> dict | None:
     return {"median": statistics.median(values), "p5" if low else "max": edge}
 
 
-def ap_against(refs: list[dict], ours: list[dict], sizes: list[tuple[int, int]], score: float) -> dict:
+def ap_against(refs: list[list[dict]], ours: list[list[dict]], sizes: list[tuple[int, int]], score: float) -> dict:
     """COCO AP of ``ours`` with ``refs`` (scoring >= ``score``) as the ground truth, per IoU type the detections
-    carry (``bbox``, ``segm``); None where eager has no detection to be the truth."""
+    carry (``bbox``, ``segm``); None where eager has no detection to be the truth. Each list holds one image's
+    detections as COCO results (``_coco``, its image id its index)."""
     images, annotations, results = [], [], []
-    for image_id, (ref, out, (h, w)) in enumerate(zip(refs, ours, sizes)):
+    for image_id, (truth, out, (h, w)) in enumerate(zip(refs, ours, sizes)):
         images.append({"id": image_id, "height": h, "width": w})
-        truth = _coco(image_id, ref)
-        for r, s in zip(truth, ref["scores"].tolist()):
-            if s >= score:
+        for r in truth:
+            if r["score"] >= score:
                 area = float(mask_utils.area(r["segmentation"])) if "segmentation" in r else r["bbox"][2] * r["bbox"][3]
                 annotations.append({**r, "id": len(annotations) + 1, "area": area, "iscrowd": 0})
-        results.extend(_coco(image_id, out))
+        results.extend(out)
     if not annotations:
         return {"bbox": None, "segm": None}
     gt = COCO()
@@ -115,8 +116,9 @@ def ap_against(refs: list[dict], ours: list[dict], sizes: list[tuple[int, int]],
 
 
 def _in_stage(name: str, stage: str) -> bool:
-    module = name.split("/", 1)[0] if "/" in name else ""
-    return module == stage or module.startswith(stage + ".")
+    from minidet.export.quantize import module_named, under
+
+    return under(module_named(name), (stage,))
 
 
 def boundaries(model, stage: str) -> list[str]:
@@ -140,9 +142,8 @@ class Probes:
         import openvino as ov
 
         core = ov.Core()
-        self.names = {s: [n for n in boundaries(reference, s) if n in {op.get_friendly_name() for op in
-                                                                       other.get_ordered_ops()}]
-                      for s in FEATURE_STAGES}
+        in_other = {op.get_friendly_name() for op in other.get_ordered_ops()}
+        self.names = {s: [n for n in boundaries(reference, s) if n in in_other] for s in FEATURE_STAGES}
         self.requests = []
         for model, opts in ((reference, options), (other, other_options)):
             model = model.clone()
@@ -189,7 +190,8 @@ def run_drift(model, network, reference_network, images: list[tuple[str, np.ndar
     for name, image in images:
         batch = model.preprocess([image])
         ref, ours = eager_outputs(model, batch), exported_outputs(model, network, batch)
-        m = match(ref.final, ours.final, thresholds.score)
+        coco = _coco(len(refs), ref.final), _coco(len(refs), ours.final)  # the image's id: its index
+        m = match(ref.final, ours.final, thresholds.score, *coco)
         for k in changes:
             changes[k].extend(m["changes"][k])
         stages = probes.drift(graph_inputs(batch, 0)) if probes else {}
@@ -200,8 +202,8 @@ def run_drift(model, network, reference_network, images: list[tuple[str, np.ndar
             stage_values[s].append(v)
         per_image.append({"name": name, "size": image.shape[:2], "float32": m["float32"], "matched": m["matched"],
                           "detections": m["detections"], "stages": stages})
-        refs.append(ref.final)
-        outs.append(ours.final)
+        refs.append(coco[0])
+        outs.append(coco[1])
         sizes.append(image.shape[:2])
     total = sum(c["float32"] for c in per_image)
     matched = sum(c["matched"] for c in per_image) / total if total else None

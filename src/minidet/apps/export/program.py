@@ -244,14 +244,14 @@ def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, rep
 def export(args: argparse.Namespace) -> int:
     from minidet.export import require
     from minidet.export.graph import FLOAT_ORDER, inexact_steps
-    from minidet.export.onnxfile import cpu_lacks, export_onnx, graph_sha256, open_graph
+    from minidet.export.onnxfile import cpu_lacks, export_onnx, graph_files, graph_sha256, open_graph
     from minidet.export.runtime import ExportedNetwork
     from minidet.hub import file_sha256
 
     for module in ("onnx", "onnxscript", args.runtime) + (("nncf",) if args.precision == "int8" else ()):
         require(module, "minidet export", {"openvino": "openvino", "nncf": "int8"}.get(module, "export"))
-    if problem := cpu_lacks(args.precision):
-        raise ConfigError(f"--precision {args.precision}: {problem.split(': ', 1)[1]}")
+    if problem := cpu_lacks(args.precision, asked="--precision"):
+        raise ConfigError(problem)
     cfg, notes = source_config(args)
     images, image_source = verification_images(args.images, cfg.INPUT.MAX_PIXELS)
     weights = weights_path(cfg.MODEL.WEIGHTS)  # None: MODEL.WEIGHTS none
@@ -288,15 +288,12 @@ def export(args: argparse.Namespace) -> int:
     else:
         files, sha = lower_precision(args, model, data, digest, graph_path, images, cfg.INPUT.MAX_PIXELS, report)
     out_cfg.merge_from_list(["MODEL.GRAPH_SHA256", sha])
-    report["graph_sha256"] = sha
     written = report["passed"] or args.force
-    report.update(written=written, forced=written and not report["passed"])
+    report.update(graph_sha256=sha, written=written, forced=written and not report["passed"],
+                  graph_files=[os.path.basename(path) for path, _ in graph_files(graph_path, files)])
     if written:
-        if isinstance(files, tuple):  # an OpenVINO model: model.xml and its model.bin
-            atomic_write(graph_path[:-4] + ".bin", files[1])
-            atomic_write(graph_path, files[0])
-        else:
-            atomic_write(graph_path, files)
+        for path, content in graph_files(graph_path, files):  # int8: model.bin, then model.xml
+            atomic_write(path, content)
         what = "parity gate" if precision.exact else f"{precision.name} drift gate"
         mark = f"{what} passed" if report["passed"] else f"{what} FAILED (written with --force)"
         source = "random weights" if weights is None else f"{out_cfg.MODEL.WEIGHTS} (SHA-256 {digest[:12]}...)"
@@ -313,8 +310,8 @@ def lower_precision(args: argparse.Namespace, model, data: bytes, digest: str, g
     """A bf16 or int8 export: the float32 graph ``data`` compiled in bf16, or quantized to int8 by NNCF on the
     ``--calib`` images; its drift report against eager float32 printed and put into ``report``; returns the
     graph's bytes (int8: model.xml's and model.bin's) and their SHA-256."""
-    from minidet.apps.export.drift import Probes, Thresholds, format_drift, run_drift
-    from minidet.export.onnxfile import cpu_facts, graph_sha256, open_graph, openvino_options
+    from minidet.apps.export.drift import Probes
+    from minidet.export.onnxfile import graph_sha256, open_graph, openvino_options
     from minidet.export.quantize import named_model, quantize, serialize
     from minidet.export.runtime import ExportedNetwork
 
@@ -325,7 +322,7 @@ def lower_precision(args: argparse.Namespace, model, data: bytes, digest: str, g
         calibration, used = calibration_inputs(model, args.calib, args.calib_count, max_pixels)
         print(f"{PROG}: calibrating on {len(used)} images (NNCF post-training quantization)", flush=True)
         t0 = time.perf_counter()
-        other, facts = quantize(data, calibration, float32.graph.metadata)
+        other, facts = quantize(reference, calibration, float32.graph.metadata)
         facts.update(seconds=time.perf_counter() - t0, images=[os.path.basename(p) for p in used],
                      overlaps_verification=sorted({os.path.basename(p) for p in used} & {n for n, _ in images}))
         report["quantization"] = facts
@@ -339,14 +336,29 @@ def lower_precision(args: argparse.Namespace, model, data: bytes, digest: str, g
                                          sha256=sha))
     threads = torch.get_num_threads()
     probes = Probes(reference, other, openvino_options("fp32", threads), openvino_options(name, threads))
-    thresholds = Thresholds(args.min_matched, args.min_ap, args.drift_score)
-    print(f"{PROG}: {name} drift against eager float32 on {len(images)} images ({network.graph.runtime['name']} "
-          f"{network.graph.runtime['version']}, {torch.get_num_threads()} threads)")
-    drift = run_drift(model, network, float32, images, probes, thresholds, args.repeats)
-    print(format_drift(drift, name))
-    report.update(frame=network.graph.frame, min_side=network.graph.min_side, runtime_facts=network.graph.runtime,
-                  cpu=cpu_facts(), threads=threads, drift=drift, passed=drift["passed"])
+    drift_gate(args, name, model, network, images, report, float32, probes)
     return files, sha
+
+
+def drift_gate(args: argparse.Namespace, precision: str, model, network, images: list[tuple[str, np.ndarray]],
+               report: dict, float32=None, probes=None) -> dict:
+    """The drift report and gate (``drift.run_drift``) of ``network``, the graph in ``precision``, against eager
+    ``model`` with the thresholds of ``args``, printed, and ``report`` with it, what ran the graph and on which CPU
+    (as ``gate`` for the parity gate). ``float32``: the float32 graph, timed beside it; ``probes``: the feature
+    stages' probes (None: an export folder without the float32 graph, ``--check``)."""
+    from minidet.apps.export.drift import Thresholds, format_drift, run_drift
+    from minidet.export.onnxfile import cpu_facts
+
+    facts = network.graph.runtime
+    print(f"{PROG}: {precision} drift against eager float32 on {len(images)} images ({facts.get('name')} "
+          f"{facts.get('version')}, {torch.get_num_threads()} threads)")
+    thresholds = Thresholds(args.min_matched, args.min_ap, args.drift_score)
+    drift = run_drift(model, network, float32, images, probes, thresholds, args.repeats)
+    print(format_drift(drift, precision))
+    report.update(precision=precision, frame=network.graph.frame, min_side=network.graph.min_side,
+                  runtime_facts=facts, cpu=cpu_facts(), threads=torch.get_num_threads(), drift=drift,
+                  passed=drift["passed"])
+    return report
 
 
 def check(args: argparse.Namespace) -> int:
@@ -373,15 +385,8 @@ def check(args: argparse.Namespace) -> int:
     try:
         if precision.exact:
             gate(model, network, images, args.repeats, report)
-        else:  # the drift report against eager float32 (no float32 graph in the folder to time beside it)
-            from minidet.apps.export.drift import Thresholds, format_drift, run_drift
-            from minidet.export.onnxfile import cpu_facts
-
-            thresholds = Thresholds(args.min_matched, args.min_ap, args.drift_score)
-            drift = run_drift(model, network, None, images, None, thresholds, args.repeats)
-            print(format_drift(drift, precision.name))
-            report.update(precision=precision.name, runtime_facts=network.graph.runtime, cpu=cpu_facts(),
-                          threads=torch.get_num_threads(), drift=drift, passed=drift["passed"])
+        else:  # no float32 graph in the folder to time and probe beside it
+            drift_gate(args, precision.name, model, network, images, report)
     finally:
         model.network = network
     if args.json:
@@ -411,10 +416,9 @@ def why_failed(report: dict) -> str:
 def finish(args: argparse.Namespace, report: dict) -> int:
     """The last line: what was written, or why not (status 1 when the gate failed without ``--force``)."""
     config = os.path.join(args.output, "config.yaml")
-    graph = "model.xml, model.bin" if report.get("precision") == "int8" else "model.onnx"
     if report["passed"]:
-        print(f"export: wrote {graph}, config.yaml and report.json into {args.output}; run it with --config-file "
-              f"{config}; check it where it runs with `minidet export --check {args.output}`")
+        print(f"export: wrote {', '.join(report['graph_files'])}, config.yaml and report.json into {args.output}; "
+              f"run it with --config-file {config}; check it where it runs with `minidet export --check {args.output}`")
         return 0
     if report["written"]:
         print(f"warning: {gate_name(report)} failed {why_failed(report)}; written anyway (--force), marked in "
