@@ -179,6 +179,16 @@ def test_overrides_after_input_are_recovered(tmp_path):
     assert args.input == ["a.jpg"] and args.opts == ["INPUT.MIN_SIZE_TEST", "9"]
 
 
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "1e300"])
+def test_polygon_tolerance_out_of_range_is_one_usage_line(value, capsys):
+    """OpenCV refuses a huge simplification (1e300 took the run down): the option's range is checked first."""
+    tool = load_tool(TOOL)
+    with pytest.raises(SystemExit) as e:
+        tool.parse_args(["--config-file", "c.yaml", "--input", "a.jpg", "--output", "o", "--polygon-tolerance", value])
+    assert e.value.code == 2
+    assert "--polygon-tolerance must be a number of pixels from 0 to 10000" in capsys.readouterr().err
+
+
 def test_dumps_record_and_atomic_write(tmp_path):
     from minidet.apps.outputs import fileio, records
 

@@ -57,6 +57,7 @@ from minidet.apps.bulk.infer_job import Job
 from minidet.apps.bulk.job import drive
 from minidet.apps.outputs.fileio import OutputDir
 from minidet.apps.outputs.instances import MASK_FORMATS
+from minidet.apps.outputs.polygons import MAX_TOLERANCE
 from minidet.apps.outputs.video import CODECS
 
 
@@ -104,8 +105,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
     if args.warmup < 0 or args.workers < 0 or args.chunk_size < 1 or args.every < 1:
         p.error("need --warmup >= 0, --workers >= 0, --chunk-size >= 1, --every >= 1")
     sliced.slicing_of(args, p)
-    if args.polygon_tolerance < 0:
-        p.error("--polygon-tolerance must be at least 0")
+    if not 0 <= args.polygon_tolerance <= MAX_TOLERANCE:
+        p.error(f"--polygon-tolerance must be a number of pixels from 0 to {MAX_TOLERANCE:g}, "
+                f"got {args.polygon_tolerance:g}")
     for flag, value in (("--vis-thresh", args.vis_thresh), ("--mask-alpha", args.mask_alpha)):
         if not 0.0 <= value <= 1.0:
             p.error(f"{flag} must be between 0 and 1")
