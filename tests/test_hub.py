@@ -26,6 +26,7 @@ from httpserver import FileServer, checkpoint_bytes
 from minidet import hub
 from minidet.apps import weights as weights_app
 from minidet.checkpoint import CheckpointError
+from minidet.families import FAMILIES
 from minidet.families.base import digest_prefix
 from minidet.hub import downloads
 
@@ -482,8 +483,73 @@ def test_readme_agrees_with_registry():
     assert "minidet weights get" in text and "MINIDET_HOME" in text and "~/.cache/minidet/weights" in text
 
 
+def test_every_registry_entry_has_its_zoos_licence():
+    """Each zoo of the registry has its row in the licence table (and each row is a zoo of the registry); every
+    registry entry's licence is its zoo's row."""
+    zoos = {f.name: f for f in FAMILIES.values() if f.weights}
+    assert set(hub.ZOO_LICENCES) == set(zoos)
+    for name, e in hub.REGISTRY.items():
+        z = hub.licence_of(e)
+        assert z is not None and z is next(hub.ZOO_LICENCES[k] for k, f in zoos.items() if e in f.weights), name
+        assert z.licence and z.zoo and " of " in z.source, name
+    assert {z.licence for z in hub.ZOO_LICENCES.values()} <= {"CC BY-SA 3.0", hub.NOT_STATED}
+    assert hub.licence_of(_test_entry("https://example.org/m.pth", None, None)) is None  # no zoo
+
+
+def test_readme_gives_each_zoos_licence_and_its_source():
+    text = README.read_text()
+    registry = {m[1]: m[2] for m in re.finditer(r"^\| `([^`]+)` \| `[^`]+` \|.*\| ([^|]+?) \|$", text, re.M)}
+    assert registry == {n: hub.licence_of(e).licence for n, e in hub.REGISTRY.items()}
+    zoos = {m[1]: m for m in re.finditer(r"^\| ([^|`]+?) \| ([^|]+?) \| ([^|]+) \| ([^|]+) \|$", text, re.M)}
+    for z in hub.ZOO_LICENCES.values():
+        row = zoos[z.zoo]
+        assert row[2] == z.licence, z.zoo
+        file, _, repo = z.source.partition(" of ")
+        assert f"`{file}`" in row[4] and repo in row[4], z.zoo
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # minidet weights
+
+
+def test_weights_list_shows_each_zoos_licence(minidet_home):
+    """``minidet weights list``, run as a user runs it: each registry row with its zoo's licence."""
+    code = "import sys; from minidet.apps.cli import main; sys.exit(main())"
+    r = subprocess.run([sys.executable, "-c", code, "weights", "list"], capture_output=True, text=True,
+                       env={**os.environ, "MINIDET_HOME": str(minidet_home)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = lines[0]
+    assert "weights licence" in header
+    at = header.index("weights licence")
+    for name, e in hub.REGISTRY.items():
+        row = next(line for line in lines if line.startswith(f"{name} "))
+        assert row[at:].startswith(f"{hub.licence_of(e).licence}  "), row
+    assert "weights/README.md" in lines[-1]
+
+
+def test_weights_get_says_the_licence_when_it_downloads(server, minidet_home, monkeypatch, capsys):
+    url, data, _ = server.add("/lic/model.pkl", 1_000_000)
+    name = "detectron2/mask_rcnn_R_50_FPN_3x"  # a registry name of a zoo whose licence is stated
+    monkeypatch.setitem(hub.REGISTRY, name, _test_entry(url, None, None, name=name))
+    assert weights_app.main(["get", name]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(minidet_home / "weights" / "model.pth")]
+    said = [line for line in captured.err.splitlines() if "licence" in line]
+    assert said == ["minidet: licence of these weights: CC BY-SA 3.0, as detectron2 states it (MODEL_ZOO.md of "
+                    "facebookresearch/detectron2)"]
+    assert captured.err.splitlines().index(said[0]) == 1 + next(
+        i for i, line in enumerate(captured.err.splitlines()) if line.startswith("minidet: downloading"))
+    assert weights_app.main(["get", name]) == 0  # cached: nothing downloaded, nothing said
+    assert "licence" not in capsys.readouterr().err
+
+    name = "mmdetection/mask-rcnn_r50_fpn_1x_coco"  # a zoo that states none
+    url = server.add("/lic/b.pth", 1_000_000)[0]
+    monkeypatch.setitem(hub.REGISTRY, name, hub.WeightsEntry(name, url, "b.pth", name, None, None, 1.0, 2.0, "test"))
+    assert weights_app.main(["get", name]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "licence" in line]
+    assert said == ["minidet: licence of these weights: not stated by mmdetection (configs/mask_rcnn/README.md of "
+                    "open-mmlab/mmdetection); see weights/README.md"]
 
 
 def test_weights_app_list_get_verify(server, minidet_home, monkeypatch, capsys):

@@ -2,7 +2,8 @@
 
 Usage::
 
-    minidet weights list                   # every registry name, its config, published AP, size, cached or not
+    minidet weights list                   # every registry name, its config, published AP, size, weights licence,
+                                           # cached or not
     minidet weights get NAME|URL [...]     # download into the cache (resumable, verified); print the paths
     minidet weights verify [NAME ...]      # check the cached files' SHA-256 (exit status 1 on a mismatch)
 
@@ -26,13 +27,14 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet weights") -> 
         prog=prog, description="The pre-trained weights registry and the download cache "
         f"({hub.weights_dir()}; set MINIDET_HOME to move it).")
     sub = p.add_subparsers(dest="command", metavar="{list,get,verify}", required=True)
-    sub.add_parser("list", help="list the registry: name, config, published AP, size, cached, digest",
-                   description="List the registry: name, config, published COCO box/mask AP, size, whether the "
-                   "file is cached and whether its source publishes a SHA-256.")
+    sub.add_parser("list", help="list the registry: name, config, published AP, size, licence, cached, digest",
+                   description="List the registry: name, config, published COCO box/mask AP, size, the licence its "
+                   "zoo states for the weights, whether the file is cached and whether its source publishes a "
+                   "SHA-256.")
     g = sub.add_parser("get", help="download checkpoints into the cache and print their paths",
                        description="Download registry names or http(s) URLs into the cache (resuming a partial "
                        "download, checking the SHA-256) and print each file's path. A cached file is not "
-                       "downloaded again.")
+                       "downloaded again. A download says, on stderr, the licence its zoo states for the weights.")
     g.add_argument("names", nargs="+", metavar="NAME|URL", help="registry name (`list`) or http(s) URL")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: if stderr is a terminal)")
@@ -58,16 +60,20 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def list_weights() -> int:
-    rows = [("name", "config", "box/mask AP", "size", "cached", "sha256")]
+    rows = [("name", "config", "box/mask AP", "size", "weights licence", "cached", "sha256")]
     for e in hub.REGISTRY.values():
         path = hub.weights_dir() / e.filename
         prefix = f"{e.name_prefix}..." if e.name_prefix else "none"  # the digest's start, from the file name
         digest = "published" if e.sha256 else ("recorded" if hub.recorded_digest(path) else prefix)
         cached = "yes" if path.is_file() else "no"
-        rows.append((e.name, e.config, f"{_ap(e.box_ap)} / {_ap(e.mask_ap)}", _size(e.size), cached, digest))
+        licence = z.licence if (z := hub.licence_of(e)) is not None else "?"
+        rows.append((e.name, e.config, f"{_ap(e.box_ap)} / {_ap(e.mask_ap)}", _size(e.size), licence, cached,
+                     digest))
     print(_table(rows))
     print(f"\ncache: {hub.weights_dir()} (MINIDET_HOME={hub.home()}); sha256 'recorded': the source publishes "
           "none, the first download's digest was recorded; 'abcd1234...': only the start in the file name is known")
+    print("weights licence: as each zoo states it for its published weights ('not stated': the zoo says nothing "
+          "of it); the zoos' words and where they say them: weights/README.md")
     return 0
 
 

@@ -1,6 +1,6 @@
-"""Pre-trained weights: the registry (``registry``: every family's published checkpoints by name), the cache and
-``MODEL.WEIGHTS`` resolution (``cache``: paths, names and URLs; a cached file checked before each use) and the
-verified, resumable download (``downloads``). See weights/README.md.
+"""Pre-trained weights: the registry (``registry``: every family's published checkpoints by name, and the licence
+each zoo states for them), the cache and ``MODEL.WEIGHTS`` resolution (``cache``: paths, names and URLs; a cached
+file checked before each use) and the verified, resumable download (``downloads``). See weights/README.md.
 
 The names below are the package's interface (``from minidet import hub``; ``hub.resolve_weights(...)``).
 """
@@ -20,10 +20,11 @@ from .cache import (
     weights_path,
 )
 from .downloads import DownloadError, download, file_sha256, not_a_checkpoint, recorded_digest
-from .registry import REGISTRY, WeightsEntry, entry_for
+from .registry import NOT_STATED, REGISTRY, ZOO_LICENCES, WeightsEntry, ZooLicence, entry_for, licence_of
 
 __all__ = [
-    "REGISTRY", "DownloadError", "WeightsEntry", "cache_path", "check_cached", "download", "entry_for", "fetch",
-    "file_sha256", "home", "is_url", "not_a_checkpoint", "recorded_digest", "resolve_weights", "verify_cached",
-    "verify_file", "weights_dir", "weights_path",
+    "NOT_STATED", "REGISTRY", "ZOO_LICENCES", "DownloadError", "WeightsEntry", "ZooLicence", "cache_path",
+    "check_cached", "download", "entry_for", "fetch", "file_sha256", "home", "is_url", "licence_of",
+    "not_a_checkpoint", "recorded_digest", "resolve_weights", "verify_cached", "verify_file", "weights_dir",
+    "weights_path",
 ]

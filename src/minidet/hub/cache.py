@@ -26,7 +26,7 @@ from .downloads import (
     source_file,
     verified_digest,
 )
-from .registry import REGISTRY, close_names, entry_for
+from .registry import REGISTRY, close_names, entry_for, licence_line
 
 NO_WEIGHTS = "none"  # MODEL.WEIGHTS value (any case) that runs the network with random weights
 
@@ -70,7 +70,8 @@ def fetch(value: str, *, progress: bool | None = None) -> str:
         check_cached(dest, entry)
         return str(dest)
     sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
-    return str(download(url, dest, sha256=sha256, size=size, progress=progress))
+    about = licence_line(entry) if entry is not None else None
+    return str(download(url, dest, sha256=sha256, size=size, progress=progress, about=about))
 
 
 def _check_source(dest: Path, url: str) -> None:

@@ -128,12 +128,13 @@ _DROPS = (http.client.IncompleteRead, http.client.HTTPException, ConnectionError
 
 
 def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,
-             progress: bool | None = None) -> Path:
+             progress: bool | None = None, about: str | None = None) -> Path:
     """Download ``url`` to ``dest`` (a Path is returned): into ``<dest>.partial``, resumed with ``Range`` if one is
     there (and after a connection drop, up to ``RETRIES`` times), verified against ``sha256``/``size`` (or, without
     ``sha256``, against a digest recorded by an earlier download; else the digest is recorded), then renamed onto
     ``dest``. ``progress``: a tqdm bar on stderr (None: if stderr is a terminal). If ``dest`` exists (e.g. another
-    process finished it while this one waited for the lock), it is returned as it is. Raises ``DownloadError``."""
+    process finished it while this one waited for the lock), it is returned as it is. ``about``: a line printed
+    under the "downloading" line (a registry file's licence). Raises ``DownloadError``."""
     dest = Path(dest).absolute()
     if sha256 is not None:
         sha256 = sha256.lower()
@@ -152,6 +153,8 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, si
             return dest
         partial = sidecar(dest, ".partial")
         print(f"minidet: downloading {url} to {dest}", file=sys.stderr, flush=True)
+        if about:
+            print(f"minidet: {about}", file=sys.stderr, flush=True)
         _fetch_partial(url, dest, partial, progress)
         digest = _verify_partial(url, dest, partial, sha256, size)
         with contextlib.suppress(OSError):
