@@ -57,8 +57,8 @@ class RasterImage:
 def _describe(path: str):
     """``(height, width, bands, dtypes, transform, CRS name)`` of a raster with a coordinate system; None for another
     file, or without rasterio."""
-    if not os.fspath(path).lower().endswith(GEO_EXTENSIONS):
-        return None
+    if not os.fspath(path).lower().endswith(GEO_EXTENSIONS) or not os.path.isfile(path):
+        return None  # a FIFO or a device would block the open
     try:
         import rasterio
     except ImportError:
@@ -89,9 +89,9 @@ def open_raster(path: str, max_pixels: int = 0) -> RasterImage | None:
     return RasterImage(os.fspath(path), h, w, n)
 
 
-def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
-    """The raster's pixel -> CRS map of (K, 2) x, y arrays (its affine transform) and its CRS name; None for a file
-    that is not a georeferenced raster, or without rasterio."""
+def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str, tuple[int, int]] | None:
+    """The raster's pixel -> CRS map of (K, 2) x, y arrays (its affine transform), its CRS name and its (height,
+    width); None for a file that is not a georeferenced raster, or without rasterio."""
     if (info := _describe(path)) is None:
         return None
     t, crs = info[4], info[5]
@@ -99,4 +99,4 @@ def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str] | 
     def apply(xy: np.ndarray) -> np.ndarray:
         return np.stack([t.a * xy[:, 0] + t.b * xy[:, 1] + t.c, t.d * xy[:, 0] + t.e * xy[:, 1] + t.f], axis=1)
 
-    return apply, crs
+    return apply, crs, (info[0], info[1])

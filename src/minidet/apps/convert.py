@@ -3,8 +3,10 @@ import (``outputs.formats``): ``coco-dataset`` (COCO JSON with polygons), ``cvat
 ``labelstudio`` (tasks with polygon predictions), ``yolo-seg`` (a folder of label files and data.yaml), ``geojson``
 (a FeatureCollection; in the raster's CRS for GeoTIFF images, with the geo extra).
 
-RESULTS is infer's ``--results`` file (``.jsonl`` or COCO ``.json``) or one image's record. A file that cannot be
-read is one ``error:`` line (exit status 2).
+RESULTS is infer's ``--results`` file (``.jsonl`` or COCO ``.json``) or one image's record, every record checked
+(``outputs.results``). A record that fails a check is one ``error:`` line naming it and is left out, the others are
+converted (exit status 1); a file that cannot be read, or none of whose records can, is one ``error:`` line and
+nothing is written (exit status 2).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import sys
 
 from minidet.apps import fail
 from minidet.apps.outputs.fileio import OutputError
-from minidet.apps.outputs.formats import FORMATS, FormatError, read_results
+from minidet.apps.outputs.formats import FORMATS
+from minidet.apps.outputs.results import FormatError, read_results
+from minidet.imageio import DEFAULT_MAX_PIXELS
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "minidet convert") -> argparse.Namespace:
@@ -24,6 +28,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet convert") -> 
     p.add_argument("--output", required=True, metavar="PATH", help="the file written (yolo-seg: a folder)")
     p.add_argument("--score-thresh", type=float, default=0.0, help="only detections scoring at least this")
     p.add_argument("--image-prefix", default="", help="labelstudio: put before each file name (a URL or path)")
+    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",
+                   help="refuse a record whose image has more pixels (default INPUT.MAX_PIXELS's, %(default)s; 0: no "
+                        "limit)")
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
     return p.parse_args(argv)
 
@@ -31,14 +38,24 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet convert") -> 
 def main(argv: list[str] | None = None, prog: str = "minidet convert") -> int:
     args = parse_args(argv, prog)
     try:
-        results = read_results(args.results)
+        results = read_results(args.results, args.max_pixels)
+        *told, last = results.problems or [""]
+        for line in told:
+            print(f"error: {line}", file=sys.stderr)
+        if last and not results.images:
+            whole = f"none of its {results.total} records could be read" if results.total > 1 else ""
+            raise FormatError(f"{last} ({whole}{': ' if whole else ''}nothing written)")
+        if last:
+            print(f"error: {last}", file=sys.stderr)
         extra = {"image_prefix": args.image_prefix} if args.to == "labelstudio" else {}
-        FORMATS[args.to](results, args.output, args.score_thresh, **extra)
+        empty = FORMATS[args.to](results, args.output, args.score_thresh, **extra)
     except (FormatError, OutputError) as e:
         return fail(str(e), args.debug)
-    n = sum(1 for r in results.images for i in r["instances"] if i["score"] >= args.score_thresh)
-    print(f"convert: {len(results.images)} images, {n} instances -> {args.output} ({args.to})")
-    return 0
+    n = sum(1 for r in results.images for i in r["instances"] if i["score"] >= args.score_thresh) - empty
+    failed = results.total - len(results.images)
+    left = f", {empty} with an empty mask left out ({args.to} has no empty shape)" if empty else ""
+    print(f"convert: {results.total} images, {failed} failed, {n} instances{left} -> {args.output} ({args.to})")
+    return 1 if results.problems else 0
 
 
 if __name__ == "__main__":

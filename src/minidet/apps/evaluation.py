@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import io
 import json
 import math
@@ -19,6 +18,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from minidet.apps.outputs.instances import instances_to_coco
+from minidet.apps.outputs.rle import NEGATIVE_RUN, NOT_RLE, rle_string_totals  # noqa: F401 (evaluation's API)
 from minidet.errors import InputError
 
 from ..categories import (
@@ -251,51 +251,6 @@ def _check_rle_strings(entries: list[tuple[int, str, int, int]], source: str, ba
                 raise EvaluationError(f"{where} {text!r} is not a compressed COCO RLE string")
             what = "a run below 0" if total == NEGATIVE_RUN else f"runs covering {total} pixels"
             raise EvaluationError(f"{where} do not decode to the image's {h} x {w} pixels ({what})")
-
-
-NOT_RLE, NEGATIVE_RUN = -1, -2  # rle_string_totals of a string that is not RLE, that has a negative run
-
-
-def rle_string_totals(strings: Sequence[str]) -> np.ndarray:
-    """The pixels covered by the runs of each compressed COCO RLE ``counts`` string (int64), decoded all together
-    (numpy); :data:`NOT_RLE` for a string that is not one, :data:`NEGATIVE_RUN` where a run is below 0. The format:
-    each run length is a little-endian sequence of 5-bit groups stored as characters ``chr(48 + g)``, bit 0x20 of a
-    character meaning "more groups follow" and bit 0x10 of the last one the sign; from the fourth run on, a run is
-    stored as its difference to the run two before."""
-    out = np.zeros(len(strings), np.int64)
-    bad = np.array([not s.isascii() for s in strings], bool)
-    texts = ["" if b else s for s, b in zip(strings, bad.tolist())]
-    lens = np.fromiter(map(len, texts), np.int64, len(strings))
-    if lens.sum():
-        c = np.frombuffer("".join(texts).encode("ascii"), np.uint8) - np.uint8(48)  # below "0": wraps to > 63
-        offsets = np.cumsum(lens)
-        last = (offsets - 1)[lens > 0]  # the last character of each string
-        entry = functools.partial(np.searchsorted, offsets, side="right")  # entry(i): the string of character i
-        end = (c & 0x20) == 0  # the last character of a run length
-        bad[entry(np.flatnonzero(c > 63))] = True
-        bad[entry(last[~end[last]])] = True  # the string ends inside a run length
-        end[last] = True  # so that no run length reaches into the next string
-        ends = np.flatnonzero(end)
-        starts = np.concatenate([[0], ends[:-1] + 1])
-        glen = ends - starts + 1
-        bad[entry(starts[glen > 8])] = True  # over 40 bits: more than any image has pixels
-        shift = 5 * np.minimum(np.arange(c.size) - np.repeat(starts, glen), 8)
-        val = np.add.reduceat((c & 0x1F).astype(np.int64) << shift, starts)
-        val -= np.where(c[ends] & 0x10, np.int64(1) << (5 * np.minimum(glen, 8)), 0)
-        run_entry = entry(starts)
-        first = np.flatnonzero(np.concatenate([[True], run_entry[1:] != run_entry[:-1]]))
-        j = np.arange(val.size) - np.repeat(first, np.diff(np.append(first, val.size)))  # run index in its string
-        runs = val.copy()
-        for sel in (np.flatnonzero(j % 2 == 1), np.flatnonzero((j % 2 == 0) & (j > 0))):
-            if sel.size:  # undo the differences: odd runs add up from run 1, even ones from run 2
-                cs = np.cumsum(val[sel])
-                e = run_entry[sel]
-                seg = np.flatnonzero(np.concatenate([[True], e[1:] != e[:-1]]))
-                runs[sel] = cs - np.repeat((cs - val[sel])[seg], np.diff(np.append(seg, sel.size)))
-        out[run_entry[first]] = np.add.reduceat(runs, first)
-        out[np.unique(run_entry[runs < 0])] = NEGATIVE_RUN
-    out[bad] = NOT_RLE
-    return out
 
 
 def load_results(path: str, coco_gt: COCO) -> tuple[list[dict], tuple[str, ...]]:
