@@ -92,7 +92,7 @@ DAMAGED = {
     "bbox a string": (_bad_instance(bbox="1,2,3,4"), "instance 0: bbox must be [x, y, width, height]"),
     "bbox outside": (_bad_instance(bbox=[5, 5, 1e6, 10]), "instance 0: bbox [5, 5, 1000000.0, 10] is outside"),
     "size 0": ({**_record("b.jpg"), "height": 0, "width": 0, "instances": []},
-               "height 0, width 0: an image's size is whole numbers of at least 1"),
+               "height 0, width 0: an image's height and width are whole numbers of at least 1"),
     "control character": (_bad_instance(category_name="per\x01son"),
                           "instance 0: category_name 'per\\x01son' has the control character U+0001"),
     "file with a control character": ({**_record("b\x07.jpg")}, "file 'b\\x07.jpg' has the control character U+0007"),

@@ -133,7 +133,8 @@ def check_record(doc, max_pixels: int = DEFAULT_MAX_PIXELS, labels: list[str] | 
         raise RecordError(f"no {key!r} (a record has {', '.join(RECORD_KEYS)})")
     file, h, w, insts = _name(doc["file"], "file"), doc["height"], doc["width"], doc["instances"]
     if not (_is_int(h) and _is_int(w) and h >= 1 and w >= 1):
-        raise RecordError(f"height {_short(h)}, width {_short(w)}: an image's size is whole numbers of at least 1")
+        raise RecordError(f"height {_short(h)}, width {_short(w)}: an image's height and width are whole numbers "
+                          "of at least 1")
     if max_pixels and h * w > max_pixels:
         raise RecordError(f"{w} x {h} = {w * h} pixels exceeds --max-pixels ({max_pixels}, INPUT.MAX_PIXELS's "
                           "default; 0: no limit)")
