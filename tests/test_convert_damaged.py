@@ -169,6 +169,7 @@ def test_coco_results_json_gets_the_same_checks(tmp_path, capsys):
     assert [i["file_name"] for i in json.loads(out.read_text())["images"]] == ["a.jpg"]
 
 
+@pytest.mark.slow
 def test_a_200_byte_file_cannot_make_convert_allocate_gigabytes(tmp_path):
     """A record that claims a 100000 x 100000 image (its RLE of that size, one run) used to make pycocotools
     allocate 10 GB per instance: refused from the record's size, in a process allowed 2 GiB of address space
@@ -261,6 +262,7 @@ def test_geojson_reads_the_records_raster_or_refuses_in_one_line(tmp_path, capsy
         "error: geojson: ortho.tif is 60 x 30 pixels, its record's image 60 x 40: not the image infer read")
 
 
+@pytest.mark.slow
 @needs_extra("rasterio", "geo")
 def test_a_record_whose_file_is_a_fifo_does_not_hang_geojson(tmp_path):
     os.mkfifo(tmp_path / "ortho.tif")
@@ -276,3 +278,15 @@ def test_security_md_states_the_codes_max_pixels():
 
     text = (ROOT / "SECURITY.md").read_text()
     assert f"`INPUT.MAX_PIXELS` (default {get_cfg().INPUT.MAX_PIXELS:,};" in text
+
+
+@pytest.mark.parametrize("option", [("--score-thresh", "nan"), ("--max-pixels", "-1")])
+def test_convert_options_out_of_range_are_one_line(tmp_path, capsys, option):
+    """``--score-thresh nan`` used to keep no detection without a word, ``--max-pixels -1`` to refuse every
+    record."""
+    src = _write(tmp_path / "all.jsonl", [_record("a.jpg")])
+    with pytest.raises(SystemExit) as stop:
+        _convert(capsys, src, "--to", "cvat", "--output", str(tmp_path / "x.xml"), *option)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.splitlines()[-1].startswith(f"minidet convert: error: argument {option[0]}:")
+    assert not (tmp_path / "x.xml").exists()

@@ -12,6 +12,7 @@ nothing is written (exit status 2).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from minidet.apps import fail
@@ -21,14 +22,22 @@ from minidet.apps.outputs.results import FormatError, read_results
 from minidet.imageio import DEFAULT_MAX_PIXELS
 
 
+def _number(text: str, kind=float):
+    """A finite, non-negative ``kind`` for argparse."""
+    value = kind(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None, prog: str = "minidet convert") -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=prog, description="infer's results in an annotation or GIS tool's format.")
     p.add_argument("results", metavar="RESULTS", help="infer's --results file (.jsonl or .json) or a record .json")
     p.add_argument("--to", required=True, choices=list(FORMATS), help="the format written")
     p.add_argument("--output", required=True, metavar="PATH", help="the file written (yolo-seg: a folder)")
-    p.add_argument("--score-thresh", type=float, default=0.0, help="only detections scoring at least this")
+    p.add_argument("--score-thresh", type=_number, default=0.0, help="only detections scoring at least this")
     p.add_argument("--image-prefix", default="", help="labelstudio: put before each file name (a URL or path)")
-    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",
+    p.add_argument("--max-pixels", type=lambda t: _number(t, int), default=DEFAULT_MAX_PIXELS, metavar="N",
                    help="refuse a record whose image has more pixels (default INPUT.MAX_PIXELS's, %(default)s; 0: no "
                         "limit)")
     p.add_argument("--debug", action="store_true", help="print tracebacks for errors")
