@@ -12,10 +12,11 @@ import pytest
 import torch
 
 import minidet
-from helpers import ROOT, run_tool
+from helpers import ROOT, call_tool, run_tool
+from minidet.apps.bulk import sliced as sliced_options
 from minidet.apps.synthetic import structured_image
 from minidet.masks import BoxMasks
-from minidet.slicing import SlicedPredictor, Slicing, merge_tiles, tile_count, tile_windows
+from minidet.slicing import MAX_TILES, SlicedPredictor, Slicing, TooManyTiles, merge_tiles, tile_count, tile_windows
 
 CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
 SMALL = ["INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512"]
@@ -73,6 +74,84 @@ class ComponentDetector:
                 "category_ids": torch.tensor(np.asarray(labels, np.int64)[order]),
                 "masks": BoxMasks([crops[k] for k in order], [origins[k] for k in order], (h, w)),
                 "timings": {"model": 0.0}, "box_offset": 0, "class_names": self.class_names}
+
+
+class CountingDetector(ComponentDetector):
+    """:class:`ComponentDetector` that counts the images (tiles) it is given."""
+
+    runs = 0
+
+    def _one(self, image: np.ndarray) -> dict:
+        self.runs += 1
+        return super()._one(image)
+
+
+def test_a_plan_beyond_max_tiles_is_refused_before_any_tile_runs():
+    """``--slice 32 --overlap 0.99`` on a 240 x 360 photo: tens of thousands of tiles, refused in one line naming the
+    count, the limit and the option, before a tile of any image of the batch runs."""
+    photo, small = np.zeros((240, 360, 3), np.uint8), np.zeros((100, 100, 3), np.uint8)
+    detector = CountingDetector()
+    slicing = Slicing(32, overlap=0.99)
+    n = tile_count(240, 360, slicing)
+    assert n > slicing.max_tiles == MAX_TILES
+    with pytest.raises(TooManyTiles) as e:
+        SlicedPredictor(detector, slicing).predict_batch([small, photo])
+    assert str(e.value) == (f"360 x 240 px: --slice 32 --overlap 0.99 makes {n:,} tiles, more than --max-tiles "
+                            f"{MAX_TILES}; raise --max-tiles to run them all, or slice it in larger tiles or with less "
+                            "overlap")
+    assert detector.runs == 0
+    # at the limit it runs: every tile, each plan announced before its tiles
+    plans = []
+    slicing = Slicing(64, overlap=0.5, max_tiles=tile_count(240, 360, Slicing(64, overlap=0.5)))
+    sliced = SlicedPredictor(detector, slicing, plan=lambda h, w, windows: plans.append((h, w, windows)))
+    assert sliced(photo)["tiles"] == detector.runs == slicing.max_tiles
+    assert plans == [(240, 360, sliced.windows(240, 360))]
+    with pytest.raises(TooManyTiles):
+        SlicedPredictor(detector, Slicing(64, overlap=0.5, max_tiles=slicing.max_tiles - 1))(photo)
+    with pytest.raises(ValueError, match="^max_tiles 0: at least 1$"):
+        Slicing(64, max_tiles=0)
+
+
+@pytest.mark.parametrize("option, value", [("--slice", "16"), ("--overlap", "1.5"), ("--overlap", "-0.1"),
+                                           ("--overlap", "nan"), ("--match-thresh", "0"), ("--max-tiles", "0")])
+def test_slicing_options_out_of_range_are_one_line_naming_the_option(option, value, tmp_path, capfd):
+    """Refused before anything is read or loaded: the usage and one ``error:`` line that names the option."""
+    args = ["--slice", "64"] if option != "--slice" else []
+    r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(CONFIG), "--input", str(tmp_path), "--output",
+                  str(tmp_path / "out"), *args, option, value, "MODEL.WEIGHTS", "none", capture=capfd)
+    assert r.returncode == 2
+    errors = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"error: {option} {value}: " in errors[0] and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_infer_says_its_tiles_and_refuses_too_many(tmp_path, tv_file, capfd, monkeypatch):
+    """``minidet infer --slice`` says how many tiles an image takes (a line per tile count new to the run), shows
+    the tile it is at where stderr is a file (a line at most every TILE_LINE_EVERY seconds: here every tile), and
+    refuses an image of more than ``--max-tiles`` tiles in one error line naming it, its count, the limit and the
+    option, the other images run."""
+    monkeypatch.setattr(sliced_options, "TILE_LINE_EVERY", 0.0)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "photo.png"), structured_image(240, 360, seed=3))
+    cv2.imwrite(str(folder / "wide.png"), structured_image(360, 700, seed=6))
+    slicing = Slicing(200, overlap=0.5)
+    photo, wide = tile_windows(240, 360, 200, 0.5), tile_count(360, 700, slicing)
+    assert wide > len(photo) > 1
+    r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(CONFIG), "--input", str(folder), "--output",
+                  str(tmp_path / "out"), "--no-vis", "--workers", "0", "--slice", "200", "--overlap", "0.5",
+                  "--max-tiles", str(len(photo)), "MODEL.WEIGHTS", str(tv_file), *SMALL, capture=capfd, threads=1)
+    assert r.returncode == 1, r.stderr  # one image failed
+    across, down = len({w[0] for w in photo}), len({w[1] for w in photo})
+    assert f"infer: a 360 x 240 px image: {len(photo)} tiles ({across} across, {down} down)" in r.stdout.splitlines()
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {folder / 'wide.png'}: 700 x 360 px: --slice 200 --overlap 0.5 makes {wide:,} tiles, "
+                      f"more than --max-tiles {len(photo)}; raise --max-tiles to run them all, or slice it in larger "
+                      "tiles or with less overlap"]
+    tiles = [line for line in r.stderr.splitlines() if line.startswith("infer: image ")]
+    assert tiles == [f"infer: image 1 of 2: tile {k} of {len(photo)}" for k in range(1, len(photo))]
+    assert json.loads((tmp_path / "out" / "photo.json").read_text())["width"] == 360
 
 
 def _scene(seed: int, h: int = 1600, w: int = 2000, n: int = 400):
@@ -247,6 +326,9 @@ def test_infer_slice_through_the_program_and_resume(tmp_path, tv_file):
     r = infer("sliced", "--slice", "300", "--mask-format", "polygon")
     assert r.returncode == 0, r.stderr
     assert "sliced inference: 300 px tiles, overlap 0.2, merge nmm by box ios >= 0.5" in r.stdout
+    windows = tile_windows(360, 700, 300, 0.2)
+    across, down = len({w[0] for w in windows}), len({w[1] for w in windows})
+    assert f"infer: a 700 x 360 px image: {len(windows)} tiles ({across} across, {down} down)" in r.stdout
     record = json.loads((tmp_path / "sliced" / "wide.json").read_text())
     assert record["width"] == 700 and len(record["instances"]) > 100
     assert all(0 <= i["bbox"][0] <= 700 for i in record["instances"])

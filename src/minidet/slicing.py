@@ -19,6 +19,8 @@ the way they run images.
   of the masks (made from their crops: no full-frame mask is ever made), the highest score and its class.
 - ``full_pass``: the whole image is run as one more "tile" (as sahi's ``perform_standard_pred``), for objects
   larger than a tile; its detections merge with the tiles' by the same rule.
+- ``max_tiles``: an image whose plan has more runs is refused (:class:`TooManyTiles`, one line) before any of
+  them: small tiles with a large overlap make tens of thousands of runs of one photo.
 """
 
 from __future__ import annotations
@@ -30,16 +32,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .errors import InputError
 from .masks import BoxMasks
 
 MERGES = ("nmm", "nms")
 MATCHES = ("ios", "iou")
+# the most runs one image may take unless asked for more (--max-tiles): every image within the default
+# INPUT.MAX_PIXELS (125 MP) fits, sliced in 256-pixel tiles with up to half of them overlapping (7,622 at most)
+MAX_TILES = 10_000
 
 
 @dataclass(frozen=True)
 class Slicing:
     """How to slice: tile ``size`` in pixels, ``overlap`` (a fraction of the tile, 0 <= overlap < 1), ``merge``
-    (``nmm`` or ``nms``), ``match`` (``ios`` or ``iou``) at ``threshold``, ``full_pass`` (the whole image too)."""
+    (``nmm`` or ``nms``), ``match`` (``ios`` or ``iou``) at ``threshold``, ``full_pass`` (the whole image too),
+    ``max_tiles`` (the most runs of one image; more is refused)."""
 
     size: int
     overlap: float = 0.2
@@ -47,17 +54,26 @@ class Slicing:
     match: str = "ios"
     threshold: float = 0.5
     full_pass: bool = False
+    max_tiles: int = MAX_TILES
 
     def __post_init__(self) -> None:
+        """A value out of range is a ValueError whose message begins with the field's name."""
         if self.size < 32:
-            raise ValueError(f"slice size {self.size}: at least 32 pixels")
+            raise ValueError(f"size {self.size}: at least 32 pixels")
         if not 0.0 <= self.overlap < 1.0:
-            raise ValueError(f"slice overlap {self.overlap}: from 0 to under 1")
-        if self.merge not in MERGES or self.match not in MATCHES:
-            raise ValueError(f"merge {self.merge!r}, match {self.match!r}: merge one of {MERGES}, match one of "
-                             f"{MATCHES}")
+            raise ValueError(f"overlap {self.overlap:g}: a fraction of the tile, from 0 to under 1")
+        if self.merge not in MERGES:
+            raise ValueError(f"merge {self.merge!r}: one of {', '.join(MERGES)}")
+        if self.match not in MATCHES:
+            raise ValueError(f"match {self.match!r}: one of {', '.join(MATCHES)}")
         if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"match threshold {self.threshold}: above 0, at most 1")
+            raise ValueError(f"threshold {self.threshold:g}: above 0, at most 1")
+        if self.max_tiles < 1:
+            raise ValueError(f"max_tiles {self.max_tiles}: at least 1")
+
+
+class TooManyTiles(InputError):
+    """An image whose slicing plan has more runs than ``Slicing.max_tiles`` (one line)."""
 
 
 def _starts(length: int, size: int, overlap: float) -> list[int]:
@@ -202,11 +218,14 @@ def merge_tiles(parts: list[tuple[tuple[int, int, int, int], dict]], size: tuple
 class SlicedPredictor:
     """A ``Predictor`` that runs each image as tiles (:class:`Slicing`) and merges them (:func:`merge_tiles`); the
     same outputs as a Predictor's, their ``timings`` the tiles' stages summed plus ``slice_merge`` and their
-    ``tiles`` count. ``progress(done, total)`` is called after each tile. Everything else (``cfg``, ``classes``,
-    ``model``...) is the wrapped predictor's."""
+    ``tiles`` count. ``plan(height, width, windows)`` is called for each image before its tiles run,
+    ``progress(done, total)`` after each tile. An image of more than ``slicing.max_tiles`` runs raises
+    :class:`TooManyTiles` before any tile of its batch runs. Everything else (``cfg``, ``classes``, ``model``...) is
+    the wrapped predictor's."""
 
-    def __init__(self, predictor, slicing: Slicing, progress: Callable[[int, int], None] | None = None) -> None:
-        self.predictor, self.slicing, self.progress = predictor, slicing, progress
+    def __init__(self, predictor, slicing: Slicing, progress: Callable[[int, int], None] | None = None,
+                 plan: Callable[[int, int, list], None] | None = None) -> None:
+        self.predictor, self.slicing, self.progress, self.plan = predictor, slicing, progress, plan
 
     def __getattr__(self, name: str):
         return getattr(self.predictor, name)
@@ -215,7 +234,11 @@ class SlicedPredictor:
         return self.predict_batch([image])[0]
 
     def predict_batch(self, images: list[np.ndarray]) -> list[dict]:
-        """Each image sliced and merged; ``timings`` are for the whole batch (a Predictor's are)."""
+        """Each image sliced and merged; ``timings`` are for the whole batch (a Predictor's are). Every image's plan
+        is checked first (:meth:`check`): one refused image runs no tile of the others."""
+        for im in images:
+            if hasattr(im, "shape") and len(im.shape) == 3:
+                self.check(*im.shape[:2])
         outs = [self._one(im) for im in images]
         total: dict[str, float] = {}
         for o in outs:
@@ -228,11 +251,22 @@ class SlicedPredictor:
     def windows(self, height: int, width: int) -> list[tuple[int, int, int, int]]:
         return slice_windows(height, width, self.slicing)
 
+    def check(self, height: int, width: int) -> list[tuple[int, int, int, int]]:
+        """The runs of a height x width image; :class:`TooManyTiles` when there are more than ``max_tiles``."""
+        windows, s = self.windows(height, width), self.slicing
+        if len(windows) > s.max_tiles:
+            raise TooManyTiles(f"{width} x {height} px: --slice {s.size} --overlap {s.overlap:g} makes "
+                               f"{len(windows):,} tiles, more than --max-tiles {s.max_tiles}; raise --max-tiles to "
+                               "run them all, or slice it in larger tiles or with less overlap")
+        return windows
+
     def _one(self, image: np.ndarray) -> dict:
         if not (hasattr(image, "shape") and len(image.shape) == 3):
             return self.predictor(image)  # the Predictor's own one-line refusal
         h, w = image.shape[:2]
-        windows = self.windows(h, w)
+        windows = self.check(h, w)
+        if self.plan is not None:
+            self.plan(h, w, windows)
         if len(windows) == 1:  # the plain run
             out = self.predictor(np.asarray(image))
             out["tiles"] = 1

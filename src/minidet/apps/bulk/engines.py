@@ -25,6 +25,7 @@ from minidet.apps.bulk.inputs import find_inputs
 from minidet.apps.bulk.loader import ImageFiles, collate, worker_init_fn
 from minidet.apps.bulk.sliced import image_reader
 from minidet.apps.outputs.records import keep_classes, render
+from minidet.errors import MinidetError
 
 Output = Callable[[], tuple[dict, "bytes | None"]]  # makes one image's record and drawing (in a writer thread)
 
@@ -73,7 +74,8 @@ def run_batches(predictor, files: ImageFiles, batch_size: int, workers: int, deb
             raise e
         if debug:
             traceback.print_exc()
-        return image_id, " ".join(f"{paths[image_id]}: {type(e).__name__}: {e}".split())
+        what = str(e) if isinstance(e, MinidetError) else f"{type(e).__name__}: {e}"  # minidet's: one line already
+        return image_id, " ".join(f"{paths[image_id]}: {what}".split())
 
     while True:
         t0 = time.perf_counter()

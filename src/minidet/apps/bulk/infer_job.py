@@ -171,7 +171,8 @@ class Job(BulkJob):
         bar = tqdm(total=len(images), unit="img", file=sys.stderr, disable=(not info.is_main or not images) or None,
                    desc=f"rank 0 of {info.world_size}" if info.distributed else None)
         ledger.plan(images, self.cfg.TEST.IMS_PER_BATCH)
-        self.on_tile = lambda done, total: bar.set_postfix_str(f"tile {done}/{total}" if done < total else "")
+        tiles = sliced.TileReport(self.name, bar, len(images), info.is_main)
+        self.on_plan, self.on_tile = tiles.plan, tiles.tile
         limit = 2 * self.cfg.TEST.IMS_PER_BATCH + 2
         try:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="infer-write") as pool:

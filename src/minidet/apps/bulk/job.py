@@ -99,7 +99,11 @@ class BulkJob:
             print(f"{self.name}: sliced inference: {slicing.size} px tiles, overlap {slicing.overlap:g}, merge "
                   f"{slicing.merge} by box {slicing.match} >= {slicing.threshold:g}"
                   + (", and the whole image" if slicing.full_pass else ""))
-        return SlicedPredictor(predictor, slicing, progress=lambda done, total: self.on_tile(done, total))
+        return SlicedPredictor(predictor, slicing, progress=lambda done, total: self.on_tile(done, total),
+                               plan=lambda height, width, windows: self.on_plan(height, width, windows))
+
+    def on_plan(self, height: int, width: int, windows: list) -> None:
+        """Called before the tiles of a sliced image run (``windows``: its runs; the loop says how many)."""
 
     def on_tile(self, done: int, total: int) -> None:
         """Called after each tile of a sliced image (the loop shows it on its bar)."""

@@ -1,14 +1,24 @@
-"""``--slice`` and its options (sliced inference, ``minidet.slicing``) as ``infer`` and ``eval`` take them."""
+"""``--slice`` and its options (sliced inference, ``minidet.slicing``) as ``infer`` takes them, and what a sliced
+run says of its tiles (:class:`TileReport`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+
+from tqdm import tqdm
 
 from minidet.imageio import read_image
 from minidet.rasters import open_raster
-from minidet.slicing import MATCHES, MERGES, Slicing
+from minidet.slicing import MATCHES, MAX_TILES, MERGES, Slicing
 
 KEYS = ("slice", "overlap", "merge", "match", "match_thresh", "full_pass")  # what a resumed run must repeat
+# Slicing's fields as the options that set them
+_OPTION = {"size": "--slice", "overlap": "--overlap", "merge": "--merge", "match": "--match",
+           "threshold": "--match-thresh", "max_tiles": "--max-tiles"}
+# where stderr is no terminal (a log file, a pipe), the tile a sliced run is at is a line at most this often
+TILE_LINE_EVERY = 30.0
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -24,6 +34,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--match-thresh", type=float, default=0.5, metavar="T", help="--slice: the lowest match")
     p.add_argument("--full-pass", action="store_true",
                    help="--slice: run the whole image too and merge it in (objects larger than a tile)")
+    p.add_argument("--max-tiles", type=int, default=MAX_TILES, metavar="N",
+                   help=f"--slice: refuse an image whose tiles are more than N (default {MAX_TILES})")
 
 
 def image_reader(args: argparse.Namespace):
@@ -45,8 +57,51 @@ def slicing_of(args: argparse.Namespace, p: argparse.ArgumentParser | None = Non
     if getattr(args, "slice", None) is None:  # eval's arguments have no --slice
         return None
     try:
-        return Slicing(args.slice, args.overlap, args.merge, args.match, args.match_thresh, args.full_pass)
+        return Slicing(args.slice, args.overlap, args.merge, args.match, args.match_thresh, args.full_pass,
+                       args.max_tiles)
     except ValueError as e:
         if p is None:
             raise
-        p.error(f"--slice: {e}")
+        field, _, what = str(e).partition(" ")  # Slicing names the field first: say the option instead
+        p.error(f"{_OPTION.get(field, field)} {what}")
+
+
+class TileReport:
+    """What a sliced run says of its tiles, on the process that shows the bar (``shown``): a line on stdout for each
+    image whose tile count is new to the run (:meth:`plan`: one line for a run of like images), and after each tile
+    (:meth:`tile`) the tile on the ``bar`` where it is drawn (a terminal), else, where stderr is a file or a pipe, a
+    line on stderr at most every ``TILE_LINE_EVERY`` seconds. ``name``: the lines' prefix; ``images``: how many
+    images the loop runs."""
+
+    def __init__(self, name: str, bar: tqdm, images: int, shown: bool) -> None:
+        self.name, self.bar, self.images, self.shown = name, bar, images, shown
+        self.counts: set[int] = set()
+        self.image = 0
+        self.last = time.monotonic()
+
+    def plan(self, height: int, width: int, windows: list) -> None:
+        self.image += 1
+        n = len(windows)
+        if not self.shown or n in self.counts:
+            return
+        self.counts.add(n)
+        if n == 1:
+            what = "1 tile (the plain run)"
+        else:
+            whole = windows[-1] == (0, 0, width, height)  # --full-pass: the whole image last
+            tiles = windows[:-1] if whole else windows
+            across, down = len({w[0] for w in tiles}), len({w[1] for w in tiles})
+            what = f"{len(tiles):,} tiles ({across} across, {down} down){' and the whole image' if whole else ''}"
+        tqdm.write(f"{self.name}: a {width} x {height} px image: {what}", file=sys.stdout)
+
+    def tile(self, done: int, total: int) -> None:
+        if not self.shown:
+            return
+        if not self.bar.disable:
+            self.bar.set_postfix_str(f"tile {done}/{total}" if done < total else "")
+            return
+        now = time.monotonic()
+        if done < total and now - self.last >= TILE_LINE_EVERY:
+            self.last = now
+            print(f"{self.name}: image {self.image} of {self.images}: tile {done} of {total}", file=sys.stderr,
+                  flush=True)
