@@ -1,17 +1,23 @@
 """``minidet serve`` as a client meets it: a real server process on 127.0.0.1, real HTTP, its worker processes.
 
 Answers equal ``minidet infer``'s files under concurrent clients with images of mixed sizes; each refusal (401,
-413, 415, 400, 429, 503) answered before any model runs, and the next request served; a worker killed during a
-request answered with an error and replaced; SIGTERM with a request in flight; the health, metrics and metadata
-endpoints; the page in a real browser (headless Chromium); the load benchmark on a short run."""
+413, 415, 400, 429, 503) answered before any model runs, and the next request served; query values out of range
+refused without harm to a worker; a failure inside a worker answered, the worker serving on; a worker killed during a
+request answered with an error and replaced, one killed while idle replaced before the next request is run; a
+client gone mid-upload is one log line; Host names not the server's refused (DNS rebinding); SIGTERM with a
+request in flight, and with an upload that never ends (the grace); the health, metrics and metadata endpoints; the
+page in a real browser (headless Chromium); the load benchmark on a short run."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
 import json
+import multiprocessing
 import os
+import select
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -295,6 +301,201 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(tmp_path, tv_file, i
     assert status == 200 and json.loads(body)["instances"], body
     assert not survivors(procs)
     assert "stopped (SIGTERM)" in "".join(s.out)
+
+
+@pytest.fixture(scope="module")
+def robust_server(tmp_path_factory, tv_file):
+    """One worker of one thread at short side 320, requests may wait 120 s for a worker (its replacement's load),
+    one more Host name allowed."""
+    s = Server("--config-file", str(CONFIG), "--threads", "1", "--timeout", "120", "--allowed-host", "minidet.test",
+               "MODEL.WEIGHTS", str(tv_file), *SMALL, cwd=tmp_path_factory.mktemp("robust"))
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        assert s.stop() == 0, "".join(s.err)
+
+
+@pytest.mark.slow
+def test_query_values_out_of_range_never_take_a_worker_down(robust_server, images):
+    """Every query parameter is checked against its range before any model runs: 400 naming it and the range
+    (tolerance=1e300 used to reach OpenCV in the worker, which died: 500, then 503 while another loaded)."""
+    s, png = robust_server, images[0].read_bytes()
+    [pid] = worker_pids(s)
+    runs0 = s.metric('minidet_stage_seconds_count{stage="backbone"}')
+    cases = [
+        ("mask_format=polygon&tolerance=1e300", "tolerance: a number of pixels from 0 to 10000, got '1e300'"),
+        ("mask_format=polygon&tolerance=10000.5", "tolerance: a number of pixels from 0 to 10000"),
+        ("mask_format=polygon&tolerance=nan", "tolerance: a number of pixels from 0 to 10000"),
+        ("tolerance=inf", "tolerance: a number of pixels from 0 to 10000, got 'inf'"),
+        ("tolerance=-0.5", "tolerance: a number of pixels from 0 to 10000"),
+        ("tolerance=", "tolerance: a number of pixels from 0 to 10000, got ''"),
+        ("score_thresh=1e300", "score_thresh: a number from 0 to 1, got '1e300'"),
+        ("score_thresh=nan", "score_thresh: a number from 0 to 1"),
+        ("score_thresh=-inf", "score_thresh: a number from 0 to 1"),
+        ("mask_format=POLYGON", "mask_format: one of rle, polygon, none, got 'POLYGON'"),
+        ("classes=", "classes: no class given"),
+        ("classes=person,,unicorn", "classes: unknown class 'unicorn'"),
+        ("file=" + "x" * 5000, "file: a name of at most 4096 characters"),
+        ("score_threshold=0.5", "unknown query parameter 'score_threshold': POST /predict takes classes, "
+                                "score_thresh, mask_format, tolerance, file"),
+        ("score_thresh=0.1&score_thresh=0.9", "score_thresh: given more than once"),
+    ]
+    for query, text in cases:
+        status, headers, body = s.predict(png, query=query)
+        assert status == 400 and headers["content-type"].startswith("application/json"), (query, status, body)
+        line = json.loads(body)["error"]
+        assert text in line and "\n" not in line and len(line) < 1000, (query, line)  # no value echoed whole
+    assert s.metric('minidet_stage_seconds_count{stage="backbone"}') == runs0, "a refused request reached a model"
+    # the largest tolerance runs: every outline simplified as far as OpenCV goes
+    status, _, body = s.predict(png, query="mask_format=polygon&tolerance=10000&score_thresh=0.5")
+    assert status == 200, body
+    assert all(isinstance(i["segmentation"], list) for i in json.loads(body)["instances"])
+    assert worker_pids(s) == [pid] and s.metric("minidet_worker_restarts_total") == 0, "".join(s.err)
+
+
+@pytest.mark.slow
+def test_a_failure_inside_a_worker_is_that_requests_500_and_the_worker_serves_on(tv_file, images):
+    """A worker process as the server runs it, sent what the HTTP side would refuse (an unexpected failure: OpenCV
+    refuses the simplification while the record is written): it answers 500 with the failure in one line, and
+    serves the next request (it used to die with that request)."""
+    from minidet.apps.serve.worker import Options, Spec, worker_main
+
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=worker_main, args=(theirs, Spec(str(CONFIG), SMALL, str(tv_file), threads=1)),
+                       daemon=True)
+    proc.start()
+    theirs.close()
+    try:
+        assert ours.poll(START_S) and ours.recv()[0] == "ready"
+        png = images[0].read_bytes()
+        ours.send((png, Options(mask_format="polygon", tolerance=1e300)))
+        assert ours.poll(120), "no answer"
+        kind, status, line, _ = ours.recv()
+        assert (kind, status) == ("error", 500) and "Epsilon" in line, line
+        ours.send((png, Options(mask_format="polygon", tolerance=0.5)))
+        assert ours.poll(120), "no answer"
+        kind, body, _ = ours.recv()
+        assert kind == "ok" and json.loads(body)["instances"] and proc.is_alive()
+        ours.send(None)
+        proc.join(30)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(10)
+
+
+def raw_upload(server: Server, sent: bytes, length: int, host: str | None = None) -> socket.socket:
+    """A connection that sent POST /predict's head announcing ``length`` body bytes, and ``sent`` of them."""
+    sock = socket.create_connection((server.host, server.port), timeout=10)
+    head = (f"POST /predict HTTP/1.1\r\nHost: {host or f'{server.host}:{server.port}'}\r\n"
+            f"Content-Type: image/png\r\nContent-Length: {length}\r\n\r\n")
+    sock.sendall(head.encode() + sent)
+    return sock
+
+
+@pytest.mark.slow
+def test_a_client_gone_mid_upload_is_one_log_line(robust_server, images):
+    s = robust_server
+    before = len(s.err)
+    raw_upload(s, images[0].read_bytes()[:1000], 100_000).close()
+    deadline = time.monotonic() + 10
+    while not any("went away" in line for line in s.err[before:]):
+        assert time.monotonic() < deadline, "".join(s.err[before:])
+        time.sleep(0.1)
+    time.sleep(0.5)  # anything more it would write
+    new = s.err[before:]
+    assert len(new) == 1 and "before its upload ended; nothing was run" in new[0], new
+    assert s.metric('minidet_rejections_total{reason="client_gone"}') == 1
+    assert s.predict(images[0].read_bytes())[0] == 200
+
+
+@pytest.mark.slow
+def test_host_names_not_the_servers_are_refused(robust_server, images):
+    """Without a token, a page of any site whose name is pointed at 127.0.0.1 (DNS rebinding) could read the server
+    as its own: only its addresses, the loopback names and --allowed-host names are answered."""
+    s = robust_server
+    runs0 = s.metric('minidet_stage_seconds_count{stage="backbone"}')
+    for host in ("evil.example", f"evil.example:{s.port}", f"127.0.0.1.evil.example:{s.port}"):
+        for method, path in (("GET", "/"), ("GET", "/health/ready"), ("GET", "/v2/models/maskrcnn_resnet50_fpn")):
+            status, headers, body = s.request(method, path, headers={"Host": host})
+            line = json.loads(body)["error"]
+            assert status == 400 and headers["content-type"].startswith("application/json"), (host, path, body)
+            assert line.startswith(f"Host '{host}': this server answers only 127.0.0.1, [::1], localhost, "
+                                   "minidet.test") and "--allowed-host" in line, line
+        status, _, body = s.predict(images[0].read_bytes(), headers={"Host": host})
+        assert status == 400 and "--allowed-host" in json.loads(body)["error"]
+    assert s.metric('minidet_stage_seconds_count{stage="backbone"}') == runs0
+    assert s.metric('minidet_rejections_total{reason="host"}') >= 12
+    for host in (f"127.0.0.1:{s.port}", f"localhost:{s.port}", f"[::1]:{s.port}", "LOCALHOST", "minidet.test",
+                 f"minidet.test:{s.port}"):
+        assert s.request("GET", "/health/ready", headers={"Host": host})[0] == 200, host
+    assert s.predict(images[0].read_bytes(), headers={"Host": "minidet.test"})[0] == 200
+
+
+@pytest.mark.slow
+def test_a_worker_dead_while_idle_is_replaced_before_the_next_request_runs(robust_server, images):
+    """The next request waits for the replacement (it used to be handed to the dead worker: 500)."""
+    s = robust_server
+    [pid] = worker_pids(s)
+    restarts = s.metric("minidet_worker_restarts_total")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    status, _, body = s.predict(images[0].read_bytes())
+    assert status == 200 and json.loads(body)["instances"], body
+    assert worker_pids(s) != [pid] and s.metric("minidet_worker_restarts_total") == restarts + 1
+    assert any("died while idle" in line for line in s.err), "".join(s.err)
+
+
+@pytest.mark.slow
+def test_sigterm_grace_bounds_an_upload_that_never_ends(tmp_path, tv_file, images):
+    """A client sending a byte every 0.2 s kept the server alive, refusing connections, as long as it sent: after
+    SIGTERM it has --grace seconds, then its answer is 503 and the server exits 0."""
+    grace = 2.0
+    s = Server("--config-file", str(CONFIG), "--threads", "1", "--grace", str(grace), "MODEL.WEIGHTS", str(tv_file),
+               *SMALL, cwd=tmp_path)
+    s.wait_ready()
+    procs = descendants(s.proc.pid)
+    sock = raw_upload(s, b"\x89PNG", 10_000)
+    answer = bytearray()
+
+    def trickle() -> None:  # at most 150 bytes, 30 s
+        for _ in range(150):
+            try:
+                sock.sendall(b"\0")
+                if select.select([sock], [], [], 0.2)[0]:
+                    while chunk := sock.recv(65536):
+                        answer.extend(chunk)
+                    return
+            except OSError:
+                return
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGTERM)
+    try:
+        code = s.proc.wait(grace + 15)
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+        t.join(35)
+        sock.close()
+    took = time.monotonic() - t0
+    assert code == 0, "".join(s.err)
+    assert grace - 0.2 < took < grace + 8, took
+    head, _, body = bytes(answer).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503"), bytes(answer)
+    assert "grace of 2 s (--grace)" in json.loads(body)["error"]
+    assert "1 request not answered within the --grace of 2 s got 503" in "".join(s.out)
+    assert not survivors(procs)
+    assert "Traceback" not in "".join(s.err), "".join(s.err)
 
 
 @pytest.mark.slow

@@ -2,37 +2,50 @@
 
 - ``POST /predict``: the image's bytes as the body (``Content-Type: image/*``) or a multipart form's ``image`` field;
   the answer is the JSON record ``minidet infer`` writes for that image (``outputs.records``), with the time of each
-  stage in a ``Server-Timing`` header. Query: ``classes`` (names, comma-separated), ``score_thresh`` (the lowest
-  score returned), ``mask_format`` (``rle``, ``polygon`` or ``none``), ``tolerance`` (polygons simplified by up to
-  this many pixels), ``file`` (the name the record carries).
+  stage in a ``Server-Timing`` header. Query: :data:`QUERY` (each parameter's range, checked by
+  :func:`parse_options`).
 - ``GET /health/live``, ``GET /health/ready`` (and the Open Inference Protocol's ``/v2/health/live|ready``),
   ``GET /metrics`` (Prometheus text), ``GET /v2`` and ``GET /v2/models/<name>`` (metadata: family, classes, config,
   weights SHA-256), ``GET /v2/models/<name>/ready``; ``GET /``: a page to try it in a browser.
 
 Every refusal is a JSON ``{"error": "<one line>"}`` with its status, answered before any model sees the request:
-401 (a token is set and the request lacks it), 415 (neither ``image/*`` nor a multipart form), 413 (a body over
-``--max-body-mb``, or an image whose header shows more than ``INPUT.MAX_PIXELS`` pixels), 400 (an empty body, bytes
-of no known image format or that do not decode, a bad query), 429 with ``Retry-After`` (the queue is full), 503 (the
-model is loading, or the request waited past ``--timeout``); 500 when the model failed on it or its worker died."""
+400 for a ``Host`` header that is none of the server's (:class:`Hosts`: a web page cannot read the server through a
+name of its own pointed at this machine, DNS rebinding), 401 (a token is set and the request lacks it), 415
+(neither ``image/*`` nor a multipart form), 413 (a body over ``--max-body-mb``, or an image whose header shows more
+than ``INPUT.MAX_PIXELS`` pixels), 400 (an empty body, bytes of no known image format or that do not decode, a query
+parameter unknown, repeated or out of its range), 429 with ``Retry-After`` (the queue is full), 503 (the
+model is loading, the request waited past ``--timeout``, or the server stopped before answering it); 500 when the
+model failed on it or its worker died. A worker that died is replaced; the requests wait for the replacement as
+for any worker.
+
+At SIGTERM or Ctrl-C (:class:`Server`) the requests in flight have ``grace`` seconds: one not answered by then (an
+upload still arriving, a request still waiting for or running in a worker) is answered 503, and the server closes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import math
+import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 
+import uvicorn
 from starlette.applications import Starlette
+from starlette.datastructures import Headers, QueryParams
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from minidet import __version__
 from minidet.apps.outputs.instances import MASK_FORMATS
+from minidet.apps.outputs.polygons import MAX_TOLERANCE
 from minidet.apps.outputs.records import parse_classes
 from minidet.apps.serve.metrics import Metrics
 from minidet.apps.serve.pool import Job, Pool, QueueFull
@@ -40,12 +53,70 @@ from minidet.apps.serve.worker import Options
 from minidet.errors import ConfigError
 from minidet.imageio import ImageReadError, check_image_bytes
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+CLOSE_AFTER_S = 1.0  # then the time the 503s have to go out before uvicorn closes what is left
+
+
+def host_of(header: str) -> str:
+    """The host of a ``Host`` header (``name:port``, ``[v6]:port``), lower case, without a final dot."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        host = header[1:].partition("]")[0]
+    else:
+        name, _, port = header.rpartition(":")
+        host = name if name and port.isdigit() else header
+    return host.rstrip(".")
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """The hosts a request's ``Host`` header may name. A browser sends the name of the page's address: a page of
+    another site whose name its owner points at this machine (DNS rebinding) sends that name, and is refused, so it
+    cannot read the server. ``names``: the address the server listens on (and the name it was given), the loopback
+    names when that is a loopback address, the ``--allowed-host`` names; ``any_address``: it listens on every
+    address (0.0.0.0, ::), and any IP address is one of this machine's; ``anything``: ``--allowed-host '*'``."""
+
+    names: frozenset[str]
+    any_address: bool = False
+    anything: bool = False
+
+    @classmethod
+    def bound(cls, addresses: Iterable[str], allowed: Iterable[str] = ()) -> Hosts:
+        """The hosts of a server listening on ``addresses`` (``--host`` as given, the socket's address), plus the
+        ``allowed`` names."""
+        names = {host_of(a) for a in (*addresses, *allowed)}
+        ips = [ip for ip in map(_address, names) if ip is not None]
+        everywhere = any(ip.is_unspecified for ip in ips)
+        if everywhere or "localhost" in names or any(ip.is_loopback for ip in ips):
+            names |= set(LOOPBACK_NAMES)
+        return cls(frozenset(names), everywhere, "*" in names)
+
+    def allows(self, header: str | None) -> bool:
+        """Whether a request with this ``Host`` header is answered (None: a client of HTTP/1.0, no browser)."""
+        if header is None or self.anything:
+            return True
+        host = host_of(header)
+        return host in self.names or (self.any_address and _address(host) is not None)
+
+    def __str__(self) -> str:
+        shown = sorted(f"[{n}]" if ":" in n else n for n in self.names if not _address(n) or
+                       not _address(n).is_unspecified)
+        return ", ".join(shown) + (" or any address of this machine" if self.any_address else "")
+
 
 @dataclass
 class Settings:
     """The server's choices: the model's ``name`` (``/v2/models/<name>``), the bearer ``token`` (None: none),
     the largest body in bytes, ``timeout`` (seconds a request may wait for a worker; 0: no limit), the weights'
-    file and SHA-256 (None: random weights), the config file."""
+    file and SHA-256 (None: random weights), the config file, the ``hosts`` answered (None: any), the shutdown's
+    ``grace`` in seconds."""
 
     name: str
     token: str | None
@@ -54,6 +125,13 @@ class Settings:
     weights: str | None
     weights_sha256: str | None
     config_file: str
+    hosts: Hosts | None
+    grace: float
+
+
+def note(line: str) -> None:
+    """One line of the server's log (stderr)."""
+    print(f"serve: {line}", file=sys.stderr, flush=True)
 
 
 def error(status: int, line: str, headers: dict | None = None) -> JSONResponse:
@@ -89,30 +167,78 @@ async def form_image(request: Request, body: bytes) -> tuple[bytes, str]:
         return await field.read(), field.filename or ""
 
 
-def parse_options(request: Request, class_names: list[str]) -> Options:
-    """The query's options (:class:`~minidet.apps.serve.worker.Options`); HTTPException 400 naming a bad one."""
-    q = request.query_params
+@dataclass(frozen=True)
+class Param:
+    """A query parameter of ``POST /predict``: the :class:`~minidet.apps.serve.worker.Options` field it sets, what
+    it takes (said in its refusal), and ``read(value, class names)``: the field's value, ValueError when the value
+    is out of its range (with a message, or empty for the refusal to say what it takes)."""
+
+    field: str
+    takes: str
+    read: Callable[[str, list[str]], object]
+
+
+def number(low: float, high: float) -> Callable[[str, list[str]], float]:
+    def read(value: str, names: list[str]) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = math.nan  # no number: out of range, as nan and inf are
+        if not low <= x <= high:
+            raise ValueError("")
+        return x
+    return read
+
+
+def one_of(choices: Iterable[str]) -> Callable[[str, list[str]], str]:
+    def read(value: str, names: list[str]) -> str:
+        if value not in choices:
+            raise ValueError("")
+        return value
+    return read
+
+
+def class_set(value: str, names: list[str]) -> set[int] | None:
     try:
-        keep = parse_classes(q.get("classes"), class_names) if q.get("classes") is not None else None
+        return parse_classes(value, names)
     except ConfigError as e:
-        raise HTTPException(400, str(e).replace("--classes", "classes")) from None
-    try:
-        thresh = float(q.get("score_thresh", 0))
-    except ValueError:
-        thresh = math.nan
-    if not 0 <= thresh <= 1:
-        raise HTTPException(400, f"score_thresh: a number from 0 to 1, got {q.get('score_thresh')!r}")
-    mask_format = q.get("mask_format", "rle")
-    if mask_format not in MASK_FORMATS:
-        raise HTTPException(400, f"mask_format: one of {', '.join(MASK_FORMATS)}, got {mask_format!r}")
-    try:
-        tolerance = float(q.get("tolerance", 0))
-    except ValueError:
-        tolerance = math.nan
-    if not 0 <= tolerance < math.inf:
-        raise HTTPException(400, f"tolerance: a number of pixels of at least 0, got {q.get('tolerance')!r}")
-    return Options(file=q.get("file", ""), keep=keep, score_thresh=thresh, mask_format=mask_format,
-                   tolerance=tolerance)
+        raise ValueError(str(e).replace("--classes: ", "")) from None
+
+
+def text(longest: int) -> Callable[[str, list[str]], str]:
+    def read(value: str, names: list[str]) -> str:
+        if len(value) > longest:
+            raise ValueError("")
+        return value
+    return read
+
+
+QUERY = {  # POST /predict's query parameters, each checked against its range by parse_options
+    "classes": Param("keep", "the model's class names, comma-separated", class_set),
+    "score_thresh": Param("score_thresh", "a number from 0 to 1", number(0.0, 1.0)),
+    "mask_format": Param("mask_format", f"one of {', '.join(MASK_FORMATS)}", one_of(MASK_FORMATS)),
+    "tolerance": Param("tolerance", f"a number of pixels from 0 to {MAX_TOLERANCE:g}", number(0.0, MAX_TOLERANCE)),
+    "file": Param("file", "a name of at most 4096 characters", text(4096)),
+}
+
+
+def parse_options(query: QueryParams, class_names: list[str]) -> Options:
+    """The query's options (:class:`~minidet.apps.serve.worker.Options`); HTTPException 400 naming the parameter
+    that is unknown, given twice or out of its range (and the range)."""
+    values = {}
+    for name, value in query.multi_items():
+        param = QUERY.get(name)
+        if param is None:
+            raise HTTPException(400, f"unknown query parameter {name[:100]!r}: POST /predict takes "
+                                f"{', '.join(QUERY)}")
+        if param.field in values:
+            raise HTTPException(400, f"{name}: given more than once; give it once")
+        try:
+            values[param.field] = param.read(value, class_names)
+        except ValueError as e:
+            shown = value if len(value) <= 100 else value[:100] + "..."
+            raise HTTPException(400, f"{name}: {str(e) or param.takes + ', got ' + repr(shown)}") from None
+    return Options(**values)
 
 
 def server_timing(times: dict[str, float]) -> str:
@@ -122,8 +248,11 @@ def server_timing(times: dict[str, float]) -> str:
 
 def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) -> Starlette:
     """The application; its lifespan starts the pool's workers and, at shutdown (after the requests in flight are
-    answered), stops them."""
+    answered, or their grace is over), stops them. ``app.state.stopping``: an event that, once set (by
+    :class:`Server`), has every request not answered yet answered 503; ``app.state.cut``: how many were."""
     metrics = metrics or Metrics(pool)
+    stopping = asyncio.Event()
+    cut = [0]
     page = resources.files("minidet.apps.serve").joinpath("page.html").read_text()
 
     def authorized(request: Request) -> bool:
@@ -138,17 +267,26 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
 
     async def predict(request: Request) -> Response:
         t0 = time.monotonic()
-        response = await _predict(request)
+        work = asyncio.ensure_future(_predict(request))
+        stop = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if work.done():
+            response = work.result()
+        else:  # the shutdown's grace is over
+            work.cancel()
+            cut[0] += 1
+            metrics.rejections.labels("stopping").inc()
+            response = error(503, f"the server is stopping and this request was not answered within its grace of "
+                             f"{settings.grace:g} s (--grace); it was not run, or its answer is lost")
         metrics.latency.labels(str(response.status_code)).observe(time.monotonic() - t0)
         if response.status_code == 200:
             metrics.bytes_out.inc(len(response.body))
         return answered(response)
 
     async def _predict(request: Request) -> Response:
-        if not pool.ready:
-            if pool.facts is None:
-                return error(503, "the model is loading; retry when /health/ready answers 200", {"Retry-After": "1"})
-            return error(503, "no worker is up (one is being replaced); retry shortly", {"Retry-After": "1"})
+        if pool.facts is None or not pool.started_all:  # once loaded, requests wait for a worker being replaced
+            return error(503, "the model is loading; retry when /health/ready answers 200", {"Retry-After": "1"})
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if not (ctype.startswith("image/") or ctype == "multipart/form-data"):
             return error(415, f"Content-Type {ctype or '(none)'}: send the image's bytes as image/* (image/jpeg, "
@@ -158,8 +296,13 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
         if length.isdigit() and int(length) > settings.max_bytes:
             return error(413, limit)
         try:
-            options = parse_options(request, pool.facts["class_names"])
-            body = await read_capped(request, settings.max_bytes)
+            options = parse_options(request.query_params, pool.facts["class_names"])
+            try:
+                body = await read_capped(request, settings.max_bytes)
+            except ClientDisconnect:
+                metrics.rejections.labels("client_gone").inc()
+                note(f"a client ({client_of(request)}) went away before its upload ended; nothing was run")
+                return error(400, "the client went away before the body ended")
             if body is None:
                 return error(413, limit)
             data = body
@@ -206,6 +349,9 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
         return error(status, line)
 
     observed: list[float] = []  # the last requests' model seconds, for Retry-After
+
+    def client_of(request: Request) -> str:
+        return f"{request.client.host} port {request.client.port}" if request.client else "unknown"
 
     def typical_seconds() -> float:
         return sorted(observed)[len(observed) // 2] if observed else 1.0
@@ -283,6 +429,11 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             return await handler(request)
         return check
 
+    def refused_host(host: str | None) -> Response:
+        metrics.rejections.labels("host").inc()
+        return answered(error(400, f"Host {(host or '')[:100]!r}: this server answers only {settings.hosts}; "
+                              "start it with --allowed-host NAME to answer another name"), "other")
+
     routes = [
         Route("/", index), Route("/predict", guarded(predict), methods=["POST"]),
         Route("/health/live", live), Route("/health/ready", ready),
@@ -290,5 +441,40 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
         Route("/metrics", guarded(metrics_text)), Route("/v2", guarded(server_meta)),
         Route("/v2/models/{name}", guarded(model_meta)), Route("/v2/models/{name}/ready", guarded(model_ready)),
     ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error, Exception: server_error})
+    middleware = [Middleware(HostCheck, hosts=settings.hosts, refused=refused_host)] if settings.hosts else []
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.stopping = stopping
+    app.state.cut = cut
+    return app
+
+
+class HostCheck:
+    """ASGI middleware: a request whose ``Host`` header ``hosts`` does not allow is answered ``refused(host)``,
+    and nothing else runs."""
+
+    def __init__(self, app, hosts: Hosts, refused: Callable[[str | None], Response]) -> None:
+        self.app, self.hosts, self.refused = app, hosts, refused
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host")
+            if not self.hosts.allows(host):
+                await self.refused(host)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server with a bounded graceful shutdown: at SIGTERM or Ctrl-C it stops listening, and the requests
+    in flight have ``grace`` seconds; then ``stopping`` is set (each one not answered yet is answered 503), and a
+    moment later uvicorn closes the connections left (an upload that goes on) and the workers stop."""
+
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event, grace: float) -> None:
+        config.timeout_graceful_shutdown = grace + CLOSE_AFTER_S
+        super().__init__(config)
+        self.stopping, self.grace = stopping, grace
+
+    async def shutdown(self, sockets=None) -> None:
+        asyncio.get_running_loop().call_later(self.grace, self.stopping.set)
+        await super().shutdown(sockets)

@@ -3,7 +3,8 @@
 Each worker process (``worker.worker_main``) has a thread here that takes the next request from the queue, hands it
 to its process and hands the answer back to the event loop. A request that finds the queue full is refused at once
 (:class:`QueueFull`: the server's 429); one that waited longer than the timeout is dropped before any model sees it;
-one whose worker dies is answered with an error, and a new worker takes the dead one's place."""
+one whose worker dies while running it is answered with an error, and a new worker takes the dead one's place; one
+handed to a worker that had died while idle goes back to the queue, for the next worker (its replacement, at worst)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from minidet.apps.serve.worker import Options, Spec, worker_main
 
 _STOP = object()  # put once per worker thread when the pool closes
 RESTART_PAUSE_S = 1.0  # between failed starts of a replacement worker
+IDLE_CHECK_S = 1.0  # how often an idle worker's thread checks that its process is alive
+STOP_WAIT_S = 2.0  # at close, how long a worker may take to finish its request and exit before it is killed
 
 
 class QueueFull(Exception):
@@ -59,11 +62,20 @@ class Job:
             return True
 
     def resolve(self, result: tuple) -> None:
-        """Hand ``result`` to the waiter (from any thread)."""
+        """Hand ``result`` to the waiter (from any thread; nothing when the server's event loop is gone)."""
         def settle():
             if not self.future.done():
                 self.future.set_result(result)
-        self.loop.call_soon_threadsafe(settle)
+        try:
+            self.loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop is closed: the server stopped, nobody waits
+            pass
+
+    def untake(self) -> None:
+        """Called by the worker thread that took the job and could not hand it over (its process was dead): the
+        job waits for a worker again, and its waiter may give up on it."""
+        with self.lock:
+            self.started = False
 
 
 class Pool:
@@ -86,6 +98,7 @@ class Pool:
         self.started_all = False  # every slot's first worker warmed up (or failed to start)
         self.restarts = 0
         self.pids: dict[int, int] = {}  # worker slot -> process id
+        self._procs: dict[int, multiprocessing.process.BaseProcess] = {}  # worker slot -> its process
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._ctx = multiprocessing.get_context("spawn")  # the server has threads: never fork it
@@ -121,13 +134,29 @@ class Pool:
                 job.released = True
                 self._pending -= 1
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop every worker once the requests queued before are answered."""
+    def close(self, wait: float = STOP_WAIT_S) -> None:
+        """Stop every worker. The server calls it once its requests are answered or its grace is over: a request
+        still queued is answered 503 and never run; a worker still running one has ``wait`` seconds to finish and
+        exit, then it is killed (so is one still loading its model)."""
         self._closing = True
+        while True:
+            try:
+                job = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not _STOP and job.drop():
+                job.resolve(("error", 503, "the server stopped before a worker took this request; it was not run", {}))
+                self.release(job)
         for _ in self._threads:
             self.queue.put(_STOP)
+        deadline = time.monotonic() + wait
+        for proc in list(self._procs.values()):
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.5, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------------------------------------------------
 
@@ -137,6 +166,7 @@ class Pool:
         proc = self._ctx.Process(target=worker_main, args=(theirs, self.spec), name=f"minidet-serve-{slot}",
                                  daemon=True)
         proc.start()
+        self._procs[slot] = proc
         theirs.close()
         try:
             kind, payload = ours.recv()
@@ -147,6 +177,8 @@ class Pool:
             proc.join(5)
             ours.close()
             self._tried_once(slot)
+            if self._closing:  # killed by close while loading
+                return None
             first = self.facts is None
             if first and self.on_fatal is not None:
                 self.on_fatal(payload)
@@ -174,30 +206,32 @@ class Pool:
         while not self._closing:
             worker = self._spawn(slot)
             if worker is None:
-                if self.facts is None:  # the model cannot be loaded at all: the server stops (on_fatal)
+                if self.facts is None or self._closing:  # the model cannot be loaded at all: the server stops
                     return
                 time.sleep(RESTART_PAUSE_S)
                 continue
             proc, conn = worker
-            if not self._feed(slot, proc, conn):
-                return
+            died = self._feed(slot, proc, conn)
             with self._lock:
                 self.ready_workers -= 1
+            if not died:
+                return
             self.restarts += 1
 
     def _feed(self, slot: int, proc, conn) -> bool:
         """Hand requests to the worker until the pool closes (True: the worker died, start another)."""
         while True:
-            job = self.queue.get()
+            try:
+                job = self.queue.get(timeout=IDLE_CHECK_S)
+            except queue.Empty:
+                if proc.is_alive():
+                    continue
+                return self._died_idle(slot, proc, conn, None)
             if job is _STOP:
                 try:
                     conn.send(None)
                 except OSError:
                     pass
-                proc.join(30)
-                conn.close()
-                with self._lock:
-                    self.ready_workers -= 1
                 return False
             waited = time.monotonic() - job.queued
             if self.timeout and waited > self.timeout:
@@ -209,17 +243,40 @@ class Pool:
                 self.release(job)
                 continue
             try:
+                if not proc.is_alive():
+                    raise BrokenPipeError
                 conn.send((job.data, job.options))
+            except OSError:  # it died while idle: the request was never run, the next worker takes it
+                return self._died_idle(slot, proc, conn, job)
+            try:
                 result = conn.recv()
             except (EOFError, OSError):
                 proc.join(5)
                 code = proc.exitcode
                 why = f"the worker running this request died (exit code {code}); a new worker is starting"
-                job.resolve(("error", 500, why, {}))
+                if self._closing:
+                    why = "the server stopped before this request's worker answered it"
+                job.resolve(("error", 503 if self._closing else 500, why, {}))
                 self.release(job)
                 conn.close()
-                if self.on_restart is not None:
+                if self.on_restart is not None and not self._closing:
                     self.on_restart(f"worker {slot} (pid {proc.pid}) died with exit code {code}; starting another")
-                return True
+                return not self._closing
             job.resolve(result)
             self.release(job)
+
+    def _died_idle(self, slot: int, proc, conn, job: Job | None) -> bool:
+        """The worker of ``slot`` died between two requests; ``job`` (taken, never sent to it) waits for the next
+        worker. True: start another."""
+        if job is not None and self._closing:
+            job.resolve(("error", 503, "the server stopped before a worker took this request; it was not run", {}))
+            self.release(job)
+        elif job is not None:
+            job.untake()
+            self.queue.put(job)
+        proc.join(5)
+        conn.close()
+        if self.on_restart is not None and not self._closing:
+            self.on_restart(f"worker {slot} (pid {proc.pid}) died while idle (exit code {proc.exitcode}); "
+                            "starting another")
+        return not self._closing

@@ -4,15 +4,18 @@ OpenVINO) behind HTTP, answering exactly what ``minidet infer`` writes.
 Usage::
 
     minidet serve --config-file CFG [--host 127.0.0.1] [--port 8080] [--workers N] [--threads T] [--max-queue N]
-                  [--timeout S] [--token-file FILE] [--max-body-mb MB] [--name NAME] [KEY VALUE ...]
+                  [--timeout S] [--token-file FILE] [--max-body-mb MB] [--name NAME] [--grace S]
+                  [--allowed-host NAME ...] [KEY VALUE ...]
 
 The config and overrides are ``minidet infer``'s. ``--workers`` processes each load the model (``--threads`` torch
 threads each; default: torch's thread count, which ``minidet infer`` uses, shared out) and run one image per
 forward, so that an answer never depends on other requests; at most ``--max-queue`` requests wait for them (more:
 429 at once), none longer than ``--timeout`` seconds (then 503, never run). ``--token-file``: the requests need
-``Authorization: Bearer <the file's token>`` (the health endpoints and the page excepted). SIGTERM or Ctrl-C: no new
-connections, the requests in flight answered, then exit (status 0 for SIGTERM, 130 for Ctrl-C). Endpoints:
-``minidet.apps.serve.app``.
+``Authorization: Bearer <the file's token>`` (the health endpoints and the page excepted). Requests whose ``Host`` is
+none of the server's are refused (DNS rebinding): its address, the loopback names for a loopback address, any IP
+address when it listens on all, and the ``--allowed-host`` names. SIGTERM or Ctrl-C: no new connections, the
+requests in flight answered within ``--grace`` seconds (those still unanswered then: 503), then exit (status 0 for
+SIGTERM, 130 for Ctrl-C). Endpoints: ``minidet.apps.serve.app``.
 Needs the ``serve`` extra: ``pip install 'minidet[serve]'``.
 """
 
@@ -31,6 +34,7 @@ from minidet.errors import ConfigError, MinidetError
 from minidet.hub import weights_path
 
 EXTRA = "the serve extra is not installed: pip install 'minidet[serve]'"
+GRACE_S = 10.0  # the default --grace: after SIGTERM or Ctrl-C, the seconds the requests in flight have
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> argparse.Namespace:
@@ -53,6 +57,13 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> ar
     p.add_argument("--token-file", metavar="FILE", help="a file holding the bearer token requests must send")
     p.add_argument("--max-body-mb", type=float, default=32.0, metavar="MB", help="largest request body (then 413)")
     p.add_argument("--name", help="the model's name in /v2/models/<name> (default: the config file's name)")
+    p.add_argument("--grace", type=float, default=GRACE_S, metavar="S",
+                   help=f"at SIGTERM or Ctrl-C, the seconds the requests in flight have to be answered; those still "
+                        f"unanswered then get 503 and the server exits (default {GRACE_S:g})")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="another name the requests' Host header may carry (repeat for more; '*': any), e.g. the "
+                        "name a reverse proxy or a LAN uses; the address listened on (and localhost for a loopback "
+                        "one) is always allowed")
     p.add_argument("--debug", action="store_true", help="tracebacks for errors, and the server's own log")
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
     args = parse_with_overrides(p, argv)
@@ -60,8 +71,13 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> ar
                              ("--threads", args.threads, 1), ("--port", args.port, 0)):
         if value is not None and value < low:
             p.error(f"{flag} must be at least {low}, got {value}")
-    if args.timeout < 0 or args.max_body_mb <= 0:
-        p.error("--timeout must be >= 0 and --max-body-mb > 0")
+    for flag, value, low, high in (("--timeout", args.timeout, 0, 1e6), ("--max-body-mb", args.max_body_mb, 1e-6, 1e6),
+                                   ("--grace", args.grace, 0, 3600)):
+        if not low <= value <= high:
+            p.error(f"{flag} must be a number from {low:g} to {high:g}, got {value:g}")
+    for name in args.allowed_host:
+        if not name or any(c.isspace() or c in "/,@" for c in name):
+            p.error(f"--allowed-host {name!r}: one host name or address (no spaces, commas or slashes)")
     return args
 
 
@@ -100,7 +116,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     try:
         import uvicorn
 
-        from minidet.apps.serve.app import Settings, build_app
+        from minidet.apps.serve.app import Hosts, Server, Settings, build_app
         from minidet.apps.serve.pool import Pool
         from minidet.apps.serve.worker import Spec
     except ImportError as e:
@@ -147,13 +163,14 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
 
     queue = args.max_queue or max(1, args.workers // 2)
     pool = Pool(spec, args.workers, queue, args.timeout, on_ready, on_fatal, on_restart)
+    host, port = sock.getsockname()[:2]
     settings = Settings(name=name, token=token, max_bytes=int(args.max_body_mb * 2**20), timeout=args.timeout,
-                        weights=weights, weights_sha256=digest, config_file=args.config_file)
+                        weights=weights, weights_sha256=digest, config_file=args.config_file,
+                        hosts=Hosts.bound((args.host, host), args.allowed_host), grace=args.grace)
     app = build_app(pool, settings)
     config = uvicorn.Config(app, log_level="info" if args.debug else "warning", access_log=args.debug,
-                            timeout_graceful_shutdown=None, lifespan="on", server_header=False)
-    server = uvicorn.Server(config)
-    host, port = sock.getsockname()[:2]
+                            lifespan="on", server_header=False)
+    server = Server(config, app.state.stopping, args.grace)
     shown = f"[{host}]" if ":" in host else host
     print(f"serve: listening on http://{shown}:{port} ({args.workers} worker{'s' if args.workers > 1 else ''}, "
           f"{threads} thread{'s' if threads > 1 else ''} each); loading the model", flush=True)
@@ -167,5 +184,8 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     if not server.started:
         return fail("the server did not start (rerun with --debug for its log)", args.debug)
     why = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}.get(stopped[0] if stopped else 0, "stopped")
-    print(f"serve: stopped ({why}); every request in flight was answered", flush=True)
+    cut = app.state.cut[0]
+    answered = (f"{cut} request{'s' if cut > 1 else ''} not answered within the --grace of {args.grace:g} s got 503"
+                if cut else "every request in flight was answered")
+    print(f"serve: stopped ({why}); {answered}", flush=True)
     return 130 if stopped and stopped[0] == signal.SIGINT else 0

@@ -2,8 +2,9 @@
 time over a pipe (:func:`worker_main`), one image per forward, so that an answer never depends on another request.
 
 The pipe's messages: the worker says ``("ready", facts)`` once its model is loaded and warmed up (or ``("failed",
-line)``), then answers each ``(image bytes, options)`` with :func:`answer`'s tuple; ``None`` or the pipe's end stops
-it. It ignores SIGINT and SIGTERM: the server that owns it stops it when the requests in flight are answered."""
+line)``), then answers each ``(image bytes, options)`` with :func:`answer`'s tuple (any failure while answering one
+is that request's 500, and the worker goes on); ``None`` or the pipe's end stops it. It ignores SIGINT and SIGTERM:
+the server that owns it stops it when the requests in flight are answered (or killed when their grace is over)."""
 
 from __future__ import annotations
 
@@ -78,7 +79,16 @@ def answer(predictor, data: bytes, options: Options, max_pixels: int, debug: boo
     this image (``outputs.records``: the same serializer); or ``("error", HTTP status, message, seconds)`` (the
     server's ``app.error`` makes it one line):
     413 for an image over ``INPUT.MAX_PIXELS``, 400 for bytes that do not decode or an image the model refuses,
-    500 for a failure of the model."""
+    500 for any other failure (of the model, of the serializer, ...): the worker goes on to the next request."""
+    try:
+        return _answer(predictor, data, options, max_pixels)
+    except Exception as e:  # noqa: BLE001 - this request's failure: answered, and the worker goes on
+        if debug:
+            traceback.print_exc()
+        return "error", 500, f"{type(e).__name__}: {e}", {}
+
+
+def _answer(predictor, data: bytes, options: Options, max_pixels: int) -> tuple:
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     try:
@@ -90,10 +100,6 @@ def answer(predictor, data: bytes, options: Options, max_pixels: int, debug: boo
         out = predictor(image)
     except ValueError as e:  # the documented input checks (an image too small for the model, ...)
         return "error", 400, str(e), times
-    except Exception as e:  # noqa: BLE001 - this request's failure: answered, and the worker goes on
-        if debug:
-            traceback.print_exc()
-        return "error", 500, f"{type(e).__name__}: {e}", times
     times.update(out.pop("timings"))
     t1 = time.perf_counter()
     out = keep_scores(keep_classes(out, options.keep), options.score_thresh)
