@@ -303,6 +303,23 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(tmp_path, tv_file, i
     assert "stopped (SIGTERM)" in "".join(s.out)
 
 
+@pytest.mark.parametrize("option, value, text", [
+    ("--port", "70000", "--port must be a number from 0 to 65535, got 70000"),
+    ("--worker-nice", "-5", "--worker-nice must be a number from 0 to 19, got -5"),
+    ("--grace", "-1", "--grace must be a number from 0 to 3600, got -1"),
+    ("--timeout", "nan", "--timeout must be a number from 0 to 1e+06, got nan"),
+    ("--workers", "0", "--workers must be a number from 1 to 1024, got 0"),
+    ("--allowed-host", "a b", "--allowed-host 'a b': one host name or address"),
+])
+def test_options_out_of_range_are_one_usage_line(option, value, text, capsys):
+    from minidet.apps.serve.program import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--config-file", str(CONFIG), option, value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip().splitlines()[-1].startswith(f"minidet serve: error: {text}"), err
+
+
 @pytest.fixture(scope="module")
 def robust_server(tmp_path_factory, tv_file):
     """One worker of one thread at short side 320, requests may wait 120 s for a worker (its replacement's load),

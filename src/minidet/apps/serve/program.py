@@ -34,6 +34,10 @@ from minidet.errors import ConfigError, MinidetError
 from minidet.hub import weights_path
 
 EXTRA = "the serve extra is not installed: pip install 'minidet[serve]'"
+# each numeric option's range, checked by parse_args: a value outside is one usage line (--port 70000 and
+# --worker-nice -5 used to fail later, with a traceback or a worker that could not start)
+RANGES = (("--workers", 1, 1024), ("--max-queue", 1, 10**6), ("--threads", 1, 1024), ("--port", 0, 65535),
+          ("--worker-nice", 0, 19), ("--timeout", 0, 10**6), ("--max-body-mb", 1e-6, 10**6), ("--grace", 0, 3600))
 GRACE_S = 10.0  # the default --grace: after SIGTERM or Ctrl-C, the seconds the requests in flight have
 
 
@@ -67,13 +71,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> ar
     p.add_argument("--debug", action="store_true", help="tracebacks for errors, and the server's own log")
     p.add_argument("opts", nargs=argparse.REMAINDER, metavar="KEY VALUE", help="config overrides")
     args = parse_with_overrides(p, argv)
-    for flag, value, low in (("--workers", args.workers, 1), ("--max-queue", args.max_queue, 1),
-                             ("--threads", args.threads, 1), ("--port", args.port, 0)):
-        if value is not None and value < low:
-            p.error(f"{flag} must be at least {low}, got {value}")
-    for flag, value, low, high in (("--timeout", args.timeout, 0, 1e6), ("--max-body-mb", args.max_body_mb, 1e-6, 1e6),
-                                   ("--grace", args.grace, 0, 3600)):
-        if not low <= value <= high:
+    for flag, low, high in RANGES:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and not low <= value <= high:
             p.error(f"{flag} must be a number from {low:g} to {high:g}, got {value:g}")
     for name in args.allowed_host:
         if not name or any(c.isspace() or c in "/,@" for c in name):
