@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from . import families
-from .families import Family
+from .families import Family, architectures
 from .norm import Affine, FrozenBN
 from .readers import CheckpointError, read_checkpoint
 
@@ -35,6 +35,7 @@ class LoadReport:
     unexpected: list[str] = field(default_factory=list)  # checkpoint names (after renaming)
     mismatched: list[tuple[str, tuple, tuple]] = field(default_factory=list)  # name, ckpt shape, model shape
     ignored: list[str] = field(default_factory=list)  # checkpoint names dropped by design
+    why: dict[str, str] = field(default_factory=dict)  # ignored name -> why it plays no part
 
     @property
     def summary(self) -> str:
@@ -44,9 +45,15 @@ class LoadReport:
 
     def __str__(self) -> str:
         lines = [f"loaded {self.loaded} tensors from {self.path} (format: {self.format})"]
-        titles = ("missing in checkpoint", "unexpected in checkpoint", "ignored by design")
-        listed = zip(titles, (self.missing, self.unexpected, self.ignored))
-        lines += [f"{title} ({len(keys)}): {_group(keys)}" for title, keys in listed if keys]
+        titles = ("missing in checkpoint", "unexpected in checkpoint")
+        lines += [f"{title} ({len(keys)}): {_group(keys)}" for title, keys in zip(titles, (self.missing,
+                                                                                          self.unexpected)) if keys]
+        if self.ignored:
+            reasons: dict[str, list[str]] = {}
+            for k in self.ignored:
+                reasons.setdefault(self.why.get(k, "not arrays"), []).append(k)
+            lines.append(f"ignored by design ({len(self.ignored)}): "
+                         + "; ".join(f"{why}: {_group(keys)}" for why, keys in reasons.items()))
         lines += [f"shape mismatch: {n}: checkpoint {tuple(a)} vs model {tuple(b)}" for n, a, b in self.mismatched]
         return "\n".join(lines)
 
@@ -66,6 +73,20 @@ def _group(keys: list[str]) -> str:
 _STAT_NAMES = ("weight", "bias", "running_mean", "running_var", "scale", "shift")
 
 
+def _own_and_norms(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, nn.Module]]:
+    """The model's state outside its norm modules, and its norm modules by name (which take the statistics of any
+    of the norm kinds, ``_STAT_NAMES``)."""
+    norms = {n: m for n, m in model.named_modules() if isinstance(m, (FrozenBN, Affine, nn.GroupNorm))}
+    own = {k: v for k, v in model.state_dict().items() if k.rpartition(".")[0] not in norms}
+    return own, norms
+
+
+def model_takes(model: nn.Module) -> set[str]:
+    """Every name :func:`match_state` may fill in ``model`` (minidet names)."""
+    own, norms = _own_and_norms(model)
+    return set(own) | {f"{p}.{s}" for p in norms for s in _STAT_NAMES}
+
+
 @torch.no_grad()
 def match_state(
     model: nn.Module, src: dict[str, torch.Tensor], report: LoadReport, bn_eps: float, names: dict | None = None
@@ -75,8 +96,7 @@ def match_state(
     exact: FrozenBN gets identity statistics and eps 0) or GroupNorm ``weight/bias``. A non-floating tensor where
     the model's is floating is refused, named as in the file (``names``: minidet -> checkpoint name)."""
     src, names = dict(src), names or {}
-    norms = {n: m for n, m in model.named_modules() if isinstance(m, (FrozenBN, Affine, nn.GroupNorm))}
-    own = {k: v for k, v in model.state_dict().items() if k.rpartition(".")[0] not in norms}
+    own, norms = _own_and_norms(model)
     floating = {k for k, v in own.items() if v.is_floating_point()} | {f"{p}.{s}" for p in norms for s in _STAT_NAMES}
     if (bad := next((k for k, v in src.items() if k in floating and not v.is_floating_point()), None)) is not None:
         raise CheckpointError(
@@ -188,11 +208,13 @@ def _identify(keys: list[str], dropped: list[str], path: str) -> tuple[Family | 
 
 def _renamed(src: dict[str, torch.Tensor], rename, report: LoadReport) -> tuple[dict, dict]:
     """``src`` under minidet names (float tensors as float32) and minidet name -> checkpoint name; the entries the
-    family drops by design go to ``report.ignored``. NaN or infinite weights are refused."""
+    family drops by design (``architectures.SET_ASIDE``) go to ``report.ignored`` with the reason. NaN or infinite
+    weights are refused."""
     renamed, names = {}, {}
     for k, v in src.items():
         if (new := rename(k)) is None:
             report.ignored.append(k)
+            report.why[k] = architectures.set_aside(report.format, k) or "set aside by the family"
             continue
         if v.is_floating_point() and not bool(torch.isfinite(v).all()):
             raise CheckpointError(f"{report.path}: {k} holds NaN or infinite values; the file is corrupt")
@@ -281,20 +303,33 @@ def load_checkpoint(
     """Load ``path`` into ``model``: read it and ask the families which one it is (:func:`open_checkpoint`; or a
     checkpoint opened already), check it against the config and the model, rename, match and report. Raises
     CheckpointError unless every weight is filled. ``bn_eps`` and ``convention`` are the config's
-    ``MODEL.FROZEN_BN_EPS`` and ``MODEL.CONVENTION``, checked against what the file's family fixes. Also refused:
-    arrays that are not dense real numbers, integer tensors for float weights, NaN or infinite weights, another
-    ResNet depth."""
+    ``MODEL.FROZEN_BN_EPS`` and ``MODEL.CONVENTION``, checked against what the file's family fixes. Refused
+    first: a file holding layers of an architecture minidet does not run (``architectures.NOT_RUN``, named with the
+    config that runs it). Also refused: arrays that are not dense real numbers, integer tensors for float weights,
+    NaN or infinite weights, another ResNet depth, and any key that no layer of the model takes unless it is known
+    to play no part at inference (``architectures.SET_ASIDE``; the mask head's weights under ``MODEL.MASK_ON
+    False``)."""
     ckpt = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     path, family, layout, src, dropped = ckpt.path, ckpt.family, ckpt.layout, ckpt.tensors, ckpt.dropped
     report = LoadReport(path=path, format=ckpt.format, layout=layout, ignored=list(dropped))
+    rename = ckpt.rename()
     if family is not None:
+        # first: another architecture makes every other check moot, and the config it needs is what to say
+        takes = model_takes(model)
+        untaken = [k for k in src if (n := rename(k)) is not None and n not in takes]
+        architectures.refuse_other_architecture(family.name, untaken, path)
         needs = family.config_values(layout)
         check_format_config(report, needs, {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps})
         if family.check is not None:
             family.check(model, src, path)
-    renamed, names = _renamed(src, ckpt.rename(), report)
+    renamed, names = _renamed(src, rename, report)
     families.check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
     match_state(model, renamed, report, bn_eps, names)
+    if getattr(model, "mask_head", True) is None:  # MODEL.MASK_ON False: a mask head that the config leaves out
+        off = [k for k in report.unexpected if k.startswith("mask_head.")]
+        report.unexpected = [k for k in report.unexpected if k not in off]
+        report.ignored += [names[k] for k in off]
+        report.why.update((names[k], "the mask head (MODEL.MASK_ON False)") for k in off)
     logger.info("%s", report)
     if report.mismatched:
         name, a, b = report.mismatched[0]
@@ -311,5 +346,13 @@ def load_checkpoint(
         raise CheckpointError(f"{path}: {n} model weights not in checkpoint: {_group(report.missing)}"
                               f"{hint if boxes_only else ''}")
     if report.unexpected:
-        logger.warning("%s: %d unexpected keys ignored: %s", path, len(report.unexpected), _group(report.unexpected))
+        first, n = names.get(report.unexpected[0], report.unexpected[0]), len(report.unexpected)
+        keys, it, they, a_layer = (f"{first} and {n - 1} more keys", "them", "they", "layers") if n > 1 else \
+            (first, "it", "it", "a layer")
+        raise CheckpointError(
+            f"{path}: no layer of the model takes {keys}, and {they} {'are' if n > 1 else 'is'} not among the keys "
+            f"known to play no part at inference: {a_layer} minidet does not build (another architecture?), so it "
+            f"does not run the file; if {they} play{'' if n > 1 else 's'} no part in inference, delete {it} from "
+            "the file"
+        )
     return report

@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from ..errors import CheckpointError
+from .architectures import set_aside
 from .base import MASK_OUT, RPN_OUT, Family, WeightsEntry, check_depth
 
 
@@ -51,15 +52,11 @@ RULES: list[tuple[str, str | Callable]] = [
     (r"_mask_fcn(\d)_(gn_[sb])", r"mask_head.mask_fcn\1"),
     (r"(conv5_mask|mask_fcn_logits)_([wb])", lambda m: f"mask_head.{MASK_OUT[m[1]]}"),
 ]
-# preserved extras of real model-zoo files: the ImageNet classifier, and the zero biases that
-# Detectron's Caffe-to-pickle converter added to bias-less convs (the model never uses them)
-_EXTRAS = re.compile(r"(fc1000_[wb]|pred_[wb]|conv1_b|res\d_\d+_branch(?:1|2[abc])_b)$")
-
-
 def rename(name: str) -> str | None:
-    """Detectron blob name -> minidet name; None for ``*_momentum`` (SGD state) and the extras above;
-    unknown names come back unchanged for the matcher to report."""
-    if name.endswith("_momentum") or _EXTRAS.match(name):
+    """Detectron blob name -> minidet name; None for what plays no part at inference (``architectures.SET_ASIDE``:
+    SGD momenta, the blobs kept from the ImageNet file); unknown names come back unchanged for the matcher to
+    report."""
+    if set_aside("detectron", name):
         return None
     for pattern, rep in RULES:
         if m := re.match(pattern + "$", name):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from .architectures import set_aside
 from .base import Family, WeightsEntry, rename_by_rules
 
 
@@ -30,9 +31,10 @@ RULES: list[tuple[str, str]] = [
 
 
 def rename(name: str) -> str | None:
-    """detectron2 ``GeneralizedRCNN`` state-dict key -> minidet name; None for what is not a weight
-    (``pixel_mean``/``pixel_std`` of old files, ``num_batches_tracked``); unknown keys come back unchanged."""
-    if name in ("pixel_mean", "pixel_std") or name.endswith("num_batches_tracked"):
+    """detectron2 ``GeneralizedRCNN`` state-dict key -> minidet name; None for what plays no part at inference
+    (``architectures.SET_ASIDE``: the pixel statistics and anchors of old files, ...); unknown keys come back
+    unchanged."""
+    if set_aside("detectron2", name):
         return None
     return rename_by_rules(RULES, name)
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Collection
 
 from . import torchvision
+from .architectures import set_aside
 from .base import MASK_OUT, RPN_OUT, Family, Renamer, WeightsEntry, rename_by_rules
 
 logger = logging.getLogger("minidet")
@@ -56,11 +57,12 @@ def recognize(keys: Collection[str]) -> str | None:
 
 def renamer(keys: Collection[str]) -> Renamer:
     """maskrcnn-benchmark key -> minidet name, for a file with ``keys``: the 4conv1fc head's ``xconvs``
-    Sequential holds (conv, GN, ReLU) per conv with GN, (conv, ReLU) without. None for the stored anchors."""
+    Sequential holds (conv, GN, ReLU) per conv with GN, (conv, ReLU) without. None for what plays no part at
+    inference (``architectures.SET_ASIDE``: the stored anchors)."""
     step = 3 if any(re.search(r"\.xconvs\.1\.weight$", k) for k in keys) else 2
 
     def rename(name: str) -> str | None:
-        if _ANCHORS.match(name):
+        if set_aside("maskrcnn_benchmark", name):
             return None
         if m := _NORM.match(name):  # the GN of a normalized FPN or mask conv
             return rename(m[1] + ".0.")[:-1] + ".norm." + name[m.end() :]

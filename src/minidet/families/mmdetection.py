@@ -10,6 +10,7 @@ from typing import Any
 from ..categories import names_problem
 from ..errors import CheckpointError
 from . import torchvision
+from .architectures import set_aside
 from .base import Family, WeightsEntry, rename_by_rules
 
 
@@ -47,10 +48,11 @@ RULES: list[tuple[str, str | Callable]] = [
 
 
 def rename(name: str) -> str | None:
-    """mmdetection ``MaskRCNN`` state-dict key -> minidet name; None for ``num_batches_tracked``; unknown keys come
-    back unchanged for the matcher to report. Its ResNet is torchvision's module tree (``conv1``, ``bn1``,
+    """mmdetection ``MaskRCNN`` state-dict key -> minidet name; None for what plays no part at inference
+    (``architectures.SET_ASIDE``: ``num_batches_tracked``, EMA copies, ...); unknown keys come back unchanged for the
+    matcher to report. Its ResNet is torchvision's module tree (``conv1``, ``bn1``,
     ``layerK.i.{conv,bn}{1,2,3}``, ``downsample.{0,1}``) directly under ``backbone.``."""
-    if name.endswith("num_batches_tracked"):
+    if set_aside("mmdetection", name):
         return None
     if name.startswith("backbone."):
         as_tv = "backbone.body." + name[len("backbone.") :]

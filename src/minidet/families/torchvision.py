@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 
+from .architectures import set_aside
 from .base import MASK_OUT, RPN_OUT, Family, WeightsEntry, rename_by_rules
 
 
@@ -50,9 +51,10 @@ RULES: list[tuple[str, str | Callable]] = [
 
 
 def rename(name: str) -> str | None:
-    """torchvision ``maskrcnn_resnet50_fpn`` (v1 legacy/current, v2) key -> minidet name; None for
-    ``num_batches_tracked``; unknown keys come back unchanged for the matcher to report."""
-    return None if name.endswith("num_batches_tracked") else rename_by_rules(RULES, name)
+    """torchvision ``maskrcnn_resnet50_fpn`` (v1 legacy/current, v2) key -> minidet name; None for what plays no
+    part at inference (``architectures.SET_ASIDE``: ``num_batches_tracked``); unknown keys come back unchanged for
+    the matcher to report."""
+    return None if set_aside("torchvision", name) else rename_by_rules(RULES, name)
 
 
 # the published COCO_V1 file's names (modules before torchvision's ``_version = 2``)

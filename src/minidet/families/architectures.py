@@ -1,0 +1,155 @@
+"""What a checkpoint may hold beside the Mask R-CNN that minidet builds: two tables, each entry with its key names
+as each family spells them (family name -> a pattern that ``re.match``es the file's key names).
+
+- ``NOT_RUN``: architectures minidet does not run (yet). A file with such keys that the model takes none of is
+  refused in one line naming the architecture, an example key, the count and the config that runs it
+  (:func:`refuse_other_architecture`). To run one: build its layers, map its keys in the family's rename rules
+  (then the model takes them and nothing here fires) and put the config's name in ``config``, which the message
+  then offers to those who load such a file with another config.
+- ``SET_ASIDE``: keys known to play no part at inference (training state, copies of the weights, heads no
+  detection reads). The families' renamers drop them (:func:`set_aside`) and the load report names each with its
+  reason.
+
+Every other key that no layer of the model takes is refused (``checkpoint.load_checkpoint``): minidet runs a file
+only as a whole, so that its detections are the source's. Importing this needs no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..errors import CheckpointError
+
+_ANY = "*"  # a SetAside key for every family
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """An architecture minidet does not run (yet). ``name``: as its users know it; ``keys``: family name -> pattern
+    of the key names only its files have; ``config``: the config that runs it (``""``: none yet); ``includes``: the
+    names of the entries whose keys its files hold too (a Hybrid Task Cascade is a cascade), not named apart."""
+
+    name: str
+    keys: Mapping[str, str]
+    config: str = ""
+    includes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """Keys that play no part at inference: ``what`` they are (why they may go), family name (``*``: any) ->
+    pattern."""
+
+    what: str
+    keys: Mapping[str, str]
+
+
+_BLOCK = {  # a ResNet bottleneck block in each family's files
+    "mmdetection": r"backbone\.layer\d\.\d+\.",
+    "detectron2": r"backbone\.bottom_up\.res\d\.\d+\.",
+    "maskrcnn_benchmark": r"backbone\.body\.layer\d\.\d+\.",
+}
+
+NOT_RUN: tuple[Architecture, ...] = (
+    Architecture("deformable convolution (DCN)", {
+        "mmdetection": _BLOCK["mmdetection"] + r"conv2(?:\.conv_offset|_offset)\.",  # mmcv's *Pack; 1.x's name
+        "detectron2": _BLOCK["detectron2"] + r"conv2_offset\.",  # DeformBottleneckBlock
+        "maskrcnn_benchmark": _BLOCK["maskrcnn_benchmark"] + r"conv2\.(?:offset|conv)\.",  # DFConv2d
+    }),
+    Architecture("global context blocks (GCNet)", {"mmdetection": _BLOCK["mmdetection"] + r"context_block\w*\."}),
+    Architecture("generalized attention blocks (empirical attention)",
+                 {"mmdetection": _BLOCK["mmdetection"] + r"gen_attention_block\w*\."}),
+    Architecture("non-local blocks", {"mmdetection": _BLOCK["mmdetection"] + r"nonlocal_block\w*\."}),
+    Architecture("RegNet backbone", {"detectron2": r"backbone\.bottom_up\.(?:stem\.(?:conv|bn)|s\d+\.b\d+)\."}),
+    Architecture("Hybrid Task Cascade (HTC)",
+                 {"mmdetection": r"roi_head\.(?:semantic_head|mask_head\.\d+\.conv_res)\."},
+                 includes=("Cascade R-CNN",)),
+    Architecture("Cascade R-CNN", {
+        "mmdetection": r"roi_head\.(?:bbox|mask)_head\.\d+\.",
+        "detectron2": r"roi_heads\.box_(?:head|predictor)\.\d+\.",
+        "detectron": r".+_(?:2nd|3rd)_[wb]$",  # Detectron-Cascade-RCNN's second and third stages
+    }),
+    Architecture("Mask Scoring R-CNN (mask IoU head)", {
+        "mmdetection": r"roi_head\.mask_iou_head\.",
+        "maskrcnn_benchmark": r"roi_heads\.maskiou\.",
+    }),
+    Architecture("Keypoint R-CNN (keypoint head)", {
+        "torchvision": r"roi_heads\.keypoint_(?:head|predictor)\.",
+        "detectron2": r"roi_heads\.keypoint_head\.",
+        "maskrcnn_benchmark": r"roi_heads\.keypoint\.",
+        "detectron": r"(?:kps_\w+|conv_fcn\d+)_[wb]$",
+    }),
+)
+
+SET_ASIDE: tuple[SetAside, ...] = (
+    SetAside("batch-norm update counters", {_ANY: r".+\.num_batches_tracked$"}),
+    SetAside("SGD momenta", {"detectron": r".+_momentum$"}),
+    # what Detectron carries over from the ImageNet file it started from: the classifier, and the zero biases that
+    # its Caffe-to-pickle converter gave the bias-less convs
+    SetAside("ImageNet classifier and zero conv biases kept from initialization",
+             {"detectron": r"(?:fc1000_[wb]|pred_[wb]|conv1_b|res\d_\d+_branch(?:1|2[abc])_b)$"}),
+    SetAside("pixel statistics (the config's MODEL.PIXEL_MEAN and PIXEL_STD apply, as in detectron2)",
+             {"detectron2": r"pixel_(?:mean|std)$"}),
+    SetAside("stored anchors (generated, as the source does)", {
+        "detectron2": r"proposal_generator\.anchor_generator\.cell_anchors\.\d+$",
+        "maskrcnn_benchmark": r"rpn\.anchor_generator\.cell_anchors\.\d+$",  # its check_anchors compares them
+    }),
+    SetAside("exponential moving averages of the weights (mmcv's EMAHook buffers)", {"mmdetection": r"ema_"}),
+    # PanopticFPN: the instances come from the box and mask heads alone; the semantic head feeds only the
+    # semantic and panoptic outputs (detectron2's PanopticFPN.inference, mmdetection's TwoStagePanopticSegmentor)
+    SetAside("panoptic segmentation's semantic head (no instance detection reads it)",
+             {"detectron2": r"sem_seg_head\.", "mmdetection": r"semantic_head\."}),
+)
+
+
+def _patterns(family: str, table) -> list[tuple[object, re.Pattern]]:
+    return [(e, re.compile(e.keys[f])) for e in table for f in (family, _ANY) if f in e.keys]
+
+
+def set_aside(family: str, key: str) -> str | None:
+    """Why ``key`` of a ``family`` file plays no part at inference (``SetAside.what``), else None."""
+    return next((e.what for e, p in _patterns(family, SET_ASIDE) if p.match(key)), None)
+
+
+def other_architectures(family: str, keys: Iterable[str]) -> list[tuple[Architecture, list[str]]]:
+    """The ``NOT_RUN`` entries whose keys are among ``keys`` (of a ``family`` file), in table order, each with its
+    keys (a key counts for the first entry it matches; an entry another found one ``includes`` counts for that)."""
+    found: dict[str, tuple[Architecture, list[str]]] = {}
+    patterns = _patterns(family, NOT_RUN)
+    for key in keys:
+        if arch := next((a for a, p in patterns if p.match(key)), None):
+            found.setdefault(arch.name, (arch, []))[1].append(key)
+    for outer in list(found.values()):
+        for name in outer[0].includes:
+            if name in found:
+                outer[1].extend(found.pop(name)[1])
+    order = [a.name for a in NOT_RUN]
+    return sorted(found.values(), key=lambda f: order.index(f[0].name))
+
+
+def refuse_other_architecture(family: str, keys: Iterable[str], path: str) -> None:
+    """Raise CheckpointError (one line: the file, each architecture with an example key and the count, and the
+    config that runs it or that none does) when ``keys``, the keys of a ``family`` file that the model takes none
+    of, name layers of a ``NOT_RUN`` architecture."""
+    found = other_architectures(family, keys)
+    if not found:
+        return
+
+    def part(arch: Architecture, names: list[str]) -> str:
+        more = f" and {len(names) - 1} more keys" if len(names) > 1 else ""
+        return f"{arch.name} ({names[0]}{more})"
+
+    parts = [part(a, k) for a, k in found]
+    what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    if len(found) == 1:
+        config = found[0][0].config
+        tail = f"minidet runs it with the config {config}" if config else \
+            "an architecture minidet does not run yet; no shipped config runs it"
+    elif any(a.config for a, _ in found):
+        configs = "; ".join(f"{a.name}: {a.config or 'none yet'}" for a, _ in found)
+        tail = f"no shipped config runs them all (the configs: {configs})"
+    else:
+        tail = "architectures minidet does not run yet; no shipped config runs them"
+    raise CheckpointError(f"{path}: the checkpoint holds {what}: {tail}")
