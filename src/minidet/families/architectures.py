@@ -104,7 +104,8 @@ SET_ASIDE: tuple[SetAside, ...] = (
 )
 
 
-def _patterns(family: str, table) -> list[tuple[object, re.Pattern]]:
+def _patterns(family: str, table: tuple) -> list[tuple[Architecture | SetAside, re.Pattern]]:
+    """(entry, compiled pattern) of ``table``'s entries for ``family``'s files."""
     return [(e, re.compile(e.keys[f])) for e in table for f in (family, _ANY) if f in e.keys]
 
 
