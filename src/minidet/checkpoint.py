@@ -52,8 +52,8 @@ class LoadReport:
             reasons: dict[str, list[str]] = {}
             for k in self.ignored:
                 reasons.setdefault(self.why.get(k, "not arrays"), []).append(k)
-            lines.append(f"ignored by design ({len(self.ignored)}): "
-                         + "; ".join(f"{why}: {_group(keys)}" for why, keys in reasons.items()))
+            lines.append(f"ignored by design ({len(self.ignored)}):")
+            lines += [f"  {why}: {_group(keys)}" for why, keys in reasons.items()]
         lines += [f"shape mismatch: {n}: checkpoint {tuple(a)} vs model {tuple(b)}" for n, a, b in self.mismatched]
         return "\n".join(lines)
 
@@ -64,7 +64,8 @@ def _group(keys: list[str]) -> str:
     for k in keys:
         head, _, tail = k.rpartition(".")
         groups.setdefault(head, []).append(tail)
-    parts = [f"{h}.{{{', '.join(v)}}}" if len(v) > 1 else f"{h}.{v[0]}" for h, v in groups.items()]
+    parts = [f"{h}.{{{', '.join(v)}}}" if len(v) > 1 else f"{h}.{v[0]}" for h, v in groups.items() if h]
+    parts += groups.get("", [])  # top-level names (pixel_mean): no module
     if len(parts) > 12:
         parts = parts[:12] + [f"... {len(parts) - 12} more modules"]
     return "; ".join(parts)
