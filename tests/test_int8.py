@@ -183,6 +183,8 @@ def test_int8_folder_runs_in_infer_and_eval_and_checks_where_it_runs(int8_export
     assert r.returncode == 2 and "the file is damaged or was replaced" in one_error_line(r.stderr)
 
 
+@needs_extra("onnx", "export")
+@needs_extra("openvino", "openvino")
 def test_bf16_is_refused_where_the_cpu_has_none(tmp_path, capfd, monkeypatch):
     """bf16 on a CPU without bf16 (OpenVINO's capabilities without BF16, as on such a CPU): one line naming the
     precision, status 2, nothing exported. The check itself is the one the runtime makes (``cpu_lacks``)."""
