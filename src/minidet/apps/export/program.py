@@ -231,12 +231,12 @@ def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, rep
     from minidet.apps.export.gate import format_table, run_gate
     from minidet.export.onnxfile import cpu_facts
 
-    facts = network.graph.runtime
+    facts, cpu = network.graph.runtime, cpu_facts()
     print(f"{PROG}: parity gate on {len(images)} images ({facts.get('name')} {facts.get('version')}, "
-          f"{facts.get('precision')}, {torch.get_num_threads()} threads)")
+          f"{facts.get('precision')}, {torch.get_num_threads()} threads, {cpu['model']})")
     result = run_gate(model, network, images, repeats)
     print(format_table(result))
-    report.update(frame=network.graph.frame, min_side=network.graph.min_side, runtime_facts=facts, cpu=cpu_facts(),
+    report.update(frame=network.graph.frame, min_side=network.graph.min_side, runtime_facts=facts, cpu=cpu,
                   threads=torch.get_num_threads(), **result)
     return report
 
