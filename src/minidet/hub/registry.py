@@ -20,7 +20,7 @@ NOT_STATED = "not stated"
 class ZooLicence:
     """The licence a zoo states for its published weights: ``licence`` as the zoo names it (``NOT_STATED`` where
     it says nothing of its weights' licence; the licence of its code is another matter); ``source``: the file and
-    repository that say so (or that say nothing). weights/README.md quotes each zoo's words."""
+    repository that say so (or that say nothing). weights/README.md says what each zoo says, in our words."""
 
     zoo: str  # the zoo's own name, for messages
     licence: str
