@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,13 +41,7 @@ from minidet.apps.export.program import PHOTOS, VERIFY  # noqa: E402
 from minidet.export.onnxfile import export_onnx, open_graph  # noqa: E402
 from minidet.export.runtime import ExportedNetwork  # noqa: E402
 from minidet.imageio import read_image  # noqa: E402
-
-
-def cpu_model() -> str:
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
+from minidet.machine import cpu_model, load_average  # noqa: E402
 
 
 def main() -> int:
@@ -102,7 +94,7 @@ def main() -> int:
                "minidet eager fast": lambda im: fast([im])[0], **{f"minidet {k}": on(n) for k, n in networks.items()}}
     names = list(runners)
     times: dict[str, list[float]] = {n: [] for n in names}
-    load_before = os.getloadavg()[0]
+    load_before = load_average()[0]
     for it in range(args.warmup + args.iters):
         order = names[it % len(names):] + names[: it % len(names)]
         for image in images:
@@ -111,7 +103,7 @@ def main() -> int:
                 runners[n](image)
                 if it >= args.warmup:
                     times[n].append(time.perf_counter() - t)
-    load_after = os.getloadavg()[0]
+    load_after = load_average()[0]
     refs = [runners["minidet eager"](im) for im in images]
     problems = {n: [compare_detections(runners[n](im), r).problem() for im, r in zip(images, refs)]
                 for n in names if n != "minidet eager"}

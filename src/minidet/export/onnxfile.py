@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -79,9 +78,6 @@ def export_onnx(model: MaskRCNN, example: ImageBatch, metadata: dict[str, str]) 
 
 Runner = Callable[[dict], dict]  # the graph's inputs by name (``graph_inputs``) -> its outputs by name (numpy)
 GraphBytes = bytes | tuple[bytes, bytes]  # an ONNX model's bytes, or an OpenVINO model's (model.xml, model.bin)
-# the CPU flags that decide which kernels (and so which float arithmetic) a runtime picks by itself
-NUMERIC_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16",
-                 "amx_fp16", "amx_int8", "asimd", "bf16", "i8mm", "sve")
 
 
 class PrecisionError(ExportError):
@@ -106,23 +102,6 @@ class Graph:
     @property
     def min_side(self) -> int:
         return int(self.metadata.get("minidet.min_side", MIN_SIDE))
-
-
-def cpu_facts() -> dict[str, object]:
-    """The processor (``/proc/cpuinfo``'s model name on Linux) and which of ``NUMERIC_FLAGS`` it has."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip().lower()
-                if key in ("model name", "cpu model") and model in ("", platform.machine(), platform.processor()):
-                    model = value.strip()
-                elif key in ("flags", "features") and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return {"model": model, "machine": platform.machine(), "flags": [f for f in NUMERIC_FLAGS if f in flags]}
 
 
 def _feeding(accepted: set[str]) -> Callable[[dict], dict]:

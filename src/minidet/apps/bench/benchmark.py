@@ -55,6 +55,7 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import minidet
+from minidet import machine
 from minidet.apps import fail
 from minidet.apps.bench import report as benchreport
 from minidet.apps.bench.reference import TorchvisionStages, binarize_masks, build_tv, to_tv_input, tv_skeleton
@@ -1013,16 +1014,7 @@ def keep_memory(mode: str) -> dict:
     return {"mode": mode, "applied": applied, **memory.memory_settings()}
 
 
-def _load() -> tuple[float, float, float] | None:
-    """The system load average: other processes competing for the cores during the timing."""
-    return os.getloadavg() if hasattr(os, "getloadavg") else None
-
-
 def environment(args: argparse.Namespace) -> dict:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     git, here = {}, Path(minidet.__file__).parent
     for key, cmd in (("commit", ["git", "rev-parse", "HEAD"]), ("dirty", ["git", "status", "--porcelain", "-uno"])):
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -1034,13 +1026,13 @@ def environment(args: argparse.Namespace) -> dict:
         "torchvision": torchvision.__version__,
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
+        "cpu": machine.cpu_model(),
+        "cpu_count": machine.cores(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "git": git,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
-        "load_average": _load(),
+        "load_average": machine.load_average(),
         "keep_memory": args.keep_memory,
     }
 
@@ -1105,7 +1097,7 @@ def main(argv: list[str] | None = None, prog: str = "benchmark.py") -> int:
                 )
             pools = image_pools(args)
             loop = run_benchmark(args, runners, pools)
-            env["load_average_after"] = _load()
+            env["load_average_after"] = machine.load_average()
             for r in runners:  # untimed, after the timing
                 r.flops = r.count_flops(pools[r.batch][0])
             if args.peak_seconds:

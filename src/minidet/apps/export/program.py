@@ -65,6 +65,7 @@ from minidet.export.quantize import DEFAULT_CALIBRATION
 from minidet.hub import weights_path
 from minidet.hub.cache import NO_WEIGHTS
 from minidet.imageio import read_image
+from minidet.machine import cpu_facts
 
 # the checkout's real photos (../shared/data/coco_tiny) and the verification set taken from them
 PHOTOS = Path(minidet.__file__).resolve().parents[2].parent / "shared" / "data" / "coco_tiny" / "val2017"
@@ -229,7 +230,6 @@ def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, rep
     """The parity gate of ``network`` against eager ``model`` (``export_gate.run_gate``), printed, and ``report``
     with it, what ran the graph (runtime, precision, options) and on which CPU."""
     from minidet.apps.export.gate import format_table, run_gate
-    from minidet.export.onnxfile import cpu_facts
 
     facts, cpu = network.graph.runtime, cpu_facts()
     print(f"{PROG}: parity gate on {len(images)} images ({facts.get('name')} {facts.get('version')}, "
@@ -347,7 +347,6 @@ def drift_gate(args: argparse.Namespace, precision: str, model, network, images:
     (as ``gate`` for the parity gate). ``float32``: the float32 graph, timed beside it; ``probes``: the feature
     stages' probes (None: an export folder without the float32 graph, ``--check``)."""
     from minidet.apps.export.drift import Thresholds, format_drift, run_drift
-    from minidet.export.onnxfile import cpu_facts
 
     facts = network.graph.runtime
     print(f"{PROG}: {precision} drift against eager float32 on {len(images)} images ({facts.get('name')} "

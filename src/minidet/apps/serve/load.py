@@ -20,12 +20,12 @@ import argparse
 import asyncio
 import json
 import mimetypes
-import os
-import platform
 import re
 import statistics
 import time
 import urllib.parse
+
+from minidet import machine
 
 DRAIN_S = 60.0  # after a phase's last request, the longest wait for the answers in flight
 
@@ -225,14 +225,8 @@ async def bench(args) -> dict:
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for row in f:
-                if row.startswith("model name"):
-                    return f"{row.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """The CPU's model and the machine's logical cores: ``AMD EPYC (2 cores)``."""
+    return f"{machine.cpu_model()} ({machine.cores()} cores)"
 
 
 def line(s: dict) -> str:
