@@ -101,6 +101,31 @@ def test_fast_configs_are_the_base_with_the_exact_speed_options(version):
     validate_cfg(fast)
 
 
+def test_load_cfg_is_the_dance_frozen_and_a_load_validates_it_once(monkeypatch):
+    """``load_cfg(file, opts)``: the file, then the overrides, validated and frozen. ``prepare_model`` and
+    ``build_model`` take its config without validating it again; a config changed since is validated again."""
+    opts = ["MODEL.WEIGHTS", "none", "INPUT.MIN_SIZE_TEST", 96, "INPUT.MAX_SIZE_TEST", 128]
+    by_hand = minidet.get_cfg()
+    by_hand.merge_from_file("torchvision/maskrcnn_resnet50_fpn")
+    by_hand.merge_from_list(opts)
+    cfg = minidet.load_cfg("torchvision/maskrcnn_resnet50_fpn", opts)
+    assert cfg == by_hand and cfg.is_frozen() and not by_hand.is_frozen()
+    with pytest.raises(ConfigError, match="^MODEL.FOLD_NORM applies to FrozenBN/Affine only"):
+        minidet.load_cfg("torchvision/maskrcnn_resnet50_fpn", ["MODEL.NORM", "GN", "MODEL.FOLD_NORM", True])
+    calls = []
+    monkeypatch.setattr(minidet.config, "validate_cfg", lambda c: calls.append(c) or validate_cfg(c))
+    minidet.prepare_model(cfg)  # build_model inside: not validated again
+    minidet.prepare_model(cfg.clone())
+    assert calls == []
+    minidet.build_model(by_hand)  # a config nobody validated: validated
+    assert len(calls) == 1
+    changed = cfg.clone()
+    changed.defrost()
+    changed.MODEL.FOLD_NORM = 1  # an int where a boolean belongs: the same values but for their type
+    with pytest.raises(ConfigError, match="^MODEL.FOLD_NORM must be True or False; got 1$"):
+        minidet.build_model(changed)
+
+
 def test_chunk_and_tie_order_reach_the_model():
     cfg = minidet.get_cfg()
     model = minidet.build_model(cfg)

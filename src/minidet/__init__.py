@@ -15,7 +15,7 @@ _EXPORTS = {
     "CheckpointError": "errors", "ConfigError": "errors", "InputError": "errors", "MinidetError": "errors",
     "RuntimeFailure": "errors", "MaskRCNN": "detector", "Predictor": "predictor", "build_model": "detector",
     "get_cfg": "config", "load_checkpoint": "checkpoint", "prepare_model": "predictor", "BoxMasks": "masks",
-    "SlicedPredictor": "slicing", "Slicing": "slicing",
+    "SlicedPredictor": "slicing", "Slicing": "slicing", "load_cfg": "config",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -319,6 +319,18 @@ def get_cfg(config: str | None = None) -> CfgNode:
     return cfg
 
 
+def load_cfg(file: str, opts: list | tuple = ()) -> CfgNode:
+    """The config a program runs: minidet's defaults merged with ``file`` (a path or a shipped config's name), then
+    with the ``KEY VALUE`` pairs ``opts``, validated (:func:`validate_cfg`) and frozen. The one loader of the
+    programs; ``prepare_model`` and ``build_model`` do not validate it again while it is unchanged
+    (:func:`check_cfg`)."""
+    cfg = get_cfg(file)
+    cfg.merge_from_list(list(opts))
+    validate_cfg(cfg)
+    cfg.freeze()
+    return cfg
+
+
 def config_names(bases: bool = False) -> list[str]:
     """The shipped configs' names (their path under ``CONFIG_DIR``, no ``.yaml``), sorted; ``Base-*`` files too
     with ``bases``."""
@@ -404,8 +416,20 @@ def _describe(rule: tuple | str, default: Any) -> str:
     return f"{n} finite numbers" if where == "finite" else f"{n} numbers, each {where}"
 
 
+_VALIDATED = "__validated__"  # a node's attribute, not a key: the values (``repr``) that validate_cfg last passed
+
+
+def check_cfg(cfg: CfgNode) -> None:
+    """:func:`validate_cfg`, unless ``cfg`` holds the very values it last passed (``repr`` tells ``True`` from ``1``,
+    ``1`` from ``1.0``; a clone carries them): a config is validated once per load, by :func:`load_cfg` or by the
+    first of ``prepare_model`` and ``build_model`` that it reaches."""
+    if cfg.__dict__.get(_VALIDATED) != repr(leaves(cfg)):
+        validate_cfg(cfg)
+
+
 def validate_cfg(cfg: CfgNode) -> None:
-    """Check every key against ``RULES`` and the keys against each other; raise ConfigError naming the key."""
+    """Check every key against ``RULES`` and the keys against each other; raise ConfigError naming the key.
+    A config that passes carries its values (:func:`check_cfg`)."""
     values = leaves(cfg)
     for key, default in leaves(_C).items():
         rule, value = RULES.get(key, (True, False) if isinstance(default, bool) else None), values[key]
@@ -443,3 +467,4 @@ def validate_cfg(cfg: CfgNode) -> None:
             if channels % m.GN_NUM_GROUPS:
                 raise ConfigError(f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm "
                                   f"normalizes: {what} is {channels}")
+    cfg.__dict__[_VALIDATED] = repr(values)

@@ -8,7 +8,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from .config import CfgNode, validate_cfg
+from .config import CfgNode, check_cfg
 from .families import FAMILIES, convention
 from .fpn import FPN
 from .norm import NormFn, get_norm
@@ -152,7 +152,7 @@ class MaskRCNN(nn.Module):
 def build_model(cfg: CfgNode) -> MaskRCNN:
     """The detector described by ``cfg`` (weights not loaded), the arithmetic of ``MODEL.CONVENTION``
     (its family's ``Convention``, ``minidet.families``) handed to the parts as plain arguments."""
-    validate_cfg(cfg)
+    check_cfg(cfg)  # a config that prepare_model or load_cfg validated is not validated again
     m = cfg.MODEL
     conv = convention(m.CONVENTION)
 

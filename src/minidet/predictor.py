@@ -10,7 +10,7 @@ import torch
 
 from .categories import Classes, resolve_classes
 from .checkpoint import Checkpoint, LoadReport, head_config, load_checkpoint, open_checkpoint
-from .config import CfgNode, ConfigError, cfg_value, get_cfg, validate_cfg
+from .config import CfgNode, ConfigError, cfg_value, check_cfg, get_cfg, validate_cfg
 from .detector import MaskRCNN, build_model
 from .families import FAMILIES
 from .layers import fuse_convs, fuse_linears
@@ -54,7 +54,7 @@ def _load(cfg: CfgNode, weights: str | None) -> tuple[MaskRCNN, LoadReport | Non
     checkpoint and the config (``ExportedNetwork.check_config``); the eager model is loaded all the same (every check
     of the weights against the config applies), for the images the graph cannot take, and keeps minidet's pre- and
     post-processing; the report names the graph."""
-    validate_cfg(cfg)  # every value in range before anything is read
+    check_cfg(cfg)  # every value in range before anything is read (once: load_cfg's config is not checked again)
     path = checkpoint_file(cfg, weights)
     network = None
     if cfg.MODEL.RUNTIME != "torch":  # the exported graph runs the network
@@ -117,7 +117,7 @@ def checkpoint_classes(cfg: CfgNode, ckpt: Checkpoint | None) -> tuple[Classes, 
 def classes_of(cfg: CfgNode, weights: str | None = None) -> tuple[Classes, str]:
     """The classes a Predictor of ``cfg`` would have (:func:`checkpoint_classes`), from the checkpoint alone: no
     model is built."""
-    validate_cfg(cfg)
+    check_cfg(cfg)
     path = checkpoint_file(cfg, weights)
     ckpt = open_checkpoint(path) if path is not None else None
     return checkpoint_classes(fit_to_checkpoint(cfg, ckpt)[0], ckpt)
