@@ -377,10 +377,11 @@ def test_a_failure_inside_a_worker_is_that_requests_500_and_the_worker_serves_on
     refuses the simplification while the record is written): it answers 500 with the failure in one line, and
     serves the next request (it used to die with that request)."""
     from minidet.apps.serve.worker import Options, Spec, worker_main
+    from minidet.config import load_cfg
 
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=worker_main, args=(theirs, Spec(str(CONFIG), SMALL, str(tv_file), threads=1)),
+    proc = ctx.Process(target=worker_main, args=(theirs, Spec(load_cfg(str(CONFIG), SMALL), str(tv_file), threads=1)),
                        daemon=True)
     proc.start()
     theirs.close()

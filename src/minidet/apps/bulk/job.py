@@ -16,7 +16,7 @@ from minidet.apps.bulk.chunks import ChunkStore, file_identity
 from minidet.apps.bulk.ledger import Ledger, begin_run, open_share
 from minidet.apps.bulk.sliced import slicing_of
 from minidet.apps.outputs.fileio import no_space
-from minidet.config import CfgNode, get_cfg, validate_cfg
+from minidet.config import CfgNode, load_cfg
 from minidet.errors import Interrupted
 from minidet.hub import weights_path
 from minidet.slicing import SlicedPredictor
@@ -40,15 +40,15 @@ class BulkJob:
 
     def __init__(self, args) -> None:
         self.args = args
-        cfg = get_cfg()
-        cfg.merge_from_file(args.config_file)
-        cfg.merge_from_list(args.opts)
-        validate_cfg(cfg)
+        cfg = load_cfg(args.config_file, args.opts)
         self.info = dist.from_env()
         self.items, manifest = self.inputs(cfg)
         weights = weights_path(cfg.MODEL.WEIGHTS)  # after the inputs and outputs are checked
         self.info, device = dist.init(cfg.MODEL.DEVICE)
-        cfg.MODEL.DEVICE = device
+        if device != cfg.MODEL.DEVICE:  # torchrun's cuda:<local rank>
+            cfg.defrost()
+            cfg.MODEL.DEVICE = device
+            cfg.freeze()
         self.cfg = cfg
         self.store = ChunkStore(os.path.join(args.output, self.chunks))
         identity = lambda: {"weights": file_identity(weights), **self.input_files(), **manifest}  # noqa: E731

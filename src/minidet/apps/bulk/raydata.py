@@ -47,7 +47,7 @@ from minidet.apps.bulk.loader import ImageFiles
 from minidet.apps.bulk.sliced import slicing_of
 from minidet.apps.outputs.records import keep_classes, parse_classes, render
 from minidet.apps.outputs.video import is_video
-from minidet.config import ConfigError, validate_cfg
+from minidet.config import ConfigError, load_cfg
 from minidet.imageio import (
     IMAGE_EXTENSIONS,
     MAX_BYTES_PER_PIXEL,
@@ -176,11 +176,7 @@ class Detect:
         if workdir and os.path.isdir(workdir):
             os.chdir(workdir)
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
-        cfg = minidet.get_cfg()
-        cfg.merge_from_file(config_file)
-        cfg.merge_from_list(list(opts))
-        validate_cfg(cfg)
-        self.predictor = minidet.Predictor(cfg)
+        self.predictor = minidet.Predictor(load_cfg(config_file, opts))
         if slicing:  # minidet.slicing.Slicing's fields: each image run as tiles, merged
             self.predictor = SlicedPredictor(self.predictor, Slicing(**slicing))
         self.keep = parse_classes(classes, self.predictor.class_names)

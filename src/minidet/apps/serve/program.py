@@ -29,7 +29,7 @@ import sys
 import time
 
 from minidet.apps import fail, parse_with_overrides
-from minidet.config import get_cfg, validate_cfg
+from minidet.config import load_cfg
 from minidet.errors import ConfigError, MinidetError
 from minidet.hub import weights_path
 
@@ -122,10 +122,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     except ImportError as e:
         return fail(f"{EXTRA} ({e})", args.debug)
     try:
-        cfg = get_cfg()
-        cfg.merge_from_file(args.config_file)
-        cfg.merge_from_list(args.opts)
-        validate_cfg(cfg)
+        cfg = load_cfg(args.config_file, args.opts)
         token = read_token(args.token_file)
         weights = weights_path(cfg.MODEL.WEIGHTS)  # downloaded once, here, not by each worker
         digest = None
@@ -145,7 +142,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     # (float sums split over another number of threads differ in the last bits)
     threads = args.threads or max(1, torch.get_num_threads() // args.workers)
     name = args.name or os.path.splitext(os.path.basename(args.config_file))[0]
-    spec = Spec(args.config_file, list(args.opts), weights, threads, args.debug, args.worker_nice)
+    spec = Spec(cfg, weights, threads, args.debug, args.worker_nice)
     fatal: list[str] = []
     server: uvicorn.Server | None = None
     t0 = time.monotonic()

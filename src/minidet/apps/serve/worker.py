@@ -12,11 +12,12 @@ import os
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from minidet.apps.outputs.records import dumps_record, keep_classes, keep_scores, to_record
+from minidet.config import CfgNode
 from minidet.errors import MinidetError
 from minidet.imageio import ImageReadError, read_image_bytes
 
@@ -38,11 +39,10 @@ class Options:
 
 @dataclass
 class Spec:
-    """What a worker builds its model from: the config file and overrides as ``minidet infer`` takes them, the
-    checkpoint's path (``MODEL.WEIGHTS`` resolved once by the server), torch's thread count."""
+    """What a worker builds its model from: the server's config (``config.load_cfg``: merged, validated and frozen
+    once, there), the checkpoint's path (``MODEL.WEIGHTS`` resolved once by the server), torch's thread count."""
 
-    config_file: str
-    opts: list = field(default_factory=list)
+    cfg: CfgNode
     weights: str | None = None
     threads: int = 1
     debug: bool = False
@@ -52,15 +52,10 @@ class Spec:
 def load(spec: Spec):
     """The Predictor of ``spec``, warmed up (one forward on a synthetic image); and what the server says of it."""
     from minidet.apps.synthetic import structured_image
-    from minidet.config import get_cfg, validate_cfg
     from minidet.predictor import Predictor
 
     torch.set_num_threads(spec.threads)
-    cfg = get_cfg()
-    cfg.merge_from_file(spec.config_file)
-    cfg.merge_from_list(list(spec.opts))
-    validate_cfg(cfg)
-    predictor = Predictor(cfg, spec.weights)
+    predictor = Predictor(spec.cfg, spec.weights)
     t0 = time.perf_counter()
     predictor(structured_image(*WARMUP_SIZE))
     classes = predictor.classes
