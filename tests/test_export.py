@@ -306,12 +306,12 @@ RUNTIMES = ["onnxruntime"] + (["openvino"] if importlib.util.find_spec("openvino
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_refusals_are_one_line(tmp_path, runtime):
-    from minidet.export.onnxfile import RUNTIME_NAMES
+    from minidet import runtimes
 
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(b"\x08\x07" + bytes(range(256)) * 40)
     cases = {
-        str(corrupt): f"not an ONNX model {RUNTIME_NAMES[runtime]} can load",
+        str(corrupt): f"not an ONNX model {runtimes.RUNTIMES[runtime]} can load",
         str(_tiny_onnx(tmp_path / "foreign.onnx", author="someone")): "not one `minidet export` wrote",
         str(_tiny_onnx(tmp_path / "old.onnx", **_minidet_meta(version="0.0.1"))): "written by minidet 0.0.1, this "
         f"is minidet {minidet.__version__}",

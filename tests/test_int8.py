@@ -16,7 +16,7 @@ import torch
 import minidet
 from helpers import ROOT, call_tool, needs_extra, one_error_line, run_tool
 from minidet.config import validate_cfg
-from minidet.export.precision import PRECISIONS, precision_problem
+from minidet.runtimes import PRECISIONS, precision_problem
 
 for _module, _extra in (("onnx", "export"), ("onnxscript", "export"), ("openvino", "openvino"), ("nncf", "int8")):
     needs_extra(_module, _extra)

@@ -53,5 +53,5 @@ def test_no_cpuinfo(monkeypatch, tmp_path):
 
 
 def test_imports_no_torch():
-    code = "import sys, minidet.machine; assert 'torch' not in sys.modules"
+    code = "import sys, minidet.machine, minidet.runtimes; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

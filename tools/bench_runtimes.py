@@ -42,6 +42,7 @@ from minidet.export.onnxfile import export_onnx, open_graph  # noqa: E402
 from minidet.export.runtime import ExportedNetwork  # noqa: E402
 from minidet.imageio import read_image  # noqa: E402
 from minidet.machine import cpu_model, load_average  # noqa: E402
+from minidet.runtimes import RUNTIMES  # noqa: E402
 
 
 def main() -> int:
@@ -75,7 +76,7 @@ def main() -> int:
     with open(graph_path, "wb") as f:
         f.write(export_onnx(eager, eager.preprocess(images[:1]), {"minidet.weights_sha256": "bench"}))
     print(f"exported in {time.perf_counter() - t0:.0f} s")
-    networks = {rt: ExportedNetwork(open_graph(graph_path, runtime=rt)) for rt in ("onnxruntime", "openvino")}
+    networks = {rt: ExportedNetwork(open_graph(graph_path, runtime=rt)) for rt in RUNTIMES}
 
     def on(network):
         def run(image):

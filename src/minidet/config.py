@@ -17,9 +17,9 @@ from yacs.config import CfgNode as _YacsNode
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
 from .categories import names_problem
 from .errors import ConfigError
-from .export.precision import PRECISIONS, precision_problem
 from .families import FAMILIES
 from .imageio import DEFAULT_MAX_PIXELS
+from .runtimes import PRECISIONS, RUNTIMES, precision_problem
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a larger file is another kind of file
 CONFIG_DIR = Path(__file__).parent / "configs"  # the shipped configs (configs/ in a checkout links here)
@@ -242,10 +242,10 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.CATEGORY_LAYOUT": ("coco91", CATEGORY_LAYOUTS),  # class index -> COCO id (categories.py)
     "MODEL.CLASS_NAMES": ([], None),  # a checkpoint's own classes, in class order (else its own names, or class_N)
     "MODEL.CONVENTION": ("torchvision", tuple(FAMILIES)),  # the weights' family and its arithmetic (families/)
-    "MODEL.RUNTIME": ("torch", ("torch", "onnxruntime", "openvino")),  # the network: torch, or MODEL.GRAPH's runtime
+    "MODEL.RUNTIME": ("torch", ("torch", *RUNTIMES)),  # the network: torch, or MODEL.GRAPH's runtime (runtimes.py)
     "MODEL.GRAPH": ("", None),  # the model.onnx of `minidet export`, for MODEL.RUNTIME onnxruntime / openvino
     "MODEL.GRAPH_SHA256": ("", None),  # MODEL.GRAPH's SHA-256, checked before the graph is opened ('': unchecked)
-    # what the runtime of MODEL.GRAPH computes in (export/precision.py): fp32 whatever the CPU; bf16 (OpenVINO, CPUs
+    # what the runtime of MODEL.GRAPH computes in (runtimes.py): fp32 whatever the CPU; bf16 (OpenVINO, CPUs
     # with bf16) on request; int8 (OpenVINO, the model.xml of `minidet export --precision int8`)
     "MODEL.RUNTIME_PRECISION": ("fp32", tuple(PRECISIONS)),
     "MODEL.RESNETS.DEPTH": (50, (50, 101)),

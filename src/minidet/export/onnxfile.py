@@ -19,9 +19,9 @@ import torch
 
 from .. import __version__
 from ..detector import MaskRCNN
+from ..runtimes import PRECISIONS, RUNTIMES, precision_problem
 from ..transform import ImageBatch
 from . import ExportError, require
-from .precision import PRECISIONS, precision_problem
 
 INTERFACE = "1"  # graph.INPUTS -> graph.OUTPUTS, as graph_inputs feeds them
 MIN_SIDE = 64  # the smallest padded side the graph takes (a smaller one would make the coarsest level 0 or 1 cells)
@@ -242,8 +242,7 @@ def _openvino(source: GraphBytes, threads: int, precision: str) -> tuple[Runner,
     return run, meta, facts
 
 
-RUNTIMES = {"onnxruntime": _onnxruntime, "openvino": _openvino}  # MODEL.RUNTIME -> how it opens a graph
-RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+OPENERS = {"onnxruntime": _onnxruntime, "openvino": _openvino}  # MODEL.RUNTIME (RUNTIMES) -> how it opens a graph
 
 
 def graph_sha256(data: GraphBytes) -> str:
@@ -320,7 +319,7 @@ def open_graph(path: str, weights_sha256: str | None = None, threads: int | None
         raise ExportError(f"exported graph {path}: its SHA-256 is {got[:12]}..., not the {sha256.strip()[:12]}... "
                           "recorded when it was exported (MODEL.GRAPH_SHA256): the file is damaged or was replaced; "
                           "copy the export folder again, or export again")
-    load = RUNTIMES[runtime]
+    load = OPENERS[runtime]
     try:
         run, meta, facts = load(data, threads or torch.get_num_threads(), precision)
     except PrecisionError as e:
@@ -329,7 +328,7 @@ def open_graph(path: str, weights_sha256: str | None = None, threads: int | None
         raise
     except Exception as e:  # noqa: BLE001 - each runtime raises its own types for unreadable models
         reason = " ".join(str(e).split())
-        what = f"not an ONNX model {RUNTIME_NAMES[runtime]} can load"
+        what = f"not an ONNX model {RUNTIMES[runtime]} can load"
         raise ExportError(f"exported graph {path}: {what} ({reason[:200]})") from None
     if "minidet.interface" not in meta:
         raise ExportError(f"exported graph {path}: an ONNX model, but not one `minidet export` wrote (no minidet "

@@ -18,9 +18,10 @@ import yaml
 from ..checkpoint import LoadReport
 from ..config import CfgNode, ConfigError, leaves
 from ..roi_heads import Detections
+from ..runtimes import RUNTIMES
 from ..transform import ImageBatch
 from . import ExportError
-from .onnxfile import NO_WEIGHTS, RUNTIMES, Graph, graph_inputs, open_graph
+from .onnxfile import NO_WEIGHTS, Graph, graph_inputs, open_graph
 
 # The keys an exported graph does not hold: what minidet computes around it (resize, normalization, rescale, paste
 # threshold, names and category ids), where and how the graph runs, and what only the eager network reads (which

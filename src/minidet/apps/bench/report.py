@@ -28,8 +28,14 @@ from minidet.apps.compare import DetectionMatch
 from minidet.apps.evaluation import coco_metrics, instances_to_coco
 from minidet.apps.outputs.fileio import atomic_write
 from minidet.masks import BoxMasks
+from minidet.runtimes import DEFAULT, PRECISIONS
 from minidet.timing import DETAILS, STAGES, format_table, summarize
 
+# variants whose network is the exported graph (one stage): variant -> (MODEL.RUNTIME, MODEL.RUNTIME_PRECISION);
+# each runtime of each precision (minidet.runtimes), named by the runtime and, past fp32, the precision: the FrozenBN
+# model exported (minidet export's graph, the same weights), the float32 graph compiled by OpenVINO in bf16, and
+# quantized to int8 by NNCF (minidet.export.quantize)
+RUNTIMES = {rt if pr == DEFAULT else f"{rt}-{pr}": (rt, pr) for pr, p in PRECISIONS.items() for rt in p.runtimes}
 VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "FrozenBN": ("FrozenBN", False),
     "FrozenBN+fold": ("FrozenBN", True),
@@ -37,19 +43,7 @@ VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "Affine+fold": ("Affine", True),
     "GN": ("GN", False),
     "none": ("", False),  # no norm layer at all (see strip_norms)
-    # the FrozenBN model exported (minidet export's graph, the same weights) and run by that runtime
-    "onnxruntime": ("FrozenBN", False),
-    "openvino": ("FrozenBN", False),
-    # the same float32 graph compiled by OpenVINO in bf16, and quantized to int8 by NNCF (minidet.export.quantize)
-    "openvino-bf16": ("FrozenBN", False),
-    "openvino-int8": ("FrozenBN", False),
-}
-# variants whose network is the exported graph (one stage): variant -> (MODEL.RUNTIME, MODEL.RUNTIME_PRECISION)
-RUNTIMES = {
-    "onnxruntime": ("onnxruntime", "fp32"),
-    "openvino": ("openvino", "fp32"),
-    "openvino-bf16": ("openvino", "bf16"),
-    "openvino-int8": ("openvino", "int8"),
+    **dict.fromkeys(RUNTIMES, ("FrozenBN", False)),
 }
 # the conv peaks of ``peaks`` (the benchmark's micro-benchmarks), as the report names them
 PEAKS = {

@@ -34,7 +34,7 @@ or image, or a missing ``minidet[export]`` extra, is one ``error:`` line (status
 ``DIR/config.yaml`` as ``minidet infer`` does (overrides such as ``MODEL.RUNTIME openvino`` change what runs) and
 runs the same gate with this machine's runtime and CPU: status 0 when it passes, 1 when it fails.
 
-``--precision bf16|int8`` (``minidet.export.precision``; OpenVINO): bf16 compiles the float32 graph in bf16; int8
+``--precision bf16|int8`` (``minidet.runtimes``; OpenVINO): bf16 compiles the float32 graph in bf16; int8
 quantizes it with NNCF on the ``--calib`` images (``minidet.export.quantize``) and writes ``model.xml`` and
 ``model.bin`` instead of ``model.onnx``. Neither is exact, so instead of the parity gate the drift report against
 eager float32 (``minidet.apps.export.drift``) is printed and put into ``report.json``, and its gate
@@ -60,12 +60,12 @@ from minidet.apps import fail, parse_with_overrides, run_app
 from minidet.apps.export.drift import MIN_AP, MIN_MATCHED, SCORE
 from minidet.apps.outputs.fileio import OutputDir, atomic_write, write_json
 from minidet.errors import ConfigError
-from minidet.export.precision import DEFAULT, PRECISIONS, precision_problem
 from minidet.export.quantize import DEFAULT_CALIBRATION
 from minidet.hub import weights_path
 from minidet.hub.cache import NO_WEIGHTS
 from minidet.imageio import read_image
 from minidet.machine import cpu_facts
+from minidet.runtimes import DEFAULT, PRECISIONS, RUNTIMES, precision_problem
 
 # the checkout's real photos (../shared/data/coco_tiny) and the verification set taken from them
 PHOTOS = Path(minidet.__file__).resolve().parents[2].parent / "shared" / "data" / "coco_tiny" / "val2017"
@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "export.py") -> argpar
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each image per runtime (0: no timing)")
     p.add_argument("--force", action="store_true",
                    help="write the export even when its gate (parity, or drift for bf16 / int8) fails")
-    p.add_argument("--runtime", choices=["onnxruntime", "openvino"],
+    p.add_argument("--runtime", choices=list(RUNTIMES),
                    help="what runs the graph in the gate and in the written config.yaml (MODEL.RUNTIME; default "
                    "onnxruntime for fp32, openvino for the other precisions)")
     p.add_argument("--precision", choices=list(PRECISIONS), default=DEFAULT,

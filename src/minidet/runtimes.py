@@ -1,8 +1,11 @@
-"""What an exported graph computes in (``MODEL.RUNTIME_PRECISION``, ``minidet export --precision``): one table.
+"""The runtimes of an exported graph (``MODEL.RUNTIME``, ``minidet export --runtime``) and the precisions they
+compute in (``MODEL.RUNTIME_PRECISION``, ``minidet export --precision``): one table each, importable without torch
+(the config's check reads them; ``minidet.export`` opens the graphs).
 
-Each ``Precision`` says which runtimes run it, whether it is exact, which file the export folder holds, what the
-CPU must offer (OpenVINO's ``OPTIMIZATION_CAPABILITIES``), the inference-precision hint OpenVINO gets for its float
-layers, and which precisions its compiled layers may report. Everything that differs between precisions is read
+``RUNTIMES`` names each runtime, in the order that every choice and message lists them. Each ``Precision`` says
+which runtimes run it, whether it is exact, which file the export folder holds, what the CPU must offer (OpenVINO's
+``OPTIMIZATION_CAPABILITIES``), the inference-precision hint OpenVINO gets for its float layers, and which
+precisions its compiled layers may report. Everything that differs between precisions is read
 from here (the config's check, ``onnxfile``'s runtimes, the export program), so a precision is one row.
 
 - ``fp32``: the ONNX graph in float32 under ONNX Runtime or OpenVINO, on every CPU: equal to eager up to float
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+RUNTIMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}  # MODEL.RUNTIME of an exported graph -> its name
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -30,7 +35,7 @@ class Precision:
 
 
 PRECISIONS = {
-    "fp32": Precision("fp32", ("onnxruntime", "openvino"), True, "model.onnx", "", "f32", frozenset({"f32"})),
+    "fp32": Precision("fp32", tuple(RUNTIMES), True, "model.onnx", "", "f32", frozenset({"f32"})),
     "bf16": Precision("bf16", ("openvino",), False, "model.onnx", "BF16", "bf16", frozenset({"f32", "bf16"})),
     "int8": Precision("int8", ("openvino",), False, "model.xml", "INT8", "f32", frozenset({"f32", "i8", "u8"})),
 }
