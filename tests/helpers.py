@@ -30,12 +30,9 @@ def images_bgr(shapes=IMAGE_SHAPES, seed: int = 0) -> list[np.ndarray]:
 
 
 def config(path: str | Path, *opts, weights: str | Path = "") -> minidet.config.CfgNode:
-    """``minidet.get_cfg()`` merged with the file ``path`` (absolute, or relative to the repository
-    root), then ``MODEL.WEIGHTS weights`` and the ``KEY VALUE`` pairs ``opts``, in that order."""
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(str(ROOT / path))
-    cfg.merge_from_list(["MODEL.WEIGHTS", str(weights), *opts])
-    return cfg
+    """``minidet.load_cfg``: the file ``path`` (absolute, or relative to the repository root), then
+    ``MODEL.WEIGHTS weights`` and the ``KEY VALUE`` pairs ``opts``, in that order; validated and frozen."""
+    return minidet.load_cfg(str(ROOT / path), ["MODEL.WEIGHTS", str(weights), *opts])
 
 
 def load_tool(path: Path):

@@ -64,10 +64,8 @@ def main() -> int:
     torch.save(legacy_v1_state_dict(tv.state_dict()), weights)
 
     def minidet_model(config: str):
-        cfg = minidet.get_cfg(config)
-        cfg.merge_from_list(["MODEL.WEIGHTS", weights, "INPUT.MIN_SIZE_TEST", args.size,
-                             "INPUT.MAX_SIZE_TEST", max_size])
-        return minidet.prepare_model(cfg)[0]
+        opts = ["MODEL.WEIGHTS", weights, "INPUT.MIN_SIZE_TEST", args.size, "INPUT.MAX_SIZE_TEST", max_size]
+        return minidet.prepare_model(minidet.load_cfg(config, opts))[0]
 
     eager = minidet_model("torchvision/maskrcnn_resnet50_fpn")
     fast = minidet_model("torchvision/maskrcnn_resnet50_fpn_fast")
