@@ -9,7 +9,7 @@ if [[ $# -eq 0 ]]; then
     echo "tests: the whole suite, about 30 min on 2 cores; a first check of about 2.5 min: bash tools/test.sh -m \"not slow\""
 fi
 rc=0
-"${VENV:-.venv}/bin/python" -m pytest -q --durations=20 "$@" || rc=$?
+"${VENV:-.venv}/bin/python" -m pytest -q --durations=30 "$@" || rc=$?
 if [[ $rc -eq 5 ]]; then
     echo "error: pytest collected no tests" >&2
 fi
