@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
 if [[ $# -eq 0 ]]; then
-    echo "tests: the whole suite, about 30 min on 2 cores; a first check of about 2.5 min: bash tools/test.sh -m \"not slow\""
+    echo "tests: the whole suite, about 37 min on 2 cores; a first check of about 2.5 min: bash tools/test.sh -m \"not slow\""
 fi
 rc=0
 "${VENV:-.venv}/bin/python" -m pytest -q --durations=30 "$@" || rc=$?
