@@ -78,11 +78,8 @@ def main() -> int:
 
     def on(network):
         def run(image):
-            eager.network = network
-            try:
+            with eager.running(network):
                 return eager([image])[0]
-            finally:
-                eager.network = None
         return run
 
     @torch.inference_mode()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -18,6 +20,9 @@ from .roi_heads import BoxHead, BoxPredictor, Detections, MaskHead
 from .rpn import RPN
 from .timing import StageTimer
 from .transform import ImageBatch, Transform
+
+if TYPE_CHECKING:
+    from .export.runtime import ExportedNetwork
 
 
 class MaskRCNN(nn.Module):
@@ -35,7 +40,7 @@ class MaskRCNN(nn.Module):
         self.mask_pooler, self.mask_head = mask_pooler, mask_head
         self.amp_dtype, self.chunk_images = amp_dtype, chunk_images
         self.channels_last, self.timer = False, StageTimer(enabled=False)
-        self.network = None  # runs in place of ``_detect`` when set (an exported graph: ``export.runtime``)
+        self._network = None  # runs in place of ``_detect`` when set (``use_network``, ``running``)
 
     def set_runtime(self, *, timer: StageTimer | None = None, channels_last: bool | None = None,
                     amp_dtype: torch.dtype | None | str = "keep") -> MaskRCNN:
@@ -51,6 +56,28 @@ class MaskRCNN(nn.Module):
         if amp_dtype != "keep":
             self.amp_dtype = amp_dtype
         return self
+
+    @property
+    def network(self) -> ExportedNetwork | None:
+        """What runs in place of the eager network (``_detect``): an exported graph (``export.runtime``'s
+        ``ExportedNetwork``), or None for the eager network. Set with ``use_network`` or ``running``."""
+        return self._network
+
+    def use_network(self, network: ExportedNetwork | None) -> MaskRCNN:
+        """Run ``network`` (an ``ExportedNetwork``: a padded chunk in, per image its ``Detections`` out) in place of
+        the eager network from now on; None: the eager network again."""
+        self._network = network
+        return self
+
+    @contextlib.contextmanager
+    def running(self, network: ExportedNetwork | None) -> Iterator[MaskRCNN]:
+        """``with model.running(network):`` the block runs ``network`` (None: the eager network); the one set
+        before is back after it."""
+        saved, self._network = self._network, network
+        try:
+            yield self
+        finally:
+            self._network = saved
 
     @property
     def device(self) -> torch.device:

@@ -79,7 +79,8 @@ def _load(cfg: CfgNode, weights: str | None) -> tuple[MaskRCNN, LoadReport | Non
     model.set_runtime(timer=StageTimer(enabled=cfg.TEST.TIMING, device=device), channels_last=cfg.MODEL.CHANNELS_LAST)
     if network is not None:  # the eager network of the same weights takes what the graph cannot (not random ones)
         network.eager = model._detect if ckpt is not None else None
-        model.network, report = network, graph_report
+        model.use_network(network)
+        report = graph_report
     return model.eval(), report, cfg, ckpt
 
 

@@ -68,11 +68,13 @@ class ExportedNetwork:
             raise ValueError(f"the exported graph takes padded images of at least {self.graph.min_side} pixels a "
                              f"side; this one is {w} x {h}, and with MODEL.WEIGHTS none there is no eager network of "
                              "the graph's weights to run it")
-        results = []
-        for i in range(len(images.sizes)):
-            out = {k: torch.from_numpy(v) for k, v in self.run(graph_inputs(images, i)).items()}
-            results.append(Detections(out["boxes"], out["scores"], out["labels"], self.graph.frame, out.get("masks")))
-        return results
+        return [self.run_image(images, i)[0] for i in range(len(images.sizes))]
+
+    def run_image(self, images: ImageBatch, i: int) -> tuple[Detections, dict[str, torch.Tensor]]:
+        """Image ``i`` of the padded batch through the graph (``graph.run``, whatever its size): its ``Detections``
+        (boxes in the graph's frame) and every output of the graph by name (``proposals`` too), as tensors."""
+        out = {k: torch.from_numpy(v) for k, v in self.run(graph_inputs(images, i)).items()}
+        return Detections(out["boxes"], out["scores"], out["labels"], self.graph.frame, out.get("masks")), out
 
     def check_config(self, cfg: CfgNode) -> None:
         """``ConfigError`` naming the first key of ``fixed_keys`` whose value in ``cfg`` (fitted to the checkpoint)

@@ -48,7 +48,6 @@ from torchvision.ops import box_iou
 
 from minidet.apps.compare import BOX_TOL, FAR_PX, SCORE_TOL, DetectionMatch, compare_detections
 from minidet.detector import MaskRCNN
-from minidet.export.onnxfile import graph_inputs
 from minidet.export.runtime import ExportedNetwork
 from minidet.norm import fold_norms
 from minidet.roi_heads import Detections
@@ -138,8 +137,7 @@ def eager_outputs(model: MaskRCNN, batch: ImageBatch) -> Outputs:
 
 def exported_outputs(model: MaskRCNN, network: ExportedNetwork, batch: ImageBatch) -> Outputs:
     """The exported graph on a padded batch of one image, post-processed by ``model``'s ``Transform``."""
-    out = {k: torch.from_numpy(v) for k, v in network.run(graph_inputs(batch, 0)).items()}
-    head = Detections(out["boxes"], out["scores"], out["labels"], network.graph.frame, out.get("masks"))
+    head, out = network.run_image(batch, 0)
     return Outputs(out["proposals"], head, model.transform.postprocess([head], batch)[0])
 
 
@@ -308,18 +306,14 @@ def time_networks(model: MaskRCNN, networks: dict[str, ExportedNetwork | None], 
     model (None: its eager network), interleaved: each image runs every way in turn, ``repeats`` times after one
     untimed run, the order reversing every other round."""
     times: dict[str, list[float]] = {k: [] for k in networks}
-    saved = model.network
-    try:
-        for r in range(repeats + 1):
-            for image in images:
-                for which in list(networks) if r % 2 else list(networks)[::-1]:
-                    model.network = networks[which]
+    for r in range(repeats + 1):
+        for image in images:
+            for which in list(networks) if r % 2 else list(networks)[::-1]:
+                with model.running(networks[which]):
                     t0 = time.perf_counter()
                     model([image])
                     if r:
                         times[which].append(time.perf_counter() - t0)
-    finally:
-        model.network = saved
     return {k: statistics.median(v) for k, v in times.items() if v}
 
 

@@ -375,19 +375,17 @@ def check(args: argparse.Namespace) -> int:
     images, image_source = verification_images(args.images, cfg.INPUT.MAX_PIXELS)
     predictor = minidet.Predictor(cfg)
     model = predictor.model
-    network, model.network = model.network, None  # the eager network of the same weights, and the graph
+    network = model.network  # the graph; the model runs the eager network of the same weights beside it
     print(f"{PROG}: {predictor.weights_summary}")
     report = {"check": os.path.abspath(args.check), "overrides": list(args.opts), "runtime": cfg.MODEL.RUNTIME,
               "versions": versions(cfg.MODEL.RUNTIME), "images_from": image_source,
               "not_exact": inexact_steps(model), "float_order": FLOAT_ORDER}
     precision = PRECISIONS[cfg.MODEL.RUNTIME_PRECISION]
-    try:
+    with model.running(None):
         if precision.exact:
             gate(model, network, images, args.repeats, report)
         else:  # no float32 graph in the folder to time and probe beside it
             drift_gate(args, precision.name, model, network, images, report)
-    finally:
-        model.network = network
     if args.json:
         write_json(args.json, report, indent=1)
     facts = report["runtime_facts"]
