@@ -119,9 +119,8 @@ def write_inputs(folder: Path) -> None:
 def run_case(folder: Path, family: str, opts: list, batch: str) -> list[dict[str, torch.Tensor]]:
     config, ckpt, _ = FAMILIES[family]
     indices, chunk = BATCHES[batch]
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(str(CONFIGS / config))
-    cfg.merge_from_list(["MODEL.WEIGHTS", str(folder / ckpt), *SIZE, *opts, "TEST.CHUNK_IMAGES", chunk])
+    cfg = minidet.load_cfg(str(CONFIGS / config),
+                           ["MODEL.WEIGHTS", str(folder / ckpt), *SIZE, *opts, "TEST.CHUNK_IMAGES", chunk])
     predictor = minidet.Predictor(cfg)
     images = torch.load(folder / "images.pt")
     with torch.inference_mode():

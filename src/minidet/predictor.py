@@ -10,7 +10,7 @@ import torch
 
 from .categories import Classes, resolve_classes
 from .checkpoint import Checkpoint, LoadReport, head_config, load_checkpoint, open_checkpoint
-from .config import CfgNode, ConfigError, cfg_value, check_cfg, get_cfg, validate_cfg
+from .config import CfgNode, ConfigError, cfg_value, check_cfg, get_cfg, load_cfg, validate_cfg
 from .detector import MaskRCNN, build_model
 from .families import FAMILIES
 from .layers import fuse_convs, fuse_linears
@@ -167,12 +167,12 @@ class Predictor:
         from .hub import REGISTRY
 
         entry = REGISTRY.get(name)
-        cfg = get_cfg(entry.config if entry is not None else name)
-        file = os.path.basename(cfg.MODEL.WEIGHTS)  # a config name: the registry's file of the same name, if any
-        entry = entry or next((e for e in REGISTRY.values() if e.filename == file), None)
+        config = entry.config if entry is not None else name
+        if entry is None:  # a config name: the registry's file of the name its MODEL.WEIGHTS ends with, if any
+            file = os.path.basename(get_cfg(config).MODEL.WEIGHTS)
+            entry = next((e for e in REGISTRY.values() if e.filename == file), None)
         opts = [x for k, v in overrides.items() for x in (k.replace("__", "."), v)]
-        cfg.merge_from_list([*(["MODEL.WEIGHTS", entry.name] if entry else []), "MODEL.DEVICE", device, *opts])
-        return cls(cfg)
+        return cls(load_cfg(config, [*(["MODEL.WEIGHTS", entry.name] if entry else []), "MODEL.DEVICE", device, *opts]))
 
     def __call__(self, image: np.ndarray) -> dict:
         return self.predict_batch([image])[0]
