@@ -6,7 +6,7 @@ mean-0 / var-1 batch-norm statistics would hide a wrong norm implementation, so
 input (then perturbs them), which keeps activations sane and the stats non-trivial.
 ``random_minidet_weights`` saves such weights for any minidet architecture (the benchmark's
 GroupNorm and no-norm models, and configs torchvision cannot build); ``strip_norms`` turns a
-model into the one ``MODEL.NORM ""`` describes.
+model into one without norm layers (the benchmark's ``none``).
 """
 
 from __future__ import annotations
@@ -136,19 +136,22 @@ def _calibrate_scales(model: torch.nn.Module, run) -> None:
 
 
 @torch.no_grad()
-def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: float = 2.0) -> None:
+def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: float = 2.0, *,
+                           without_norms: bool = False) -> None:
     """Save a minidet state dict of ``cfg``'s architecture with realistic random weights.
 
     Frozen batch norms (GN is left as randomized) take the statistics of their own input on
     ``calib_image``; in the same forward the class logits are measured and ``cls_score`` is
     rescaled so that, per proposal, they spread with standard deviation ``logit_std`` over the
-    classes (a trained model's confidence: about 100 detections per image). With ``MODEL.NORM
-    ""`` (no norm layers) each frozen norm is calibrated as a pure scale (``_calibrate_scales``),
-    multiplied into its conv and removed (``strip_norms``): the activations keep a sane range.
+    classes (a trained model's confidence: about 100 detections per image). With ``without_norms``
+    (no norm layers, which no config describes: the benchmark's ``none``), each frozen norm is calibrated
+    as a pure scale (``_calibrate_scales``), multiplied into its conv and removed (``strip_norms``): the
+    activations keep a sane range.
     """
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     base = cfg.clone()
+    base.defrost()  # a loaded config is frozen
     base.merge_from_list(["MODEL.FOLD_NORM", False, "MODEL.DEVICE", "cpu"])
     if cfg.MODEL.NORM != "GN":  # calibrate as FrozenBN; minidet loads it into any frozen norm
         base.merge_from_list(["MODEL.NORM", "FrozenBN"])
@@ -156,7 +159,7 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
     randomize_affine(model, gen)
     feats = []
     hook = model.box_predictor.register_forward_pre_hook(lambda mod, args: feats.append(args[0]))
-    if cfg.MODEL.NORM == "":
+    if without_norms:
         _calibrate_scales(model, lambda: model([calib_image]))
         for m in model.modules():
             if isinstance(m, Conv2d) and isinstance(m.norm, FrozenBN):

@@ -198,15 +198,15 @@ def precision_unavailable(precision: str) -> str:
         return str(e)
 
 
-def make_cfg(args: argparse.Namespace, norm: str = "FrozenBN", fold: bool = False, depth: int = 50):
-    cfg = minidet.get_cfg()
-    cfg.merge_from_file(args.config_file)
-    cfg.merge_from_list([
+def make_cfg(args: argparse.Namespace, norm: str = "FrozenBN", fold: bool = False, depth: int = 50,
+             then: list | tuple = ()):
+    """A model's config (``load_cfg``: validated, frozen): ``--config-file``, then ``norm``, ``fold``, ``depth``,
+    the device and the sizes, then the ``KEY VALUE`` overrides, then ``then``."""
+    return minidet.load_cfg(args.config_file, [
         "MODEL.WEIGHTS", "", "MODEL.NORM", norm, "MODEL.FOLD_NORM", fold, "MODEL.DEVICE", args.device,
         "MODEL.RESNETS.DEPTH", depth, "INPUT.MIN_SIZE_TEST", args.size, "INPUT.MAX_SIZE_TEST", args.max_size,
+        *args.opts, *then,
     ])
-    cfg.merge_from_list(args.opts)
-    return cfg
 
 
 def tv_version(cfg, depth: int) -> int | None:
@@ -239,6 +239,7 @@ def apply_test_settings(model: torch.nn.Module, cfg) -> None:
 def prepare_without_norm(cfg, weights: str):
     """``minidet.prepare_model`` for ``MODEL.NORM ""``: built as FrozenBN, stripped, then loaded."""
     cfg = cfg.clone()
+    cfg.defrost()
     cfg.merge_from_list(["MODEL.NORM", "FrozenBN", "MODEL.FOLD_NORM", False, "MODEL.WEIGHTS", "none"])
     model, _ = minidet.prepare_model(cfg)
     strip_norms(model)
@@ -350,7 +351,8 @@ class Runner:
         graph = self.graph
         if precision == "int8":
             graph, self.quantize = self.quantized(args, cfg, eager)
-        cfg.merge_from_list(["MODEL.RUNTIME", runtime, "MODEL.RUNTIME_PRECISION", precision, "MODEL.GRAPH", graph])
+        cfg = make_cfg(args, "FrozenBN", False, self.depth,
+                       ["MODEL.RUNTIME", runtime, "MODEL.RUNTIME_PRECISION", precision, "MODEL.GRAPH", graph])
         return minidet.prepare_model(cfg, weights=self.weights)
 
     def quantized(self, args: argparse.Namespace, cfg, eager=None) -> tuple[str, dict]:
@@ -817,7 +819,7 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
             paths["GN"] = (path, f"minidet GN R-{depth}, randomized")
         if "none" in args.variants:
             path = os.path.join(tmp, f"none_r{depth}.pth")
-            random_minidet_weights(make_cfg(args, "", depth=depth), calib_image, path)
+            random_minidet_weights(make_cfg(args, depth=depth), calib_image, path, without_norms=True)
             paths["none"] = (path, f"minidet R-{depth} without norm layers (bias-free ResNet convs), randomized")
         for batch in args.batch_list:
             if args.vs_torchvision and version:
