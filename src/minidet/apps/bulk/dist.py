@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from minidet.errors import RuntimeFailure
+from minidet.machine import cores
 
 _PEERS: list[tuple[str, int]] = []  # (host, pid) of every rank, from init
 
@@ -72,7 +73,7 @@ def init(device: str) -> tuple[DistInfo, str]:
             device = f"cuda:{info.local_rank}"
         torch.cuda.set_device(torch.device(device))
     else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
+        torch.set_num_threads(max(1, (cores() or 1) // info.local_world_size))
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
     _PEERS[:] = all_gather((socket.gethostname(), os.getpid()))
