@@ -376,7 +376,9 @@ def test_a_failure_inside_a_worker_is_that_requests_500_and_the_worker_serves_on
     """A worker process as the server runs it, sent what the HTTP side would refuse (an unexpected failure: OpenCV
     refuses the simplification while the record is written): it answers 500 with the failure in one line, and
     serves the next request (it used to die with that request)."""
-    from minidet.apps.serve.worker import Options, Spec, worker_main
+    from minidet.apps.outputs.options import OutputOptions
+    from minidet.apps.serve.protocol import STOP, Ready, Request, Result, ServerError
+    from minidet.apps.serve.worker import Spec, worker_main
     from minidet.config import load_cfg
 
     ctx = multiprocessing.get_context("spawn")
@@ -386,17 +388,17 @@ def test_a_failure_inside_a_worker_is_that_requests_500_and_the_worker_serves_on
     proc.start()
     theirs.close()
     try:
-        assert ours.poll(START_S) and ours.recv()[0] == "ready"
+        assert ours.poll(START_S) and isinstance(ours.recv(), Ready)
         png = images[0].read_bytes()
-        ours.send((png, Options(mask_format="polygon", tolerance=1e300)))
+        ours.send(Request(png, options=OutputOptions(mask_format="polygon", tolerance=1e300)))
         assert ours.poll(120), "no answer"
-        kind, status, line, _ = ours.recv()
-        assert (kind, status) == ("error", 500) and "Epsilon" in line, line
-        ours.send((png, Options(mask_format="polygon", tolerance=0.5)))
+        answer = ours.recv()
+        assert isinstance(answer, ServerError) and answer.status == 500 and "Epsilon" in answer.line, answer
+        ours.send(Request(png, options=OutputOptions(mask_format="polygon", tolerance=0.5)))
         assert ours.poll(120), "no answer"
-        kind, body, _ = ours.recv()
-        assert kind == "ok" and json.loads(body)["instances"] and proc.is_alive()
-        ours.send(None)
+        answer = ours.recv()
+        assert isinstance(answer, Result) and json.loads(answer.body)["instances"] and proc.is_alive()
+        ours.send(STOP)
         proc.join(30)
         assert proc.exitcode == 0
     finally:

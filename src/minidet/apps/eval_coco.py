@@ -73,8 +73,9 @@ from minidet.apps.evaluation import (
     load_results,
     match_dataset,
 )
+from minidet.apps.outputs import options
 from minidet.apps.outputs.fileio import OutputDir, remove_temp_files, write_json
-from minidet.apps.outputs.instances import MASK_FORMATS
+from minidet.apps.outputs.options import MASK_FORMATS
 from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
@@ -116,6 +117,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> arg
         p.error("--max-images must be >= 1")
     if args.workers < 0 or args.warmup < 0 or args.chunk_size < 1:
         p.error("need --workers >= 0, --warmup >= 0, --chunk-size >= 1")
+    args.options = options.from_args(args, p)  # --mask-format; the run's OutputOptions
     return args
 
 
@@ -183,7 +185,7 @@ class Run(BulkJob):
             raise EvaluationError("--only-result-images applies to --results (a model run evaluates the images it ran)")
         self.engine = LocalEngine(args)
         super().__init__(args)
-        self.evaluator = COCOEvaluator(self.coco_gt, args.mask_format)
+        self.evaluator = COCOEvaluator(self.coco_gt, self.options.mask_format)
 
     def inputs(self, cfg) -> tuple[list[tuple[int, str]], dict]:
         """The annotation file's images (the first ``--max-images`` by id), its categories checked."""
@@ -191,7 +193,8 @@ class Run(BulkJob):
         self.coco_gt = load_coco_annotations(args.ann)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
         self.files = dict(files)
-        fmt = {"mask format": args.mask_format} if args.mask_format != "rle" else {}  # resumed only in one format
+        mask_format = self.options.mask_format
+        fmt = {"mask format": mask_format} if mask_format != "rle" else {}  # resumed only in one format
         return files, {"images": os.path.abspath(args.images), "image ids": [i for i, _ in files],
                        "config": config_entries(cfg), **fmt}
 
@@ -258,7 +261,8 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
     out = args.output
     write_json(os.path.join(out, RESULTS_FILE), results)
     t0 = time.perf_counter()
-    metrics = evaluator.evaluate(("bbox", "segm") if cfg.MODEL.MASK_ON and args.mask_format != "none" else ("bbox",))
+    segm = cfg.MODEL.MASK_ON and run.options.mask_format != "none"
+    metrics = evaluator.evaluate(("bbox", "segm") if segm else ("bbox",))
     t_eval = time.perf_counter() - t0
     skipped = [merged.skipped[i] for i in sorted(merged.skipped)]
     write_json(os.path.join(out, "metrics.json"), metrics, indent=1)

@@ -55,9 +55,9 @@ from minidet.apps.bulk import dist, sliced
 from minidet.apps.bulk.engines import LocalEngine
 from minidet.apps.bulk.infer_job import Job
 from minidet.apps.bulk.job import drive
+from minidet.apps.outputs import options
 from minidet.apps.outputs.fileio import OutputDir
-from minidet.apps.outputs.instances import MASK_FORMATS
-from minidet.apps.outputs.polygons import MAX_TOLERANCE
+from minidet.apps.outputs.options import MASK_FORMATS
 from minidet.apps.outputs.video import CODECS
 
 
@@ -104,13 +104,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "infer.py") -> argpars
         p.error("give --input PATH ... or --input-list FILE")
     if args.warmup < 0 or args.workers < 0 or args.chunk_size < 1 or args.every < 1:
         p.error("need --warmup >= 0, --workers >= 0, --chunk-size >= 1, --every >= 1")
-    sliced.slicing_of(args, p)
-    if not 0 <= args.polygon_tolerance <= MAX_TOLERANCE:
-        p.error(f"--polygon-tolerance must be a number of pixels from 0 to {MAX_TOLERANCE:g}, "
-                f"got {args.polygon_tolerance:g}")
-    for flag, value in (("--vis-thresh", args.vis_thresh), ("--mask-alpha", args.mask_alpha)):
-        if not 0.0 <= value <= 1.0:
-            p.error(f"{flag} must be between 0 and 1")
+    args.options = options.from_args(args, p)  # the run's output options, checked: what every engine reads
     if args.actors < 1 or (args.gpus_per_actor or 0) < 0:
         p.error("need --actors >= 1, --gpus-per-actor >= 0")
     if args.results and os.path.splitext(args.results)[1] not in (".json", ".jsonl"):

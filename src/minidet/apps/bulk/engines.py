@@ -137,10 +137,10 @@ class LocalEngine:
 
     def forwards(self, job, images: list[tuple[int, str]]) -> Iterator[Forward]:
         """``images`` forward after forward; each output's record and drawing by ``render`` with the job's options."""
-        args, cfg = self.args, job.cfg
-        files = ImageFiles(images, cfg.INPUT.MAX_PIXELS, read=image_reader(args))
+        cfg, options = job.cfg, job.options
+        files = ImageFiles(images, cfg.INPUT.MAX_PIXELS, read=image_reader(options.slicing))
         for batch in self.batches(files, cfg.TEST.IMS_PER_BATCH):
-            outputs = [(i, functools.partial(render, job.paths[i - 1], image, keep_classes(out, job.keep), args))
+            outputs = [(i, functools.partial(render, job.paths[i - 1], image, keep_classes(out, job.keep), options))
                        for i, image, out in batch.outputs]
             yield Forward(outputs, batch.errors, batch.timing)
 

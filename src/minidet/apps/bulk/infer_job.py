@@ -30,7 +30,7 @@ from minidet.apps.bulk.ledger import timing_summary
 from minidet.apps.bulk.writer import InputGuard, OrderedWriter
 from minidet.apps.outputs.fileio import OutputDir, OutputError, atomic_open, remove_temp_files
 from minidet.apps.outputs.instances import record_instances
-from minidet.apps.outputs.records import draw, dumps_record, keep_classes, mask_options, parse_classes
+from minidet.apps.outputs.records import draw, dumps_record, keep_classes
 from minidet.apps.outputs.video import STDERR, VideoError, VideoReader, VideoWriter, is_video, working_codec
 from minidet.apps.outputs.vis import undrawable
 from minidet.categories import COCO_CATEGORIES, Classes
@@ -108,7 +108,7 @@ class Job(BulkJob):
         self.stems = dict(enumerate(unique_stems([rel for _, rel in inputs]), 1))
         items = list(enumerate(self.paths, 1))
         self.guard = InputGuard(self.paths)
-        names = [f for i, p in items for f in output_files(self.stems[i], is_video(p), not args.no_vis)]
+        names = [f for i, p in items for f in output_files(self.stems[i], is_video(p), not self.options.no_vis)]
         self.guard.check_folder(args.output, names)
         if args.results:
             _check_results_file(args.results, args.output, names, self.guard)
@@ -134,8 +134,8 @@ class Job(BulkJob):
         """The model's classes (for the results file) and the ``--classes`` kept (names among them); one warning for
         the run (rank 0) when labels will be drawn and some of those names have characters the drawing cannot show."""
         self.classes = classes
-        self.keep = parse_classes(self.args.classes, list(classes.names))
-        if self.info.is_main and not self.args.no_vis and not self.args.no_labels:
+        self.keep = self.options.keep(classes.names)
+        if self.info.is_main and not self.options.no_vis and not self.options.no_labels:
             drawn = [n for k, _, n in classes.real() if self.keep is None or k in self.keep]
             if bad := undrawable(drawn):
                 shown = ", ".join(map(repr, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
@@ -149,7 +149,7 @@ class Job(BulkJob):
 
     def complete(self, image_id: int) -> bool:
         """Whether an input's outputs are all there (they are written whole or not at all)."""
-        path, vis = self.paths[image_id - 1], not self.args.no_vis
+        path, vis = self.paths[image_id - 1], not self.options.no_vis
         files = [os.path.join(self.args.output, f) for f in output_files(self.stems[image_id], is_video(path), vis)]
         if is_video(path) and vis:
             return os.path.isfile(files[0]) and (os.path.isfile(files[1]) or os.path.isfile(files[2]))
@@ -242,7 +242,7 @@ class Job(BulkJob):
         return keep_classes(out, self.keep)
 
     def _draw(self, image: np.ndarray, out: dict) -> np.ndarray:
-        return draw(image, out, self.args)
+        return draw(image, out, self.options)
 
     # ------------------------------------------------------------------ videos
 
@@ -259,7 +259,7 @@ class Job(BulkJob):
             reader = VideoReader(path, args.every)
             fps = reader.fps / args.every
             os.makedirs(os.path.dirname(stem), exist_ok=True)
-            if not args.no_vis:
+            if not self.options.no_vis:
                 key = (os.path.dirname(stem), reader.size, fps)
                 if key not in self.codec:
                     self.codec[key] = working_codec(key[0], reader.size, fps, args.codecs)
@@ -316,7 +316,7 @@ class Job(BulkJob):
 
     def _frame(self, index: int, seconds: float, frame: np.ndarray, out: dict, draw: bool):
         record = {"frame": index, "time": round(seconds, 6),
-                  "instances": record_instances(out, *mask_options(self.args))}
+                  "instances": record_instances(out, self.options.mask_format, self.options.tolerance)}
         return record, (self._draw(frame, out) if draw else None)
 
     # ------------------------------------------------------------------ rank 0, at the end

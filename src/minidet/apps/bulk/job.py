@@ -14,7 +14,6 @@ from collections.abc import Callable
 from minidet.apps.bulk import dist
 from minidet.apps.bulk.chunks import ChunkStore, file_identity
 from minidet.apps.bulk.ledger import Ledger, begin_run, open_share
-from minidet.apps.bulk.sliced import slicing_of
 from minidet.apps.outputs.fileio import no_space
 from minidet.config import CfgNode, load_cfg
 from minidet.errors import Interrupted
@@ -28,7 +27,8 @@ class BulkJob:
     the chunk store and this process's share (resumed: what the chunks finished is not redone), the model
     (:meth:`load_model`), then the run recorded before any output and this process's :class:`Ledger`. A subclass
     gives ``name`` (its lines' prefix), ``unit`` (what an input is called), ``chunks`` (the store's folder in
-    ``--output``) and the hooks; its ``loop`` and ``finish`` run through :func:`drive`."""
+    ``--output``) and the hooks; its ``loop`` and ``finish`` run through :func:`drive`. ``args``: the program's
+    arguments, ``args.options`` their :class:`~minidet.apps.outputs.options.OutputOptions` (``options.from_args``)."""
 
     name, unit, chunks = "bulk", "inputs", "chunks"
     restart = False  # a run without --resume replaces the chunks of an earlier one (else it is refused)
@@ -40,6 +40,7 @@ class BulkJob:
 
     def __init__(self, args) -> None:
         self.args = args
+        self.options = args.options  # the run's OutputOptions (the program's parse_args built them)
         cfg = load_cfg(args.config_file, args.opts)
         self.info = dist.from_env()
         self.items, manifest = self.inputs(cfg)
@@ -92,7 +93,7 @@ class BulkJob:
             print(f"{self.name}: weights {predictor.weights_summary}")
             if predictor.classes_summary:
                 print(f"{self.name}: {predictor.classes_summary}")
-        slicing = slicing_of(self.args)
+        slicing = self.options.slicing
         if slicing is None:
             return predictor
         if self.info.is_main:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -44,8 +43,8 @@ from minidet.apps.bulk import dist
 from minidet.apps.bulk.engines import Forward, run_batches
 from minidet.apps.bulk.inputs import find_inputs
 from minidet.apps.bulk.loader import ImageFiles
-from minidet.apps.bulk.sliced import slicing_of
-from minidet.apps.outputs.records import keep_classes, parse_classes, render
+from minidet.apps.outputs.options import OutputOptions
+from minidet.apps.outputs.records import keep_classes, render
 from minidet.apps.outputs.video import is_video
 from minidet.config import ConfigError, load_cfg
 from minidet.imageio import (
@@ -156,7 +155,9 @@ class Detect:
     Built once per actor from ``config_file`` (a file or a config name) and ``opts`` (``KEY VALUE`` overrides), with
     ``minidet infer``'s output options: ``classes`` (``"person,dog"``), ``no_vis`` (default True: no drawing),
     ``vis_thresh``, ``mask_alpha``, ``no_boxes``, ``no_labels``, ``mask_format``, ``polygon_tolerance`` and
-    ``slicing`` (``minidet.slicing.Slicing``'s fields as a dict: sliced inference).
+    ``slicing`` (``minidet.slicing.Slicing``'s fields as a dict: sliced inference); or all of them as one
+    ``options`` (:class:`~minidet.apps.outputs.options.OutputOptions`: how ``minidet infer --engine ray`` hands its
+    own on), which then stands for those keywords.
     ``workdir``: the folder that relative paths (config, weights, images) are relative to; the actor changes into it
     when it exists there.
 
@@ -172,17 +173,20 @@ class Detect:
     def __init__(self, config_file: str, opts: Sequence[str] = (), *, classes: str | None = None,
                  no_vis: bool = True, vis_thresh: float = 0.5, mask_alpha: float = 0.5, no_boxes: bool = False,
                  no_labels: bool = False, mask_format: str = "rle", polygon_tolerance: float = 0.0,
-                 slicing: dict | None = None, workdir: str | None = None) -> None:
+                 slicing: dict | None = None, workdir: str | None = None,
+                 options: OutputOptions | None = None) -> None:
         if workdir and os.path.isdir(workdir):
             os.chdir(workdir)
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
         self.predictor = minidet.Predictor(load_cfg(config_file, opts))
-        if slicing:  # minidet.slicing.Slicing's fields: each image run as tiles, merged
-            self.predictor = SlicedPredictor(self.predictor, Slicing(**slicing))
-        self.keep = parse_classes(classes, self.predictor.class_names)
-        self.options = argparse.Namespace(no_vis=no_vis, vis_thresh=vis_thresh, mask_alpha=mask_alpha,
-                                          no_boxes=no_boxes, no_labels=no_labels, mask_format=mask_format,
-                                          polygon_tolerance=polygon_tolerance)
+        if options is None:  # slicing: minidet.slicing.Slicing's fields (each image run as tiles, merged)
+            options = OutputOptions(classes=classes, no_vis=no_vis, vis_thresh=vis_thresh, mask_alpha=mask_alpha,
+                                    no_boxes=no_boxes, no_labels=no_labels, mask_format=mask_format,
+                                    tolerance=polygon_tolerance, slicing=Slicing(**slicing) if slicing else None)
+        if options.slicing is not None:
+            self.predictor = SlicedPredictor(self.predictor, options.slicing)
+        self.keep = options.keep(self.predictor.class_names)
+        self.options = options
         self.actor = f"{socket.gethostname()}:{os.getpid()}"
         self.seq = 0
 
@@ -505,17 +509,14 @@ class RayEngine:
         print(f"infer: ray: {args.actors} actor{'s' if args.actors > 1 else ''} with {self.gpus:g} GPU each, "
               f"cluster {self.address}", flush=True)
         opts = [*args.opts, *(["MODEL.DEVICE", "cuda"] if self.gpus else [])]  # the GPU Ray gives the actor
-        options = {k: getattr(args, k) for k in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
-                                                 "no_labels", "mask_format", "polygon_tolerance")}
-        if (slicing := slicing_of(args)) is not None:
-            options["slicing"] = dataclasses.asdict(slicing)
         # two tasks queued per actor: the next block is there when one ends, and the first actor to start does not
         # take the blocks of those still starting
         pool = ray.data.ActorPoolStrategy(size=args.actors, max_tasks_in_flight_per_actor=2)
         ds = ray.data.from_arrow(self._blocks(images, batch)).map_batches(
             Detect, batch_size=batch, compute=pool,
             num_gpus=self.gpus or None,  # an actor that dies is restarted, its task rerun (Ray Data's default)
-            fn_constructor_kwargs={"config_file": args.config_file, "opts": opts, "workdir": os.getcwd(), **options})
+            fn_constructor_kwargs={"config_file": args.config_file, "opts": opts, "workdir": os.getcwd(),
+                                   "options": args.options})
         try:
             yield from ds.iter_rows()
         except ray.exceptions.RayError as e:

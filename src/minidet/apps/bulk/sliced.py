@@ -1,5 +1,5 @@
-"""``--slice`` and its options (sliced inference, ``minidet.slicing``) as ``infer`` takes them, and what a sliced
-run says of its tiles (:class:`TileReport`)."""
+"""``--slice`` and its options (sliced inference, ``minidet.slicing``) as ``infer`` takes them (read into the run's
+``Slicing`` by ``outputs.options.from_args``), and what a sliced run says of its tiles (:class:`TileReport`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from minidet.rasters import open_raster
 from minidet.slicing import MATCHES, MAX_TILES, MERGES, Slicing
 
 KEYS = ("slice", "overlap", "merge", "match", "match_thresh", "full_pass")  # what a resumed run must repeat
-# Slicing's fields as the options that set them
-_OPTION = {"size": "--slice", "overlap": "--overlap", "merge": "--merge", "match": "--match",
-           "threshold": "--match-thresh", "max_tiles": "--max-tiles"}
 # where stderr is no terminal (a log file, a pipe), the tile a sliced run is at is a line at most this often
 TILE_LINE_EVERY = 30.0
 
@@ -38,11 +35,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help=f"--slice: refuse an image whose tiles are more than N (default {MAX_TILES})")
 
 
-def image_reader(args: argparse.Namespace):
-    """How the loader reads an input: with ``--slice``, a georeferenced raster (a GeoTIFF, with the geo extra) as a
-    ``RasterImage`` whose tiles are read window by window; everything else, and every input without ``--slice``,
-    decoded whole (``read_image``)."""
-    if getattr(args, "slice", None) is None:
+def image_reader(slicing: Slicing | None):
+    """How the loader reads an input: with ``slicing`` (``--slice``), a georeferenced raster (a GeoTIFF, with the geo
+    extra) as a ``RasterImage`` whose tiles are read window by window; everything else, and every input without
+    ``slicing``, decoded whole (``read_image``)."""
+    if slicing is None:
         return read_image
 
     def read(path: str, max_pixels: int):
@@ -50,20 +47,6 @@ def image_reader(args: argparse.Namespace):
         return raster if raster is not None else read_image(path, max_pixels)
 
     return read
-
-
-def slicing_of(args: argparse.Namespace, p: argparse.ArgumentParser | None = None) -> Slicing | None:
-    """The ``Slicing`` the options ask for (None without ``--slice``); a bad value is ``p.error``'s one line."""
-    if getattr(args, "slice", None) is None:  # eval's arguments have no --slice
-        return None
-    try:
-        return Slicing(args.slice, args.overlap, args.merge, args.match, args.match_thresh, args.full_pass,
-                       args.max_tiles)
-    except ValueError as e:
-        if p is None:
-            raise
-        field, _, what = str(e).partition(" ")  # Slicing names the field first: say the option instead
-        p.error(f"{_OPTION.get(field, field)} {what}")
 
 
 class TileReport:

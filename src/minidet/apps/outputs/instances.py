@@ -13,11 +13,10 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from minidet.apps.outputs.options import MASK_FORMATS
 from minidet.apps.outputs.polygons import encode_polygons
 from minidet.apps.outputs.rle import encode_masks
 from minidet.masks import BoxMasks
-
-MASK_FORMATS = ("rle", "polygon", "none")  # COCO RLE of the frame, COCO polygons (outlines, holes filled), none
 
 
 def segmentations(masks, mask_format: str = "rle", tolerance: float = 0.0) -> list | None:

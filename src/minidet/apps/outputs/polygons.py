@@ -17,8 +17,6 @@ import numpy as np
 
 from minidet.masks import BoxMasks
 
-MAX_TOLERANCE = 10_000.0  # pixels: past any outline's size (OpenCV refuses a simplification from 1e30 up)
-
 
 def _lattice(crop: np.ndarray) -> np.ndarray:
     """Each pixel (y, x) of ``crop`` as the 3 x 3 block at (2y, 2x) of a (2h + 1) x (2w + 1) uint8 lattice: its

@@ -44,12 +44,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from minidet import __version__
-from minidet.apps.outputs.instances import MASK_FORMATS
-from minidet.apps.outputs.polygons import MAX_TOLERANCE
-from minidet.apps.outputs.records import parse_classes
+from minidet.apps.outputs.options import MASK_FORMATS, MAX_TOLERANCE, OutputOptions, parse_classes
+from minidet.apps.serve import protocol
 from minidet.apps.serve.metrics import Metrics
 from minidet.apps.serve.pool import Job, Pool, QueueFull
-from minidet.apps.serve.worker import Options
 from minidet.errors import ConfigError
 from minidet.imageio import ImageReadError, check_image_bytes
 
@@ -169,9 +167,10 @@ async def form_image(request: Request, body: bytes) -> tuple[bytes, str]:
 
 @dataclass(frozen=True)
 class Param:
-    """A query parameter of ``POST /predict``: the :class:`~minidet.apps.serve.worker.Options` field it sets, what
-    it takes (said in its refusal), and ``read(value, class names)``: the field's value, ValueError when the value
-    is out of its range (with a message, or empty for the refusal to say what it takes)."""
+    """A query parameter of ``POST /predict``: the field it sets (the request's ``file``, or one of its
+    :class:`~minidet.apps.outputs.options.OutputOptions`), what it takes (said in its refusal), and ``read(value,
+    class names)``: the field's value, ValueError when the value is out of its range (with a message, or empty for
+    the refusal to say what it takes)."""
 
     field: str
     takes: str
@@ -198,11 +197,13 @@ def one_of(choices: Iterable[str]) -> Callable[[str, list[str]], str]:
     return read
 
 
-def class_set(value: str, names: list[str]) -> set[int] | None:
+def known_classes(value: str, names: list[str]) -> str:
+    """``value`` when it names classes of the model (the worker reads them again: ``OutputOptions.keep``)."""
     try:
-        return parse_classes(value, names)
+        parse_classes(value, names)
     except ConfigError as e:
         raise ValueError(str(e).replace("--classes: ", "")) from None
+    return value
 
 
 def text(longest: int) -> Callable[[str, list[str]], str]:
@@ -214,7 +215,7 @@ def text(longest: int) -> Callable[[str, list[str]], str]:
 
 
 QUERY = {  # POST /predict's query parameters, each checked against its range by parse_options
-    "classes": Param("keep", "the model's class names, comma-separated", class_set),
+    "classes": Param("classes", "the model's class names, comma-separated", known_classes),
     "score_thresh": Param("score_thresh", "a number from 0 to 1", number(0.0, 1.0)),
     "mask_format": Param("mask_format", f"one of {', '.join(MASK_FORMATS)}", one_of(MASK_FORMATS)),
     "tolerance": Param("tolerance", f"a number of pixels from 0 to {MAX_TOLERANCE:g}", number(0.0, MAX_TOLERANCE)),
@@ -222,9 +223,9 @@ QUERY = {  # POST /predict's query parameters, each checked against its range by
 }
 
 
-def parse_options(query: QueryParams, class_names: list[str]) -> Options:
-    """The query's options (:class:`~minidet.apps.serve.worker.Options`); HTTPException 400 naming the parameter
-    that is unknown, given twice or out of its range (and the range)."""
+def parse_options(query: QueryParams, class_names: list[str]) -> tuple[str, OutputOptions]:
+    """The query's ``file`` name ("": none) and output options; HTTPException 400 naming the parameter that is
+    unknown, given twice or out of its range (and the range)."""
     values = {}
     for name, value in query.multi_items():
         param = QUERY.get(name)
@@ -238,7 +239,7 @@ def parse_options(query: QueryParams, class_names: list[str]) -> Options:
         except ValueError as e:
             shown = value if len(value) <= 100 else value[:100] + "..."
             raise HTTPException(400, f"{name}: {str(e) or param.takes + ', got ' + repr(shown)}") from None
-    return Options(**values)
+    return values.pop("file", ""), OutputOptions(**values)
 
 
 def server_timing(times: dict[str, float]) -> str:
@@ -296,7 +297,7 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
         if length.isdigit() and int(length) > settings.max_bytes:
             return error(413, limit)
         try:
-            options = parse_options(request.query_params, pool.facts["class_names"])
+            file, options = parse_options(request.query_params, pool.facts["class_names"])
             try:
                 body = await read_capped(request, settings.max_bytes)
             except ClientDisconnect:
@@ -308,10 +309,10 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             data = body
             if ctype == "multipart/form-data":
                 data, filename = await form_image(request, body)
-                options.file = request.query_params.get("file", filename)
+                file = request.query_params.get("file", filename)
         except HTTPException as e:
             return error(e.status_code, e.detail)
-        name = options.file or "image"
+        name = file or "image"
         if not data:
             return error(400, f"{name}: empty body (0 bytes): send the image's encoded bytes")
         try:
@@ -319,7 +320,7 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
         except ImageReadError as e:
             return error(413 if e.too_large else 400, str(e))
         loop = asyncio.get_running_loop()
-        job = Job(data, options, loop, loop.create_future())
+        job = Job(protocol.Request(data, file, options), loop, loop.create_future())
         try:
             pool.submit(job)
         except QueueFull:
@@ -333,20 +334,18 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
                 pool.release(job)
                 job.future.cancel()
                 return timed_out(time.monotonic() - job.queued)
-        result = await job.future
-        if result[0] == "timeout":
-            return timed_out(result[1])
-        kind, payload, *rest = result
-        times = rest[-1] if rest else {}
-        if kind == "ok":
+        answer = await job.future
+        if isinstance(answer, protocol.Timeout):
+            return timed_out(answer.waited)
+        if isinstance(answer, protocol.Result):
+            times = answer.times
             metrics.observe_times(times)
             observed.append(sum(v for k, v in times.items() if k != "serialize"))
             del observed[:-50]
             metrics.queue_wait.observe(job.waited)
             headers = {"Server-Timing": server_timing({"queue": job.waited, **times})}
-            return Response(payload, media_type="application/json", headers=headers)
-        status, line = payload, rest[0]
-        return error(status, line)
+            return Response(answer.body, media_type="application/json", headers=headers)
+        return error(answer.status, answer.line)  # ClientError, ServerError
 
     observed: list[float] = []  # the last requests' model seconds, for Retry-After
 

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from minidet.apps.serve.worker import Options, Spec, worker_main
+from minidet.apps.serve.protocol import STOP, Answer, Failed, Ready, Request, ServerError, Timeout
+from minidet.apps.serve.worker import Spec, worker_main
 
 _STOP = object()  # put once per worker thread when the pool closes
 RESTART_PAUSE_S = 1.0  # between failed starts of a replacement worker
@@ -30,11 +31,11 @@ class QueueFull(Exception):
 
 @dataclass
 class Job:
-    """One request in the pool: its image bytes and options, when it was queued, the future the event loop awaits.
-    ``started``/``dropped`` (under ``lock``): whether a worker took it, whether its waiter gave up first."""
+    """One request in the pool: what its worker is sent (``request``: the image's bytes and options), when it was
+    queued, the future the event loop awaits (its ``protocol.Answer``). ``started``/``dropped`` (under ``lock``):
+    whether a worker took it, whether its waiter gave up first."""
 
-    data: bytes
-    options: Options
+    request: Request
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queued: float = field(default_factory=time.monotonic)
@@ -61,7 +62,7 @@ class Job:
             self.dropped = True
             return True
 
-    def resolve(self, result: tuple) -> None:
+    def resolve(self, result: Answer) -> None:
         """Hand ``result`` to the waiter (from any thread; nothing when the server's event loop is gone)."""
         def settle():
             if not self.future.done():
@@ -80,8 +81,8 @@ class Job:
 
 class Pool:
     """``n`` worker processes built from ``spec`` (each with its own model), a queue of at most ``max_queue`` waiting
-    requests; a request that waited more than ``timeout`` seconds (0: no limit) is answered ``("timeout", seconds
-    waited)`` instead of being run. ``on_ready(facts)`` is called once the first worker is warmed up,
+    requests; a request that waited more than ``timeout`` seconds (0: no limit) is answered ``protocol.Timeout``
+    instead of being run. ``on_ready(facts)`` is called once the first worker is warmed up,
     ``on_fatal(line)`` when the first worker cannot load the model (a bad config or checkpoint: every worker would
     fail alike), ``on_restart(line)`` when a worker died or a replacement failed to start."""
 
@@ -145,7 +146,7 @@ class Pool:
             except queue.Empty:
                 break
             if job is not _STOP and job.drop():
-                job.resolve(("error", 503, "the server stopped before a worker took this request; it was not run", {}))
+                job.resolve(ServerError("the server stopped before a worker took this request; it was not run", 503))
                 self.release(job)
         for _ in self._threads:
             self.queue.put(_STOP)
@@ -169,11 +170,11 @@ class Pool:
         self._procs[slot] = proc
         theirs.close()
         try:
-            kind, payload = ours.recv()
+            said = ours.recv()
         except (EOFError, OSError):
             proc.join(5)
-            kind, payload = "failed", f"the worker process ended while loading the model (exit code {proc.exitcode})"
-        if kind != "ready":
+            said = Failed(f"the worker process ended while loading the model (exit code {proc.exitcode})")
+        if not isinstance(said, Ready):
             proc.join(5)
             ours.close()
             self._tried_once(slot)
@@ -181,19 +182,19 @@ class Pool:
                 return None
             first = self.facts is None
             if first and self.on_fatal is not None:
-                self.on_fatal(payload)
+                self.on_fatal(said.line)
             elif self.on_restart is not None:
-                self.on_restart(f"worker {slot} failed to start: {payload}")
+                self.on_restart(f"worker {slot} failed to start: {said.line}")
             return None
         self.pids[slot] = proc.pid
         with self._lock:
             self.ready_workers += 1
             first = self.facts is None
             if first:
-                self.facts = payload
+                self.facts = said.facts
         self._tried_once(slot)
         if first and self.on_ready is not None:
-            self.on_ready(payload)
+            self.on_ready(said.facts)
         return proc, ours
 
     def _tried_once(self, slot: int) -> None:
@@ -229,14 +230,14 @@ class Pool:
                 return self._died_idle(slot, proc, conn, None)
             if job is _STOP:
                 try:
-                    conn.send(None)
+                    conn.send(STOP)
                 except OSError:
                     pass
                 return False
             waited = time.monotonic() - job.queued
             if self.timeout and waited > self.timeout:
                 if job.drop():
-                    job.resolve(("timeout", waited))
+                    job.resolve(Timeout(waited))
                 self.release(job)
                 continue
             if not job.take():
@@ -245,7 +246,7 @@ class Pool:
             try:
                 if not proc.is_alive():
                     raise BrokenPipeError
-                conn.send((job.data, job.options))
+                conn.send(job.request)
             except OSError:  # it died while idle: the request was never run, the next worker takes it
                 return self._died_idle(slot, proc, conn, job)
             try:
@@ -256,7 +257,7 @@ class Pool:
                 why = f"the worker running this request died (exit code {code}); a new worker is starting"
                 if self._closing:
                     why = "the server stopped before this request's worker answered it"
-                job.resolve(("error", 503 if self._closing else 500, why, {}))
+                job.resolve(ServerError(why, 503 if self._closing else 500))
                 self.release(job)
                 conn.close()
                 if self.on_restart is not None and not self._closing:
@@ -269,7 +270,7 @@ class Pool:
         """The worker of ``slot`` died between two requests; ``job`` (taken, never sent to it) waits for the next
         worker. True: start another."""
         if job is not None and self._closing:
-            job.resolve(("error", 503, "the server stopped before a worker took this request; it was not run", {}))
+            job.resolve(ServerError("the server stopped before a worker took this request; it was not run", 503))
             self.release(job)
         elif job is not None:
             job.untake()

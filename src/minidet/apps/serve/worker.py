@@ -1,10 +1,10 @@
 """A model worker of ``minidet serve``: one process with its own model and thread count, answering one request at a
 time over a pipe (:func:`worker_main`), one image per forward, so that an answer never depends on another request.
 
-The pipe's messages: the worker says ``("ready", facts)`` once its model is loaded and warmed up (or ``("failed",
-line)``), then answers each ``(image bytes, options)`` with :func:`answer`'s tuple (any failure while answering one
-is that request's 500, and the worker goes on); ``None`` or the pipe's end stops it. It ignores SIGINT and SIGTERM:
-the server that owns it stops it when the requests in flight are answered (or killed when their grace is over)."""
+The pipe's messages are ``protocol``'s: the worker says ``Ready`` once its model is loaded and warmed up (or
+``Failed``), then answers each ``Request`` with :func:`answer`'s ``Answer`` (any failure while answering one is that
+request's 500, and the worker goes on); ``STOP`` or the pipe's end stops it. It ignores SIGINT and SIGTERM: the
+server that owns it stops it when the requests in flight are answered (or killed when their grace is over)."""
 
 from __future__ import annotations
 
@@ -17,24 +17,12 @@ from dataclasses import dataclass
 import torch
 
 from minidet.apps.outputs.records import dumps_record, keep_classes, keep_scores, to_record
+from minidet.apps.serve.protocol import STOP, Answer, ClientError, Failed, Ready, Request, Result, ServerError
 from minidet.config import CfgNode
 from minidet.errors import MinidetError
 from minidet.imageio import ImageReadError, read_image_bytes
 
 WARMUP_SIZE = (480, 640)  # the warm-up image (the config's resize takes it to the model's size)
-
-
-@dataclass
-class Options:
-    """What one request asks beyond its image: the ``file`` name its record carries, the class indices to keep
-    (None: all), the lowest score returned, ``mask_format`` (``rle``, ``polygon`` or ``none``) and the polygons'
-    ``tolerance`` in pixels."""
-
-    file: str = ""
-    keep: set[int] | None = None
-    score_thresh: float = 0.0
-    mask_format: str = "rle"
-    tolerance: float = 0.0
 
 
 @dataclass
@@ -69,38 +57,38 @@ def load(spec: Spec):
     return predictor, facts
 
 
-def answer(predictor, data: bytes, options: Options, max_pixels: int, debug: bool = False) -> tuple:
-    """One request: ``("ok", JSON bytes, seconds by stage)``, the body being the record ``minidet infer`` writes for
-    this image (``outputs.records``: the same serializer); or ``("error", HTTP status, message, seconds)`` (the
-    server's ``app.error`` makes it one line):
-    413 for an image over ``INPUT.MAX_PIXELS``, 400 for bytes that do not decode or an image the model refuses,
-    500 for any other failure (of the model, of the serializer, ...): the worker goes on to the next request."""
+def answer(predictor, request: Request, max_pixels: int, debug: bool = False) -> Answer:
+    """One request: its :class:`~minidet.apps.serve.protocol.Result`, the body being the record ``minidet infer``
+    writes for this image (``outputs.records``: the same serializer); or a ``ClientError`` (413 for an image over
+    ``INPUT.MAX_PIXELS``, 400 for bytes that do not decode or an image the model refuses), or a ``ServerError`` (500)
+    for any other failure (of the model, of the serializer, ...): the worker goes on to the next request."""
     try:
-        return _answer(predictor, data, options, max_pixels)
+        return _answer(predictor, request, max_pixels)
     except Exception as e:  # noqa: BLE001 - this request's failure: answered, and the worker goes on
         if debug:
             traceback.print_exc()
-        return "error", 500, f"{type(e).__name__}: {e}", {}
+        return ServerError(f"{type(e).__name__}: {e}")
 
 
-def _answer(predictor, data: bytes, options: Options, max_pixels: int) -> tuple:
+def _answer(predictor, request: Request, max_pixels: int) -> Answer:
+    options = request.options
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     try:
-        image = read_image_bytes(data, options.file or "image", max_pixels, on_warning=lambda line: None)
+        image = read_image_bytes(request.data, request.file or "image", max_pixels, on_warning=lambda line: None)
     except ImageReadError as e:
-        return "error", 413 if e.too_large else 400, str(e), times
+        return ClientError(413 if e.too_large else 400, str(e))
     times["decode"] = time.perf_counter() - t0
     try:
         out = predictor(image)
     except ValueError as e:  # the documented input checks (an image too small for the model, ...)
-        return "error", 400, str(e), times
+        return ClientError(400, str(e))
     times.update(out.pop("timings"))
     t1 = time.perf_counter()
-    out = keep_scores(keep_classes(out, options.keep), options.score_thresh)
-    body = dumps_record(to_record(options.file, image, out, options.mask_format, options.tolerance)).encode()
+    out = keep_scores(keep_classes(out, options.keep(predictor.class_names)), options.score_thresh)
+    body = dumps_record(to_record(request.file, image, out, options.mask_format, options.tolerance)).encode()
     times["serialize"] = time.perf_counter() - t1
-    return "ok", body, times
+    return Result(body, times)
 
 
 def worker_main(conn, spec: Spec) -> None:
@@ -112,24 +100,23 @@ def worker_main(conn, spec: Spec) -> None:
     try:
         predictor, facts = load(spec)
     except (MinidetError, OSError) as e:
-        conn.send(("failed", " ".join(str(e).split())))
+        conn.send(Failed(" ".join(str(e).split())))
         return
     except Exception as e:  # noqa: BLE001 - any other failure to load: one line for the server to print
         if spec.debug:
             traceback.print_exc()
-        conn.send(("failed", " ".join(f"{type(e).__name__}: {e}".split())))
+        conn.send(Failed(" ".join(f"{type(e).__name__}: {e}".split())))
         return
-    conn.send(("ready", facts))
+    conn.send(Ready(facts))
     max_pixels = facts["max_pixels"]
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):  # the server is gone
             return
-        if message is None:
+        if message is STOP:
             return
-        data, options = message
         try:
-            conn.send(answer(predictor, data, options, max_pixels, spec.debug))
+            conn.send(answer(predictor, message, max_pixels, spec.debug))
         except (BrokenPipeError, OSError):
             return

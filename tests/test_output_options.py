@@ -1,0 +1,39 @@
+"""The output options (``minidet.apps.outputs.options``): built once from a program's arguments, frozen, and sent
+as they are to a Ray actor or a server worker (pickled); the server's pipe messages are the same objects on both
+sides."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+from minidet.apps import eval_coco, infer
+from minidet.apps.outputs.options import OutputOptions
+from minidet.apps.serve.protocol import Request, ServerError
+
+REQUIRED = ["--config-file", "c.yaml", "--input", "a.jpg", "--output", "o"]
+
+
+def test_infer_and_eval_build_their_options_once_from_their_arguments():
+    args = infer.parse_args([*REQUIRED, "--classes", "person,dog", "--no-vis", "--mask-format", "polygon",
+                             "--polygon-tolerance", "1.5", "--slice", "512", "--overlap", "0.25", "--full-pass"])
+    o = args.options
+    assert (o.classes, o.no_vis, o.mask_format, o.tolerance, o.score_thresh) == ("person,dog", True, "polygon", 1.5, 0)
+    assert (o.slicing.size, o.slicing.overlap, o.slicing.full_pass, o.slicing.merge) == (512, 0.25, True, "nmm")
+    assert infer.parse_args(REQUIRED).options == OutputOptions()  # the defaults are infer's
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.no_vis = False  # type: ignore[misc]
+    args = eval_coco.parse_args(["--ann", "a.json", "--results", "r.json", "--output", "o", "--mask-format", "none"])
+    assert args.options == OutputOptions(mask_format="none")  # eval has --mask-format alone
+
+
+def test_options_and_pipe_messages_survive_pickling():
+    args = infer.parse_args([*REQUIRED, "--slice", "256", "--classes", "person"])
+    assert pickle.loads(pickle.dumps(args.options)) == args.options  # what a Ray actor is given
+    request = Request(b"\x89PNG", "a.png", OutputOptions(classes="person", score_thresh=0.5))
+    assert pickle.loads(pickle.dumps(request)) == request  # what a server worker is sent
+    assert pickle.loads(pickle.dumps(ServerError("boom"))).status == 500
+    assert OutputOptions(classes="Person, DOG").keep(["__background__", "person", "cat", "dog"]) == {1, 3}
+    assert OutputOptions().keep(["person"]) is None
