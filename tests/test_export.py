@@ -22,6 +22,7 @@ import torch
 
 import minidet
 from helpers import ROOT, call_tool, config, images_bgr, load_tool, needs_extra, one_error_line
+from minidet import runtimes
 from minidet.apps.bench.reference import build_tv, legacy_v1_state_dict
 from minidet.testing.checkpoints import (
     REFERENCE,
@@ -301,13 +302,11 @@ def _minidet_meta(sha: str = "none", version: str = minidet.__version__) -> dict
             "minidet.weights_sha256": sha, "minidet.weights": "/somewhere/model.pth"}
 
 
-RUNTIMES = ["onnxruntime"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
+RUNTIMES = [rt for rt in runtimes.RUNTIMES if importlib.util.find_spec(rt)]  # the installed ones (module: its name)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_refusals_are_one_line(tmp_path, runtime):
-    from minidet import runtimes
-
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(b"\x08\x07" + bytes(range(256)) * 40)
     cases = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -21,8 +21,16 @@ from .rpn import RPN
 from .timing import StageTimer
 from .transform import ImageBatch, Transform
 
-if TYPE_CHECKING:
-    from .export.runtime import ExportedNetwork
+
+class Network(Protocol):
+    """What may run in place of the eager network (``export.runtime``'s ``ExportedNetwork``: an exported graph
+    under a runtime); typed here so that the engine does not import the exporter."""
+
+    def takes(self, images: ImageBatch) -> bool:
+        """Whether the padded chunk ``images`` fits the graph (else the eager network runs it)."""
+
+    def __call__(self, images: ImageBatch) -> list[Detections]:
+        """Per image of the padded chunk its ``Detections`` before post-processing."""
 
 
 class MaskRCNN(nn.Module):
@@ -58,19 +66,19 @@ class MaskRCNN(nn.Module):
         return self
 
     @property
-    def network(self) -> ExportedNetwork | None:
+    def network(self) -> Network | None:
         """What runs in place of the eager network (``_detect``): an exported graph (``export.runtime``'s
         ``ExportedNetwork``), or None for the eager network. Set with ``use_network`` or ``running``."""
         return self._network
 
-    def use_network(self, network: ExportedNetwork | None) -> MaskRCNN:
+    def use_network(self, network: Network | None) -> MaskRCNN:
         """Run ``network`` (an ``ExportedNetwork``: a padded chunk in, per image its ``Detections`` out) in place of
         the eager network from now on; None: the eager network again."""
         self._network = network
         return self
 
     @contextlib.contextmanager
-    def running(self, network: ExportedNetwork | None) -> Iterator[MaskRCNN]:
+    def running(self, network: Network | None) -> Iterator[MaskRCNN]:
         """``with model.running(network):`` the block runs ``network`` (None: the eager network); the one set
         before is back after it."""
         saved, self._network = self._network, network

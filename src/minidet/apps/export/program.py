@@ -190,18 +190,23 @@ def verification_images(paths: list[str] | None, max_pixels: int) -> tuple[list[
     return synthetic + blank, f"synthetic (no {PHOTOS})"
 
 
+# what the eager model of an export runs with, whatever the config and the overrides say
+EAGER_ON_CPU = ["TEST.AMP", "", "MODEL.DEVICE", "cpu", "MODEL.RUNTIME", "torch", "MODEL.GRAPH", "",
+                "MODEL.GRAPH_SHA256", "", "MODEL.RUNTIME_PRECISION", "fp32"]
+
+
 def source_config(args: argparse.Namespace) -> tuple[minidet.config.CfgNode, list[str]]:
-    """The eager model's config (on the CPU, float32, its own runtime) and what was changed for that."""
-    cfg = minidet.get_cfg(args.config_file)
-    cfg.merge_from_list(args.opts)
+    """The eager model's config (``load_cfg``: the config, the overrides, then ``EAGER_ON_CPU``) and what was
+    changed for that (the notes read the config and the overrides as given; only the eager model's is validated)."""
+    asked = minidet.get_cfg(args.config_file)
+    asked.merge_from_list(args.opts)
     notes = []
-    if cfg.TEST.AMP:
-        notes.append(f"TEST.AMP {cfg.TEST.AMP}: the graph runs float32 and is checked against float32 eager")
-    if cfg.MODEL.DEVICE != "cpu":
-        notes.append(f"MODEL.DEVICE {cfg.MODEL.DEVICE}: exported and checked on the CPU (ONNX Runtime's CPU kernels)")
-    cfg.merge_from_list(["TEST.AMP", "", "MODEL.DEVICE", "cpu", "MODEL.RUNTIME", "torch", "MODEL.GRAPH", "",
-                         "MODEL.GRAPH_SHA256", "", "MODEL.RUNTIME_PRECISION", "fp32"])
-    return cfg, notes
+    if asked.TEST.AMP:
+        notes.append(f"TEST.AMP {asked.TEST.AMP}: the graph runs float32 and is checked against float32 eager")
+    if asked.MODEL.DEVICE != "cpu":
+        notes.append(f"MODEL.DEVICE {asked.MODEL.DEVICE}: exported and checked on the CPU (ONNX Runtime's CPU "
+                     "kernels)")
+    return minidet.load_cfg(args.config_file, [*args.opts, *EAGER_ON_CPU]), notes
 
 
 def weights_reference(value: str, resolved: str | None, output: str) -> str:
@@ -368,8 +373,7 @@ def check(args: argparse.Namespace) -> int:
     path = os.path.join(args.check, "config.yaml")
     if not os.path.isfile(path):
         raise ConfigError(f"--check {args.check}: no config.yaml there (the folder `minidet export --output` wrote)")
-    cfg = minidet.get_cfg(path)
-    cfg.merge_from_list(args.opts)
+    cfg = minidet.load_cfg(path, args.opts)
     if cfg.MODEL.RUNTIME == "torch":
         raise ConfigError(f"--check {args.check}: its config runs MODEL.RUNTIME torch, no exported graph")
     images, image_source = verification_images(args.images, cfg.INPUT.MAX_PIXELS)
