@@ -272,6 +272,7 @@ def test_killed_run_resumes_to_the_same_files(reference, weights, tmp_path, capf
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # two ranks, each on a core of its own
 def test_torchrun_two_processes_equal_one(reference, weights, tmp_path):
     ref_out, _ = reference
     out = tmp_path / "out"

@@ -128,6 +128,7 @@ def test_inputs_keep_their_folders(reference, tree, tv_file, tmp_path, capfd):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # two ranks, each on a core of its own
 def test_torchrun_two_processes_equal_one(reference, tree, tv_file, tmp_path):
     out = tmp_path / "out"
     launcher = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")

@@ -43,7 +43,9 @@ GOOD = 4  # coco_tiny images; a bad file sorts between the second and the third:
 BAD = "000000020000_bad.jpg"
 
 needs_ray = needs_extra("ray", "ray")
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")]
+# one process of the parallel part runs this file (one Ray cluster) and the int8 export (conftest.int8_export)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("int8"),
+              pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")]
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +226,7 @@ def test_a_cluster_that_cannot_be_reached_is_one_line_within_seconds(images, tv_
 
 
 @needs_ray
+@pytest.mark.serial  # no Ray cluster may run on this machine meanwhile: none of the parallel part's
 def test_auto_without_a_cluster_is_one_line_within_seconds(images, tv_file, tmp_path):
     """``--ray-address auto`` with no cluster on this machine, or only the address file of one that is gone (a
     killed ``ray start``): one line in minidet's words naming --ray-address, within seconds, and no output folder.

@@ -21,6 +21,7 @@ from minidet.runtimes import PRECISIONS, precision_problem
 for _module, _extra in (("onnx", "export"), ("onnxscript", "export"), ("openvino", "openvino"), ("nncf", "int8")):
     needs_extra(_module, _extra)
 EXPORT = ROOT / "tools" / "export.py"
+pytestmark = pytest.mark.xdist_group("int8")  # conftest.int8_export: made once
 THREADS = torch.get_num_threads()
 
 
@@ -173,7 +174,7 @@ def test_int8_folder_runs_in_infer_and_eval_and_checks_where_it_runs(int8_export
         r = call_tool(ROOT / "tools" / "infer.py", "--config-file", str(out / "config.yaml"), "--input",
                       str(images[0]), "--output", str(tmp_path / value), "--workers", "0", key, value, capture=capfd)
         assert r.returncode == 2 and words in one_error_line(r.stderr), r.stderr
-    damaged = tmp_path / "damaged"
+    damaged = out.parent / f"damaged-{tmp_path.name}"  # beside the export: its config's weights (../tv.pth) hold
     shutil.copytree(out, damaged)
     weights = bytearray((damaged / "model.bin").read_bytes())
     weights[len(weights) // 2] ^= 1

@@ -25,6 +25,7 @@ from minidet.apps.synthetic import structured_image
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "torchvision/maskrcnn_resnet50_fpn"
+pytestmark = pytest.mark.serial  # signals sent at moments the wall clock picks
 SMALL = ["INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "240", "MODEL.RPN.POST_NMS_TOPK_TEST", "50",
          "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "10"]
 # the code of the installed console script (`minidet ...`), run on the minidet these tests import

@@ -30,7 +30,7 @@ from helpers import ROOT, images_bgr, needs_extra, run_tool
 from procs import descendants, survivors
 from servers import START_S, Server, multipart
 
-pytestmark = needs_extra("starlette", "serve")
+pytestmark = [needs_extra("starlette", "serve"), pytest.mark.serial]  # real servers: timeouts, grace, signals
 
 CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
 SMALL = ["INPUT.MIN_SIZE_TEST", "320", "INPUT.MAX_SIZE_TEST", "512"]
