@@ -2,8 +2,9 @@
 
 ``tools/test.sh`` runs the suite in two parts: the tests not marked ``serial`` in parallel processes (pytest-xdist,
 ``--part parallel``), then those marked ``serial`` (timed by the wall clock) in one process (``--part serial``); a
-plain ``pytest`` runs them all in one process (``--part all``). Tests that share a costly session fixture carry
-``xdist_group("int8")``, so that one process makes it (``--dist loadgroup``).
+plain ``pytest`` runs them all in one process (``--part all``). The int8 export is made once per run whichever
+processes ask for it (``_made_once``); test_infer_ray.py's tests carry ``xdist_group("ray")`` (``--dist loadgroup``):
+one process runs them, with one Ray cluster.
 
 Each checkpoint is torchvision's own Mask R-CNN as its builder initializes it after
 ``torch.manual_seed(0)`` (``minidet.apps.bench.reference.tv_init_state``), built once per session and

@@ -43,8 +43,8 @@ GOOD = 4  # coco_tiny images; a bad file sorts between the second and the third:
 BAD = "000000020000_bad.jpg"
 
 needs_ray = needs_extra("ray", "ray")
-# one process of the parallel part runs this file (one Ray cluster) and the int8 export (conftest.int8_export)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("int8"),
+# one process of the parallel part runs this file: one Ray cluster on the machine at a time
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"),
               pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")]
 
 

@@ -21,7 +21,6 @@ from minidet.runtimes import PRECISIONS, precision_problem
 for _module, _extra in (("onnx", "export"), ("onnxscript", "export"), ("openvino", "openvino"), ("nncf", "int8")):
     needs_extra(_module, _extra)
 EXPORT = ROOT / "tools" / "export.py"
-pytestmark = pytest.mark.xdist_group("int8")  # conftest.int8_export: made once
 THREADS = torch.get_num_threads()
 
 

@@ -97,7 +97,7 @@ def structured_image(height: int, width: int, seed: int = 0) -> np.ndarray:
 
 @torch.no_grad()
 def strip_norms(model: torch.nn.Module) -> int:
-    """Remove the norm of every conv: the model ``MODEL.NORM ""`` describes; returns the count.
+    """Remove the norm of every conv (the benchmark's ``none`` variant); returns the count.
 
     minidet's config admits only FrozenBN, Affine and GN, so the ``none`` variant is built as a
     FrozenBN model and stripped here. Without a norm minidet builds the ResNet's convs without a

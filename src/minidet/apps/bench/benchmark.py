@@ -237,7 +237,7 @@ def apply_test_settings(model: torch.nn.Module, cfg) -> None:
 
 
 def prepare_without_norm(cfg, weights: str):
-    """``minidet.prepare_model`` for ``MODEL.NORM ""``: built as FrozenBN, stripped, then loaded."""
+    """``minidet.prepare_model`` for the ``none`` variant (no norm layers): built as FrozenBN, stripped, then loaded."""
     cfg = cfg.clone()
     cfg.defrost()
     cfg.merge_from_list(["MODEL.NORM", "FrozenBN", "MODEL.FOLD_NORM", False, "MODEL.WEIGHTS", "none"])
