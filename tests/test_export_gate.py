@@ -101,6 +101,17 @@ def test_two_overlapping_proposals_swapped_at_one_rank_are_a_score_tie():
                               "overlap (IoU 0.875 > NMS threshold 0.7)"), verdict
 
 
+def test_every_box_moved_by_pixels_is_no_swap():
+    """A graph run in bf16 (OpenVINO on an Intel Xeon with AMX): every proposal and detection moved by 3 px. The
+    first pair overlaps above the NMS threshold with nothing above it, the shape of a swap, but no near-tie moves
+    every box: DIFFERS, at the RPN (the swap rule alone called it unstable, and the bf16 gate test failed there)."""
+    e = [150.0, 150.0, 190.0, 210.0]
+    ref = _outputs([B, D, e], *DETS)
+    ours = _outputs([[x + 3.0 for x in box] for box in (B, D, e)], [[x + 3.0 for x in box] for box in DETS[0]],
+                    DETS[1], DETS[2])
+    assert _verdict(ours, ref, _model()) == "DIFFERS at rpn"
+
+
 def test_the_last_place_under_the_cap_between_near_equal_scores_is_a_near_tie():
     """Two detections 1.4e-7 apart in score for the last of 2 places (the cap): whichever a float order ranks
     first is kept; another label at a score 0.01 lower is a difference."""

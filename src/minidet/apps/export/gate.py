@@ -21,6 +21,9 @@ concrete:
   tolerance of the score threshold or of the last place under the cap. Any float order may decide such a
   decision either way (the variants may happen not to), and what follows it (the boxes it suppresses, the last
   places) follows that decision, so the image says nothing about the graph's arithmetic; the verdict names it.
+  A near-tie moves a few boxes, never most of them: where fewer than half of either side's proposals (or
+  detections) have a counterpart, the stage differs wholesale and no near-tie is looked for (a graph computed in
+  bf16 moves every box by pixels; its first moved proposal is no swap).
 
 Several variants, not one: folding keeps eager's convolution kernels (only the weights' rounding changes), so its
 differences from eager are the smallest a float-order change makes; a runtime's own kernels (OpenVINO's brgemm
@@ -206,6 +209,27 @@ def _first_unmatched(ours: torch.Tensor, ref: torch.Tensor, tol: float, same: to
     return int(lone[0]) if len(lone) else len(ours)
 
 
+MOSTLY = 0.5  # the share of each side's boxes with a counterpart below which a stage differs wholesale
+
+
+def _matched_share(ours: torch.Tensor, ref: torch.Tensor, tol: float, same: torch.Tensor | None = None) -> float:
+    """The share of ``ours``' boxes with a box of ``ref`` within ``tol`` px (of the same label where ``same``
+    says which pairs may match); 1.0 for no boxes."""
+    if not len(ours):
+        return 1.0
+    if not len(ref):
+        return 0.0
+    near = torch.cdist(ours.double(), ref.double(), p=float("inf")) <= tol
+    if same is not None:
+        near &= same
+    return float(near.any(dim=1).double().mean())
+
+
+def _wholesale(a: torch.Tensor, b: torch.Tensor, tol: float, same: torch.Tensor | None = None) -> bool:
+    """Whether fewer than ``MOSTLY`` of either side's boxes have a counterpart on the other: no near-tie does that."""
+    return min(_matched_share(a, b, tol, same), _matched_share(b, a, tol, None if same is None else same.T)) < MOSTLY
+
+
 def _apart(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether boxes ``a`` and ``b`` are two boxes, not one moved (``FAR_PX`` apart, as the comparison has it)."""
     return float((a.double() - b.double()).abs().max()) > FAR_PX
@@ -229,7 +253,7 @@ def near_tie(stage: str, ours: Outputs, ref: Outputs, model: MaskRCNN, tol: Tole
     if stage == "rpn":
         rpn, p, q = model.rpn, ref.proposals, ours.proposals
         i, j = _first_unmatched(p, q, tol.box), _first_unmatched(q, p, tol.box)
-        if i == len(p) and j == len(q):
+        if i == len(p) and j == len(q) or _wholesale(p, q, tol.box):
             return ""
         offset = rpn.box_rule.offset
         if i < len(p) and (tie := _nms_tie(p[i], q[:i], rpn.nms_thresh, offset, tol)):
@@ -249,6 +273,8 @@ def near_tie(stage: str, ours: Outputs, ref: Outputs, model: MaskRCNN, tol: Tole
     head, a, b = model.box_predictor, ref.head, ours.head
     same = a.labels[:, None] == b.labels[None, :]
     i, j = _first_unmatched(a.boxes, b.boxes, tol.box, same), _first_unmatched(b.boxes, a.boxes, tol.box, same.T)
+    if _wholesale(a.boxes, b.boxes, tol.box, same):
+        return ""
     offset, cap = head.box_rule.offset, head.detections_per_image
     if i < len(a.boxes) and j < len(b.boxes) and int(a.labels[i]) == int(b.labels[j]):
         iou, gap = float(_iou(a.boxes[i, None], b.boxes[j, None], offset)), abs(float(a.scores[i] - b.scores[j]))
