@@ -481,6 +481,9 @@ def test_openvino_is_told_every_numerics_option(tmp_path, monkeypatch):
 
 
 REUSED = {("torchvision_v1", "FrozenBN"), ("maskrcnn_benchmark", "FrozenBN")}  # exports the later tests take too
+# a reused export's tests in one process of the parallel part (pytest-xdist's loadgroup): exported once, not per process
+REUSING = {"torchvision_v1": pytest.mark.xdist_group("export_tv1"),
+           "maskrcnn_benchmark": pytest.mark.xdist_group("export_mb")}
 
 
 @pytest.fixture(scope="module")
@@ -519,7 +522,8 @@ def assert_judged(report: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("family", "norm"), GATE_CASES)
+@pytest.mark.parametrize(("family", "norm"), [pytest.param(f, n, marks=REUSING[f] if (f, n) in REUSED else ())
+                                              for f, n in GATE_CASES])
 def test_exported_family_passes_the_gate(checkpoints, exports, family, norm):
     """Every family's export passes the gate under ONNX Runtime and OpenVINO (float32, as on every CPU)."""
     model = _model(checkpoints, family, norm)
@@ -533,6 +537,7 @@ def test_exported_family_passes_the_gate(checkpoints, exports, family, norm):
         assert_judged(report)
 
 
+@REUSING["torchvision_v1"]
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="needs the minidet[openvino] extra")
 def test_openvino_in_bf16_fails_the_gate(checkpoints, exports):
@@ -553,6 +558,7 @@ def test_openvino_in_bf16_fails_the_gate(checkpoints, exports):
     assert not report["passed"] and any(c["verdict"] == "DIFFERS" for c in report["images"]), report
 
 
+@REUSING["torchvision_v1"]
 @pytest.mark.slow
 def test_wrong_nms_threshold_fails_the_gate(checkpoints, exports):
     """The exported torchvision graph with its box head's NMS threshold 0.5 moved to 0.45: the gate says so."""
@@ -656,6 +662,7 @@ def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_
     assert copy.model.network.graph.path == str(out.with_name("copy") / "model.onnx")
 
 
+@REUSING["maskrcnn_benchmark"]
 @pytest.mark.slow
 def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, exports, tmp_path, capfd):
     """COCO AP on coco_tiny's first images: the exported graph (ONNX Runtime) and eager minidet."""
@@ -703,6 +710,7 @@ def test_export_writes_nothing_when_the_gate_checks_nothing(tmp_path, capfd):
     assert json.loads((forced / "report.json").read_text())["forced"]
 
 
+@REUSING["maskrcnn_benchmark"]
 @pytest.mark.slow
 def test_sliced_inference_runs_the_graph_tile_by_tile(checkpoints, exports, tmp_path):
     """``--slice`` under an exported graph (ONNX Runtime): each tile is the graph's run of that crop; with merge

@@ -20,7 +20,9 @@ MIN_SIZE, MAX_SIZE = 320, 512
 CONFIGS = {1: "configs/torchvision/maskrcnn_resnet50_fpn.yaml", 2: "configs/torchvision/maskrcnn_resnet50_fpn_v2.yaml"}
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
+# each version's tests in one process of the parallel part (pytest-xdist's loadgroup): its reference is run once
+@pytest.fixture(scope="module", ids=["v1", "v2"],
+                params=[pytest.param(v, marks=pytest.mark.xdist_group(f"parity_tv{v}")) for v in (1, 2)])
 def reference(request, tmp_path_factory):
     version = request.param
     model = build_tv(version, MIN_SIZE, MAX_SIZE)
@@ -83,6 +85,7 @@ def test_same_detections_as_torchvision(reference, norm, fold, channels_last, ro
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("parity_tv1")
 @pytest.mark.parametrize("reference", [1], indirect=True, ids=["v1"])
 def test_v1_current_key_layout_loads_the_same(reference, tmp_path):
     """The published v1 file uses the legacy layout; the current layout must give the same."""

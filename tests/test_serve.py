@@ -30,7 +30,10 @@ from helpers import ROOT, call_tool, images_bgr, needs_extra, run_tool
 from procs import descendants, survivors
 from servers import START_S, Server, multipart
 
-pytestmark = [needs_extra("starlette", "serve"), pytest.mark.serial]  # real servers: timeouts, grace, signals
+pytestmark = needs_extra("starlette", "serve")
+# the tests of real servers' timeouts, grace, signals, load and of the module's shared servers run in the suite's
+# serial part (tools/test.sh); a server's set-up and its token are not timed: those run in the parallel part
+SERIAL = pytest.mark.serial
 
 CONFIG = ROOT / "configs" / "torchvision" / "maskrcnn_resnet50_fpn.yaml"
 SMALL = ["INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "256"]  # size is not what these tests are about
@@ -85,6 +88,7 @@ def infer_records(tmp_path: Path, tv_file, images: list[Path], *extra: str) -> d
     return {p.name: json.loads((out / (p.stem + ".json")).read_text()) for p in images}
 
 
+@SERIAL
 @pytest.mark.slow
 def test_answers_equal_infer_under_concurrent_clients(server, images, tmp_path, tv_file):
     """Eight clients at once, each image sent raw and as a form, in different orders: each answer is infer's record
@@ -135,6 +139,7 @@ def test_answers_equal_infer_under_concurrent_clients(server, images, tmp_path, 
     assert all(isinstance(i["segmentation"], list) for i in polygons["instances"])
 
 
+@SERIAL
 def test_refusals_are_one_json_line_and_the_next_request_is_served(server, images):
     """Each bad request gets its status and a JSON error line before any model runs; a good one is served after."""
     runs = lambda: server.metric('minidet_stage_seconds_count{stage="backbone"}')  # noqa: E731
@@ -170,6 +175,7 @@ def test_refusals_are_one_json_line_and_the_next_request_is_served(server, image
     assert server.metric('minidet_requests_total{endpoint="/predict",status="415"}') == 2
 
 
+@SERIAL
 def test_health_metrics_and_metadata(server, tv_file):
     for path in ("/health/live", "/v2/health/live", "/health/ready", "/v2/health/ready"):
         status, _, body = server.request("GET", path)
@@ -228,6 +234,7 @@ def slow_server(tmp_path_factory, tv_file):
         s.stop()
 
 
+@SERIAL
 @pytest.mark.slow
 def test_full_queue_and_timeout(slow_server, images):
     """A runs; B waits (the queue's one place); C finds the queue full: 429 with Retry-After at once; B waited past
@@ -264,6 +271,7 @@ def test_full_queue_and_timeout(slow_server, images):
     assert s.metric('minidet_rejections_total{reason="timeout"}') == 1
 
 
+@SERIAL
 @pytest.mark.slow
 def test_dead_worker_is_replaced_and_its_request_answered(slow_server, images):
     s, png = slow_server, images[0].read_bytes()
@@ -285,6 +293,7 @@ def test_dead_worker_is_replaced_and_its_request_answered(slow_server, images):
     assert any("died" in line for line in s.err)
 
 
+@SERIAL
 @pytest.mark.slow
 def test_sigterm_answers_the_request_in_flight_then_exits_0(tmp_path, tv_file, images):
     s = Server("--config-file", str(CONFIG), "--threads", "1", "MODEL.WEIGHTS", str(tv_file),
@@ -333,6 +342,7 @@ def robust_server(tmp_path_factory, tv_file):
         assert s.stop() == 0, "".join(s.err)
 
 
+@SERIAL
 @pytest.mark.slow
 def test_query_values_out_of_range_never_take_a_worker_down(robust_server, images):
     """Every query parameter is checked against its range before any model runs: 400 naming it and the range
@@ -371,6 +381,7 @@ def test_query_values_out_of_range_never_take_a_worker_down(robust_server, image
     assert worker_pids(s) == [pid] and s.metric("minidet_worker_restarts_total") == 0, "".join(s.err)
 
 
+@SERIAL
 @pytest.mark.slow
 def test_a_failure_inside_a_worker_is_that_requests_500_and_the_worker_serves_on(tv_file, images):
     """A worker process as the server runs it, sent what the HTTP side would refuse (an unexpected failure: OpenCV
@@ -416,6 +427,7 @@ def raw_upload(server: Server, sent: bytes, length: int, host: str | None = None
     return sock
 
 
+@SERIAL
 @pytest.mark.slow
 def test_a_client_gone_mid_upload_is_one_log_line(robust_server, images):
     s = robust_server
@@ -432,6 +444,7 @@ def test_a_client_gone_mid_upload_is_one_log_line(robust_server, images):
     assert s.predict(images[0].read_bytes())[0] == 200
 
 
+@SERIAL
 @pytest.mark.slow
 def test_host_names_not_the_servers_are_refused(robust_server, images):
     """Without a token, a page of any site whose name is pointed at 127.0.0.1 (DNS rebinding) could read the server
@@ -455,6 +468,7 @@ def test_host_names_not_the_servers_are_refused(robust_server, images):
     assert s.predict(images[0].read_bytes(), headers={"Host": "minidet.test"})[0] == 200
 
 
+@SERIAL
 @pytest.mark.slow
 def test_a_worker_dead_while_idle_is_replaced_before_the_next_request_runs(robust_server, images):
     """The next request waits for the replacement (it used to be handed to the dead worker: 500)."""
@@ -472,6 +486,7 @@ def test_a_worker_dead_while_idle_is_replaced_before_the_next_request_runs(robus
     assert any("died while idle" in line for line in s.err), "".join(s.err)
 
 
+@SERIAL
 @pytest.mark.slow
 def test_sigterm_grace_bounds_an_upload_that_never_ends(tmp_path, tv_file, images):
     """A client sending a byte every 0.2 s kept the server alive, refusing connections, as long as it sent: after
@@ -550,6 +565,7 @@ def _chromium() -> str | None:
     return None
 
 
+@SERIAL
 @needs_extra("playwright", "test")
 def test_page_in_a_real_browser(server, images, tmp_path):
     """The page in headless Chromium: an image chosen in its file field is sent, its masks, boxes and labels are
@@ -600,6 +616,7 @@ def test_page_in_a_real_browser(server, images, tmp_path):
         Path(os.environ["MINIDET_KEEP_SCREENSHOT"]).write_bytes((tmp_path / "page.png").read_bytes())
 
 
+@SERIAL
 @pytest.mark.slow
 def test_load_benchmark_short_run(server, images, tmp_path):
     out = tmp_path / "bench.json"
