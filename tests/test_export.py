@@ -482,8 +482,7 @@ def test_openvino_is_told_every_numerics_option(tmp_path, monkeypatch):
 
 REUSED = {("torchvision_v1", "FrozenBN"), ("maskrcnn_benchmark", "FrozenBN")}  # exports the later tests take too
 # a reused export's tests in one process of the parallel part (pytest-xdist's loadgroup): exported once, not per process
-REUSING = {"torchvision_v1": pytest.mark.xdist_group("export_tv1"),
-           "maskrcnn_benchmark": pytest.mark.xdist_group("export_mb")}
+REUSING = {f: pytest.mark.xdist_group(f"export_{f}") for f, _ in REUSED}
 
 
 @pytest.fixture(scope="module")

@@ -197,37 +197,31 @@ def _iou_noise(box: torch.Tensor, tol: Tolerances) -> float:
     return 2.0 * tol.box * (1.0 / max(w, 1e-3) + 1.0 / max(h, 1e-3))
 
 
-def _first_unmatched(ours: torch.Tensor, ref: torch.Tensor, tol: float, same: torch.Tensor | None = None) -> int:
-    """The index of the first box of ``ours`` (in their order) with no box of ``ref`` within ``tol`` px (of the same
-    label where ``same`` (len(ours), len(ref)) says which pairs may match); ``len(ours)`` when every one has one."""
+def _counterparts(ours: torch.Tensor, ref: torch.Tensor, tol: float, same: torch.Tensor | None = None) -> torch.Tensor:
+    """For each box of ``ours`` (N,), whether a box of ``ref`` lies within ``tol`` px (of the same label where
+    ``same`` (len(ours), len(ref)) says which pairs may match)."""
     if not len(ref):
-        return 0
+        return torch.zeros(len(ours), dtype=torch.bool)
     far = torch.cdist(ours.double(), ref.double(), p=float("inf")) > tol
     if same is not None:
         far |= ~same
-    lone = far.all(dim=1).nonzero().flatten()
-    return int(lone[0]) if len(lone) else len(ours)
+    return ~far.all(dim=1)
+
+
+def _first_unmatched(matched: torch.Tensor) -> int:
+    """The index of the first box without a counterpart (``_counterparts``' answer, in the boxes' order); the
+    count of boxes when every one has one."""
+    lone = (~matched).nonzero().flatten()
+    return int(lone[0]) if len(lone) else len(matched)
 
 
 MOSTLY = 0.5  # the share of each side's boxes with a counterpart below which a stage differs wholesale
 
 
-def _matched_share(ours: torch.Tensor, ref: torch.Tensor, tol: float, same: torch.Tensor | None = None) -> float:
-    """The share of ``ours``' boxes with a box of ``ref`` within ``tol`` px (of the same label where ``same``
-    says which pairs may match); 1.0 for no boxes."""
-    if not len(ours):
-        return 1.0
-    if not len(ref):
-        return 0.0
-    near = torch.cdist(ours.double(), ref.double(), p=float("inf")) <= tol
-    if same is not None:
-        near &= same
-    return float(near.any(dim=1).double().mean())
-
-
-def _wholesale(a: torch.Tensor, b: torch.Tensor, tol: float, same: torch.Tensor | None = None) -> bool:
-    """Whether fewer than ``MOSTLY`` of either side's boxes have a counterpart on the other: no near-tie does that."""
-    return min(_matched_share(a, b, tol, same), _matched_share(b, a, tol, None if same is None else same.T)) < MOSTLY
+def _wholesale(*matched: torch.Tensor) -> bool:
+    """Whether fewer than ``MOSTLY`` of either side's boxes have a counterpart on the other (each side's
+    ``_counterparts``; a side without boxes has them all): no near-tie does that."""
+    return any(len(m) and float(m.double().mean()) < MOSTLY for m in matched)
 
 
 def _apart(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -252,8 +246,9 @@ def near_tie(stage: str, ours: Outputs, ref: Outputs, model: MaskRCNN, tol: Tole
     against the boxes both have above it."""
     if stage == "rpn":
         rpn, p, q = model.rpn, ref.proposals, ours.proposals
-        i, j = _first_unmatched(p, q, tol.box), _first_unmatched(q, p, tol.box)
-        if i == len(p) and j == len(q) or _wholesale(p, q, tol.box):
+        in_q, in_p = _counterparts(p, q, tol.box), _counterparts(q, p, tol.box)
+        i, j = _first_unmatched(in_q), _first_unmatched(in_p)
+        if i == len(p) and j == len(q) or _wholesale(in_q, in_p):
             return ""
         offset = rpn.box_rule.offset
         if i < len(p) and (tie := _nms_tie(p[i], q[:i], rpn.nms_thresh, offset, tol)):
@@ -272,8 +267,9 @@ def near_tie(stage: str, ours: Outputs, ref: Outputs, model: MaskRCNN, tol: Tole
         return ""
     head, a, b = model.box_predictor, ref.head, ours.head
     same = a.labels[:, None] == b.labels[None, :]
-    i, j = _first_unmatched(a.boxes, b.boxes, tol.box, same), _first_unmatched(b.boxes, a.boxes, tol.box, same.T)
-    if _wholesale(a.boxes, b.boxes, tol.box, same):
+    in_b, in_a = _counterparts(a.boxes, b.boxes, tol.box, same), _counterparts(b.boxes, a.boxes, tol.box, same.T)
+    i, j = _first_unmatched(in_b), _first_unmatched(in_a)
+    if _wholesale(in_b, in_a):
         return ""
     offset, cap = head.box_rule.offset, head.detections_per_image
     if i < len(a.boxes) and j < len(b.boxes) and int(a.labels[i]) == int(b.labels[j]):
