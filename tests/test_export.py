@@ -688,7 +688,7 @@ def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, exports, tmp_path, 
 @pytest.mark.slow
 def test_export_writes_nothing_when_the_gate_checks_nothing(tmp_path, capfd):
     """No image with a detection to judge (a blank picture, a threshold nothing passes): status 1, one error
-    line, only report.json; with --force the export is written and marked."""
+    line, only report.json, before anything is traced; with --force the export is written and marked."""
     import cv2
 
     blank = tmp_path / "blank.png"
@@ -697,7 +697,9 @@ def test_export_writes_nothing_when_the_gate_checks_nothing(tmp_path, capfd):
             "MODEL.WEIGHTS", "none", "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "1.0", *map(str, SIZE)]
     out = tmp_path / "out"
     r = call_tool(ROOT / "tools" / "export.py", "--output", str(out), *args, capture=capfd)
-    assert r.returncode == 1 and "nothing exported" in one_error_line(r.stderr), r.stderr
+    line = one_error_line(r.stderr)
+    assert r.returncode == 1 and "the parity gate has nothing to judge" in line and "nothing exported" in line
+    assert "export: graph of" not in r.stdout, r.stdout  # refused before the export traced the model
     assert sorted(p.name for p in out.iterdir()) == ["report.json"]
     report = json.loads((out / "report.json").read_text())
     assert not report["passed"] and not report["written"] and report["images"][0]["eager"] == 0

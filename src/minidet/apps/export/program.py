@@ -29,7 +29,9 @@ pictures of the same sizes where it is absent; photos are not shipped in the pac
 
 The gate's table is printed. When an image's exported detections are not the eager ones, ``model.onnx`` and
 ``config.yaml`` are not written (``report.json`` is), one ``error:`` line says so and the exit status is 1;
-``--force`` writes them anyway, marked in the report and in the config's first line. A bad config, checkpoint
+``--force`` writes them anyway, marked in the report and in the config's first line. Where eager finds no
+detection on any verification image, no gate can judge the graph: the export stops before it traces (``report.json``
+with eager's counts, one ``error:`` line, status 1; ``--force`` exports anyway). A bad config, checkpoint
 or image, or a missing ``minidet[export]`` extra, is one ``error:`` line (status 2). ``--check DIR`` loads
 ``DIR/config.yaml`` as ``minidet infer`` does (overrides such as ``MODEL.RUNTIME openvino`` change what runs) and
 runs the same gate with this machine's runtime and CPU: status 0 when it passes, 1 when it fails.
@@ -231,15 +233,48 @@ def versions(runtime: str) -> dict[str, str]:
             "python": platform.python_version()}
 
 
-def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, report: dict) -> dict:
-    """The parity gate of ``network`` against eager ``model`` (``export_gate.run_gate``), printed, and ``report``
-    with it, what ran the graph (runtime, precision, options) and on which CPU."""
+def eager_counts(model, images: list[tuple[str, np.ndarray]], precision) -> tuple[list[int], object]:
+    """Eager's detection count per verification image, before the export traces anything, and the parity gate's
+    eager references (``gate.eager_references``, made here once) for an exact precision (None for the others, whose
+    drift report runs eager itself; their counts stop at the first image with a detection)."""
+    from minidet.apps.export.gate import eager_references
+
+    if precision.exact:
+        references = eager_references(model, images)
+        return [len(ref.final["scores"]) for ref, _ in references], references
+    counts = []
+    for _, image in images:
+        counts.append(len(model([image])[0]["scores"]))
+        if counts[-1]:
+            break
+    return counts, None
+
+
+def nothing_to_judge(args: argparse.Namespace, images: list[tuple[str, np.ndarray]], precision) -> int:
+    """Eager finds no detection on any verification image: no gate can judge a graph of it (it would fail), so the
+    export stops before it traces: ``report.json`` with eager's count per image, one error line, status 1."""
+    what = "the parity gate" if precision.exact else f"the {precision.name} drift gate"
+    where = "the one verification image" if len(images) == 1 else f"any of the {len(images)} verification images"
+    write_json(os.path.join(args.output, "report.json"), {
+        "config": args.config_file, "overrides": list(args.opts), "runtime": args.runtime,
+        "precision": precision.name, "passed": False, "written": False, "forced": False,
+        "images": [{"name": name, "size": list(image.shape[:2]), "eager": 0} for name, image in images]}, indent=1)
+    fail(f"{what} has nothing to judge: eager finds no detection on {where}; nothing exported (details: "
+         f"{args.output}/report.json; --force writes it anyway)", args.debug)
+    return 1
+
+
+def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, report: dict,
+         references=None) -> dict:
+    """The parity gate of ``network`` against eager ``model`` (``export_gate.run_gate``; ``references``: eager's
+    side, where made already), printed, and ``report`` with it, what ran the graph (runtime, precision, options)
+    and on which CPU."""
     from minidet.apps.export.gate import format_table, run_gate
 
     facts, cpu = network.graph.runtime, cpu_facts()
     print(f"{PROG}: parity gate on {len(images)} images ({facts.get('name')} {facts.get('version')}, "
           f"{facts.get('precision')}, {torch.get_num_threads()} threads, {cpu['model']})")
-    result = run_gate(model, network, images, repeats)
+    result = run_gate(model, network, images, repeats, references)
     print(format_table(result))
     report.update(frame=network.graph.frame, min_side=network.graph.min_side, runtime_facts=facts, cpu=cpu,
                   threads=torch.get_num_threads(), **result)
@@ -276,6 +311,9 @@ def export(args: argparse.Namespace) -> int:
     print(f"export: {args.config_file}, weights {load.summary if load else 'none (random)'}")
     if predictor.classes_summary:
         print(f"export: {predictor.classes_summary}")
+    counts, references = eager_counts(model, images, precision)
+    if not any(counts) and not args.force:
+        return nothing_to_judge(args, images, precision)
     t0 = time.perf_counter()
     data = export_onnx(model, model.preprocess([images[0][1]]), metadata)
     t_export = time.perf_counter() - t0
@@ -289,7 +327,7 @@ def export(args: argparse.Namespace) -> int:
         files = data
         sha = graph_sha256(files)
         network = ExportedNetwork(open_graph(graph_path, digest, data=files, runtime=args.runtime, sha256=sha))
-        gate(model, network, images, args.repeats, report)
+        gate(model, network, images, args.repeats, report, references)
     else:
         files, sha = lower_precision(args, model, data, digest, graph_path, images, cfg.INPUT.MAX_PIXELS, report)
     out_cfg.merge_from_list(["MODEL.GRAPH_SHA256", sha])
