@@ -90,6 +90,21 @@ def test_shipped_configs_run(name):
     assert out["boxes"].shape[1:] == (4,) and (out["masks"].shape[1:] == (90, 120)) == cfg.MODEL.MASK_ON
 
 
+@pytest.mark.parametrize(("longer", "shorter"), [
+    ("detectron/e2e_mask_rcnn_X-101-64x4d-FPN_2x", "detectron/e2e_mask_rcnn_X-101-64x4d-FPN_1x"),
+    ("detectron/e2e_mask_rcnn_X-101-32x8d-FPN_2x", "detectron/e2e_mask_rcnn_X-101-32x8d-FPN_1x"),
+    ("detectron/e2e_mask_rcnn_R-50-FPN_3x_gn", "detectron/e2e_mask_rcnn_R-50-FPN_2x_gn"),
+])
+def test_a_longer_schedules_config_is_the_same_network_at_test_time(longer, shorter):
+    """A zoo file trained on a longer schedule runs as its shorter schedule's does: only the weights' file differs."""
+    a, b = minidet.get_cfg(longer), minidet.get_cfg(shorter)
+    assert (a.MODEL.WEIGHTS, b.MODEL.WEIGHTS) == (f"weights/{longer.split('/')[1]}.pkl",
+                                                  f"weights/{shorter.split('/')[1]}.pkl")
+    b.defrost()
+    b.MODEL.WEIGHTS = a.MODEL.WEIGHTS
+    assert a == b
+
+
 @pytest.mark.parametrize("version", ["", "_v2"])
 def test_fast_configs_are_the_base_with_the_exact_speed_options(version):
     """The _fast configs change only what the parity tests check (Affine + fold + channels-last)."""

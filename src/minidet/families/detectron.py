@@ -112,10 +112,20 @@ _ZOO = [  # config, URL part, box AP, mask AP
      40.9, 36.4),
     ("e2e_mask_rcnn_X-101-64x4d-FPN_1x",
      "36494496/12_2017_baselines/e2e_mask_rcnn_X-101-64x4d-FPN_1x.yaml.07_50_11.fkwVtEvg", 42.4, 37.5),
+    ("e2e_mask_rcnn_X-101-64x4d-FPN_2x",
+     "35859745/12_2017_baselines/e2e_mask_rcnn_X-101-64x4d-FPN_2x.yaml.02_00_30.ESWbND2w", 42.2, 37.2),
+    ("e2e_mask_rcnn_X-101-32x8d-FPN_1x",
+     "36761843/12_2017_baselines/e2e_mask_rcnn_X-101-32x8d-FPN_1x.yaml.06_35_59.RZotkLKI", 42.1, 37.3),
+    ("e2e_mask_rcnn_X-101-32x8d-FPN_2x",
+     "36762092/12_2017_baselines/e2e_mask_rcnn_X-101-32x8d-FPN_2x.yaml.06_37_59.DM5gJYRF", 41.7, 36.9),
     ("e2e_mask_rcnn_R-50-FPN_2x_gn",
      "GN/48616381/04_2018_gn_baselines/e2e_mask_rcnn_R-50-FPN_2x_gn_0416.13_23_38.bTlTI97Q", 40.3, 35.7),
+    ("e2e_mask_rcnn_R-50-FPN_3x_gn",
+     "GN/48734751/04_2018_gn_baselines/e2e_mask_rcnn_R-50-FPN_3x_gn_0417.09_54_59.nwCTtPVk", 40.8, 36.1),
     ("e2e_mask_rcnn_R-101-FPN_2x_gn",
      "GN/48616724/04_2018_gn_baselines/e2e_mask_rcnn_R-101-FPN_2x_gn_0416.13_26_34.GLnri4GR", 41.8, 36.8),
+    ("e2e_mask_rcnn_R-101-FPN_3x_gn",
+     "GN/48734779/04_2018_gn_baselines/e2e_mask_rcnn_R-101-FPN_3x_gn_0417.09_55_23.HMtcR8wg", 42.3, 37.2),
 ]
 
 FAMILY = Family(
