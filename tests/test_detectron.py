@@ -328,7 +328,8 @@ def test_resnext_grouped_convs_load(tmp_path):
     model, report = minidet.prepare_model(_cfg("R-101-FPN", path, *opts))
     assert not report.missing and not report.unexpected
     assert model.backbone.res4[7].conv2.groups == 32 and model.backbone.res4[7].conv2.weight.shape[1] == 8
-    with pytest.raises(CheckpointError, match="32 groups .ResNeXt. but MODEL.RESNETS.NUM_GROUPS is 1"):
+    grouped = "res2_0_branch2b_w is a 3x3 conv of 32 groups of 2 .*NUM_GROUPS 32 and WIDTH_PER_GROUP 2"
+    with pytest.raises(CheckpointError, match=grouped):
         minidet.prepare_model(_cfg("R-101-FPN", path))
     for name in ("X-101-64x4d", "X-101-32x8d"):
         m = minidet.build_model(config(f"configs/detectron/e2e_mask_rcnn_{name}-FPN_1x.yaml"))

@@ -53,6 +53,29 @@ def test_pth_with_model_key_and_r101(tmp_path):
     assert not report.missing and not report.unexpected
 
 
+@pytest.mark.slow
+def test_resnext_file_loads_with_its_config(tmp_path):
+    """mask_rcnn_X_101_32x8d_FPN_3x's layout (the R-101 names, 32 groups of width 8 in res2's 3x3 convs, doubling per
+    stage): every key loaded by its config, which puts the stride in the 3x3 and divides by the ImageNet model's
+    pixel standard deviation, as detectron2's config does; the R-101 config refuses the file in one line."""
+    path = tmp_path / "model_final_2d9806.pkl"
+    with open(path, "wb") as f:
+        pickle.dump({"model": d2_weights(101, seed=2, groups=32, width=8), "__author__": "test"}, f)
+    model, report = minidet.prepare_model(_cfg("X_101_32x8d_FPN_3x", path))
+    assert not report.missing and not report.unexpected
+    assert report.loaded == len(d2_state_shapes(101, 32, 8))
+    conv2 = model.backbone.res4[22].conv2
+    assert (conv2.groups, conv2.in_channels, conv2.weight.shape[1]) == (32, 1024, 32)
+    assert model.backbone.res3[0].conv1.stride == (1, 1) and model.backbone.res3[0].conv2.stride == (2, 2)
+    assert model.transform.pixel_std.flatten().tolist() == pytest.approx([57.375, 57.120, 58.395])
+    out = minidet.Predictor(_cfg("X_101_32x8d_FPN_3x", path))(structured_image(200, 260, seed=3))
+    assert out["boxes"].shape[1:] == (4,)
+    grouped = "res2.0.conv2.weight is a 3x3 conv of 32 groups of 8 .*NUM_GROUPS 32 and WIDTH_PER_GROUP 8"
+    with pytest.raises(minidet.CheckpointError, match=grouped) as e:
+        minidet.prepare_model(_cfg("R_101_FPN_3x", path))
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
 def test_rename_examples():
     assert (
         rename_detectron2("backbone.bottom_up.res4.5.conv2.norm.running_var")

@@ -325,6 +325,8 @@ def load_checkpoint(
             family.check(model, src, path)
     renamed, names = _renamed(src, rename, report)
     families.check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
+    first = "backbone.res2.0.conv2.weight"  # res2's first 3x3 conv: a ResNeXt's groups and width
+    families.check_groups(model, renamed.get(first), names.get(first, first), path)
     match_state(model, renamed, report, bn_eps, names)
     if getattr(model, "mask_head", True) is None:  # MODEL.MASK_ON False: a mask head that the config leaves out
         off = [k for k in report.unexpected if k.startswith("mask_head.")]

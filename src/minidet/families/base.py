@@ -111,6 +111,20 @@ def check_depth(model, names: Collection[str], pattern: str, path: str) -> None:
         )
 
 
+def check_groups(model, weight, key: str, path: str) -> None:
+    """Fail naming MODEL.RESNETS.NUM_GROUPS and WIDTH_PER_GROUP when the checkpoint's first 3x3 conv of res2
+    (``weight`` under the file's name ``key``: (out, in / groups, 3, 3), None where the file has none) is grouped
+    otherwise than the model's (a ResNeXt file and a ResNet config, or ResNeXts of other widths)."""
+    shape, conv = tuple(getattr(weight, "shape", ())), model.backbone.res2[0].conv2
+    if len(shape) == 4 and shape[1] and (shape[0] // shape[1], shape[0]) != (conv.groups, conv.out_channels):
+        groups = shape[0] // shape[1]
+        raise CheckpointError(
+            f"{path}: {key} is a 3x3 conv of {groups} groups of {shape[1]} channels but the model's has {conv.groups} "
+            f"of {conv.out_channels // conv.groups}; set MODEL.RESNETS.NUM_GROUPS {groups} and WIDTH_PER_GROUP "
+            f"{shape[1]}"
+        )
+
+
 # output layer names shared by torchvision, maskrcnn-benchmark and Detectron
 RPN_OUT = {"cls_logits": "objectness_logits", "bbox_pred": "anchor_deltas"}
 MASK_OUT = {"conv5_mask": "deconv", "mask_fcn_logits": "predictor"}

@@ -91,11 +91,6 @@ def check_variant(model, blobs: dict, path: str) -> None:
     classes = model.box_predictor.cls_score.out_features
     if "cls_score_w" in blobs and (n := int(np.shape(blobs["cls_score_w"])[0])) != classes:
         raise CheckpointError(f"{path}: {n} classes (cls_score_w) but MODEL.ROI_HEADS.NUM_CLASSES is {classes}")
-    w, groups = blobs.get("res2_0_branch2b_w"), model.backbone.res2[0].conv2.groups
-    if w is not None and np.ndim(w) == 4 and (found := np.shape(w)[0] // np.shape(w)[1]) != groups:
-        raise CheckpointError(
-            f"{path}: grouped 3x3 convs with {found} groups (ResNeXt) but MODEL.RESNETS.NUM_GROUPS is {groups}"
-        )
 
 
 _SOURCE = "Detectron's MODEL_ZOO.md and projects/GN/README.md (URL, AP); Detectron publishes no digests"

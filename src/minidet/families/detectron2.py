@@ -50,6 +50,7 @@ _ZOO = [  # config, id, published file, box AP, mask AP
     ("mask_rcnn_R_50_FPN_1x", 137260431, "model_final_a54504.pkl", 38.6, 35.2),
     ("mask_rcnn_R_50_FPN_3x", 137849600, "model_final_f10217.pkl", 41.0, 37.2),
     ("mask_rcnn_R_101_FPN_3x", 138205316, "model_final_a3ec72.pkl", 42.9, 38.6),
+    ("mask_rcnn_X_101_32x8d_FPN_3x", 139653917, "model_final_2d9806.pkl", 44.3, 39.5),
 ]
 
 FAMILY = Family(

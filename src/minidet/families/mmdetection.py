@@ -133,20 +133,10 @@ def _check_style(model, tensors: Mapping, path: str) -> None:
 
 def check(model, tensors: dict, path: str) -> None:
     """Fail naming the key to change (or the conversion tool) when the file is not what the model describes: a
-    single-stage detector, an mmdetection 1.x file, the other backbone style, other ResNeXt groups."""
+    single-stage detector, an mmdetection 1.x file, the other backbone style."""
     _check_two_stage(tensors, path)
     _check_v1(tensors, path)
-    _check_style(model, tensors, path)
-    w, conv = tensors.get("backbone.layer1.0.conv2.weight"), model.backbone.res2[0].conv2
-    if w is not None and w.ndim == 4 and w.shape[1] and (w.shape[0] // w.shape[1], w.shape[0]) != (
-        conv.groups, conv.out_channels
-    ):
-        groups = w.shape[0] // w.shape[1]
-        raise CheckpointError(
-            f"{path}: backbone.layer1.0.conv2.weight is a 3x3 conv of {groups} groups of {w.shape[1]} channels but "
-            f"the model's has {conv.groups} of {conv.out_channels // conv.groups}; set MODEL.RESNETS.NUM_GROUPS "
-            f"{groups} and WIDTH_PER_GROUP {w.shape[1]}"
-        )
+    _check_style(model, tensors, path)  # other ResNeXt groups: every family's check (base.check_groups)
 
 
 def class_names(meta: Mapping[str, Any] | None) -> list[str] | None:

@@ -117,17 +117,18 @@ def write_detectron_pkl(path: str, blobs: dict, cfg_yaml: str = "MODEL:\n  TYPE:
         f.write(buf.getvalue())
 
 
-def d2_state_shapes(depth: int) -> dict[str, tuple]:
+def d2_state_shapes(depth: int, groups: int = 1, width: int = 64) -> dict[str, tuple]:
     """Names and shapes of detectron2's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from its
     module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, FrozenBN
     `norm`), backbone.fpn_lateral/output{2..5}, proposal_generator.rpn_head (conv,
     objectness_logits, anchor_deltas), roi_heads.box_head (fc1, fc2), roi_heads.box_predictor
     (cls_score 81 with background last, bbox_pred 80 x 4), roi_heads.mask_head (mask_fcn1..4,
-    deconv, predictor)."""
+    deconv, predictor). ``groups`` x ``width``: a ResNeXt's grouped 3x3 convs (res2's bottleneck width, doubling
+    per stage, as detectron2's NUM_GROUPS and WIDTH_PER_GROUP build them)."""
     out = {}
 
-    def conv(name, cout, cin, k, norm=True, bias=False):
-        out[f"{name}.weight"] = (cout, cin, k, k)
+    def conv(name, cout, cin, k, norm=True, bias=False, groups=1):
+        out[f"{name}.weight"] = (cout, cin // groups, k, k)
         if bias:
             out[f"{name}.bias"] = (cout,)
         if norm:
@@ -136,14 +137,14 @@ def d2_state_shapes(depth: int) -> dict[str, tuple]:
 
     conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
     blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
-    cin, bott, cout = 64, 64, 256
+    cin, bott, cout = 64, groups * width, 256
     for stage, n in enumerate(blocks, start=2):
         for i in range(n):
             pre = f"backbone.bottom_up.res{stage}.{i}"
             if i == 0:
                 conv(f"{pre}.shortcut", cout, cin, 1)
             conv(f"{pre}.conv1", bott, cin if i == 0 else cout, 1)
-            conv(f"{pre}.conv2", bott, bott, 3)
+            conv(f"{pre}.conv2", bott, bott, 3, groups=groups)
             conv(f"{pre}.conv3", cout, bott, 1)
         cin, bott, cout = cout, bott * 2, cout * 2
     for lvl, c in zip(range(2, 6), (256, 512, 1024, 2048)):
@@ -166,11 +167,11 @@ def d2_state_shapes(depth: int) -> dict[str, tuple]:
     return out
 
 
-def d2_weights(depth: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random but sane values; non-trivial frozen-BN statistics."""
+def d2_weights(depth: int, seed: int = 0, groups: int = 1, width: int = 64) -> dict[str, np.ndarray]:
+    """Random but sane values; non-trivial frozen-BN statistics (``groups`` x ``width``: ``d2_state_shapes``)."""
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in d2_state_shapes(depth).items():
+    for name, shape in d2_state_shapes(depth, groups, width).items():
         role = next((r for r in ("norm.weight", "norm.bias", "running_mean", "running_var") if name.endswith(r)), "")
         role = role or ("weight" if name.endswith("weight") else "bias")
         fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
