@@ -444,7 +444,7 @@ def _config_weights(path: Path) -> str:
 
 
 def test_registry_entries_match_their_configs():
-    assert len(hub.REGISTRY) == 29
+    assert len(hub.REGISTRY) == 40
     for name, e in hub.REGISTRY.items():
         assert e.name == name == e.config
         config = CONFIGS / f"{e.config}.yaml"

@@ -42,14 +42,18 @@ from minidet.transform import ImageBatch, mmcv_size, paste_masks_aligned, paste_
 SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]
 PYTORCH_NORM = ([123.675, 116.28, 103.53], [58.395, 57.12, 57.375], True)  # mean, std, bgr_to_rgb
 CAFFE_NORM = ([103.53, 116.28, 123.675], [1.0, 1.0, 1.0], False)
-# variant -> (config under configs/mmdetection/, mmdet_state_shapes arguments, caffe-style values)
+D2_NORM = ([103.53, 116.28, 123.675], [57.375, 57.12, 58.395], False)  # the ResNeXt-101 32x8d of detectron2's
+# variant -> (config under configs/mmdetection/, mmdet_state_shapes arguments, its data_preprocessor's values; the
+# caffe-style ones (CAFFE_NORM): style='caffe', a 2.x file's meta)
 VARIANTS = {
-    "r50": ("mask-rcnn_r50_fpn_1x_coco", {}, False),
-    "r50-caffe": ("mask-rcnn_r50-caffe_fpn_1x_coco", {}, True),
-    "r101": ("mask-rcnn_r101_fpn_1x_coco", {"depth": 101}, False),
-    "x101-32x4d": ("mask-rcnn_x101-32x4d_fpn_1x_coco", {"depth": 101, "groups": 32, "base_width": 4}, False),
+    "r50": ("mask-rcnn_r50_fpn_1x_coco", {}, PYTORCH_NORM),
+    "r50-caffe": ("mask-rcnn_r50-caffe_fpn_1x_coco", {}, CAFFE_NORM),
+    "r101": ("mask-rcnn_r101_fpn_1x_coco", {"depth": 101}, PYTORCH_NORM),
+    "x101-32x4d": ("mask-rcnn_x101-32x4d_fpn_1x_coco", {"depth": 101, "groups": 32, "base_width": 4}, PYTORCH_NORM),
+    "x101-64x4d": ("mask-rcnn_x101-64x4d_fpn_1x_coco", {"depth": 101, "groups": 64, "base_width": 4}, PYTORCH_NORM),
+    "x101-32x8d": ("mask-rcnn_x101-32x8d_fpn_1x_coco", {"depth": 101, "groups": 32, "base_width": 8}, D2_NORM),
 }
-LARGE = ("r101", "x101-32x4d")
+LARGE = ("r101", "x101-32x4d", "x101-64x4d", "x101-32x8d")
 
 
 def _cfg(variant, weights, *opts):
@@ -63,8 +67,8 @@ def _one_line(e: pytest.ExceptionInfo) -> str:
 
 
 def _state(variant, seed=0):
-    _, shapes, caffe = VARIANTS[variant]
-    return mmdet_weights(mmdet_state_shapes(**shapes), seed=seed, caffe=caffe)
+    _, shapes, norm = VARIANTS[variant]
+    return mmdet_weights(mmdet_state_shapes(**shapes), seed=seed, caffe=norm is CAFFE_NORM)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +82,7 @@ def mm_files(tmp_path_factory):
         if variant not in made:
             state = _state(variant, seed=len(made))
             path = d / f"{VARIANTS[variant][0]}.pth"
-            caffe = VARIANTS[variant][2]
+            caffe = VARIANTS[variant][2] is CAFFE_NORM
             meta = mmdet_meta("2.0.0", style="caffe") if caffe else mmdet_meta()
             write_mmdet_checkpoint(path, state, meta)
             made[variant] = (path, state)
@@ -341,10 +345,12 @@ def test_every_name_loads_where_mmdetection_has_it(mm_files, tmp_path, variant):
         assert torch.equal(ours[_mm_to_minidet(k)], state[k]), k
     norm = model.backbone.res3[1].conv2.norm
     assert isinstance(norm, FrozenBN) and norm.eps == 1e-5  # nn.BatchNorm2d's eps
-    caffe = VARIANTS[variant][2]
-    assert model.backbone.res3[0].conv1.stride == ((2, 2) if caffe else (1, 1))  # style='caffe' / 'pytorch'
+    mean, std, bgr_to_rgb = norm = VARIANTS[variant][2]
+    assert model.backbone.res3[0].conv1.stride == ((2, 2) if norm is CAFFE_NORM else (1, 1))  # 'caffe' / 'pytorch'
     assert model.box_pooler.aligned and model.box_pooler.sampling_ratio == 0
-    assert model.transform.flip_channels != caffe  # pytorch-style: bgr_to_rgb
+    assert model.transform.flip_channels == bgr_to_rgb
+    assert model.transform.pixel_mean.flatten().tolist() == pytest.approx(mean)  # after the flip, as mmdetection
+    assert model.transform.pixel_std.flatten().tolist() == pytest.approx(std)
     del state, model
 
 
@@ -391,7 +397,7 @@ def test_class_names_from_meta(mm_files):
 
 def test_configs_and_registry():
     names = [n for n in minidet.config.config_names() if n.startswith("mmdetection/")]
-    assert len(names) == 8 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
+    assert len(names) == 19 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
     for name in names:
         assert name in REGISTRY and REGISTRY[name].config == name
         e = REGISTRY[name]
@@ -400,7 +406,9 @@ def test_configs_and_registry():
         cfg = minidet.get_cfg(name)
         assert cfg.MODEL.CONVENTION == "mmdetection" and os.path.basename(cfg.MODEL.WEIGHTS) == e.filename
         caffe = "-caffe" in name
-        assert cfg.MODEL.RESNETS.STRIDE_IN_1X1 == caffe and (cfg.INPUT.FORMAT == "BGR") == caffe
+        mean, std, bgr_to_rgb = CAFFE_NORM if caffe else D2_NORM if "x101-32x8d" in name else PYTORCH_NORM
+        assert cfg.MODEL.RESNETS.STRIDE_IN_1X1 == caffe and (cfg.INPUT.FORMAT == "RGB") == bgr_to_rgb
+        assert (list(cfg.MODEL.PIXEL_MEAN), list(cfg.MODEL.PIXEL_STD)) == (mean, std), name
 
 
 # ------------------------------------------------------------------------------- wrong files
@@ -596,7 +604,7 @@ def test_resize_size_rounds_half_up_on_odd_sizes():
     assert floored > 100  # the rounding rule decides the size often
 
 
-@pytest.mark.parametrize("variant,norm", [("r50", PYTORCH_NORM), ("r50-caffe", CAFFE_NORM)])
+@pytest.mark.parametrize("variant,norm", [("r50", PYTORCH_NORM), ("r50-caffe", CAFFE_NORM), ("x101-32x8d", D2_NORM)])
 @pytest.mark.parametrize("shape", [(333, 499), (481, 641), (200, 701), (320, 400)])
 def test_preprocess_is_cv2_on_uint8_then_the_data_preprocessor(variant, norm, shape):
     model = minidet.build_model(_cfg(variant, ""))
