@@ -217,11 +217,11 @@ def test_config_errors_one_line_each(tmp_path, capsys):
         ),
         "bad_norm.yaml": (
             "_BASE_: {base}\nMODEL:\n  NORM: BatchNorm\n",
-            "MODEL.NORM must be one of FrozenBN, Affine, GN",
+            "MODEL.NORM must be one of FrozenBN, BN, Affine, GN",
         ),
         "fold_gn.yaml": (
             "_BASE_: {base}\nMODEL:\n  NORM: GN\n  FOLD_NORM: True\n",
-            "MODEL.FOLD_NORM applies to FrozenBN/Affine only; GroupNorm cannot be folded",
+            "MODEL.FOLD_NORM applies to FrozenBN/BN/Affine only; GroupNorm cannot be folded",
         ),
         "no_base.yaml": ("_BASE_: nowhere/base.yaml\n", "no_base.yaml: _BASE_ file not found: nowhere/base.yaml"),
         "not_yaml.yaml": ("MODEL: [unclosed\n", "not_yaml.yaml:2:1: not valid YAML"),

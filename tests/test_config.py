@@ -51,7 +51,7 @@ def test_wrong_type_and_missing_base(tmp_path):
 @pytest.mark.parametrize(
     "opts,match",
     [
-        (["MODEL.NORM", "BN"], "FrozenBN, Affine, GN"),
+        (["MODEL.NORM", "SyncBN"], "FrozenBN, BN, Affine, GN"),
         (["MODEL.NORM", "GN", "MODEL.FOLD_NORM", True], "FOLD_NORM"),
         (["MODEL.RESNETS.DEPTH", 34], "DEPTH"),
         (["INPUT.FORMAT", "RGBA"], "INPUT.FORMAT"),
@@ -125,7 +125,7 @@ def test_load_cfg_is_the_dance_frozen_and_a_load_validates_it_once(monkeypatch):
     by_hand.merge_from_list(opts)
     cfg = minidet.load_cfg("torchvision/maskrcnn_resnet50_fpn", opts)
     assert cfg == by_hand and cfg.is_frozen() and not by_hand.is_frozen()
-    with pytest.raises(ConfigError, match="^MODEL.FOLD_NORM applies to FrozenBN/Affine only"):
+    with pytest.raises(ConfigError, match="^MODEL.FOLD_NORM applies to FrozenBN/BN/Affine only"):
         minidet.load_cfg("torchvision/maskrcnn_resnet50_fpn", ["MODEL.NORM", "GN", "MODEL.FOLD_NORM", True])
     calls = []
     monkeypatch.setattr(minidet.config, "validate_cfg", lambda c: calls.append(c) or validate_cfg(c))

@@ -443,14 +443,18 @@ def _config_weights(path: Path) -> str:
     return weights
 
 
+NO_MASK_AP = {"mmdetection/mask-rcnn_x101-32x8d_fpn_ms-poly-3x_coco"}
+
+
 def test_registry_entries_match_their_configs():
-    assert len(hub.REGISTRY) == 40
+    assert len(hub.REGISTRY) == 64
     for name, e in hub.REGISTRY.items():
         assert e.name == name == e.config
         config = CONFIGS / f"{e.config}.yaml"
         assert config.is_file(), config
         assert os.path.basename(_config_weights(config)) == e.filename, name
-        assert e.url.startswith("https://") and e.source and e.box_ap and e.mask_ap
+        assert e.url.startswith("https://") and e.source and e.box_ap
+        assert e.mask_ap or name in NO_MASK_AP, name  # its zoo publishes the box AP only
         assert e.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", e.sha256)
     assert len({e.filename for e in hub.REGISTRY.values()}) == len(hub.REGISTRY)
     assert len({e.url for e in hub.REGISTRY.values()}) == len(hub.REGISTRY)

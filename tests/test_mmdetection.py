@@ -397,11 +397,11 @@ def test_class_names_from_meta(mm_files):
 
 def test_configs_and_registry():
     names = [n for n in minidet.config.config_names() if n.startswith("mmdetection/")]
-    assert len(names) == 19 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
+    assert len(names) == 43 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
     for name in names:
         assert name in REGISTRY and REGISTRY[name].config == name
         e = REGISTRY[name]
-        assert e.url.startswith("https://download.openmmlab.com/mmdetection/v2.0/mask_rcnn/")
+        assert e.url.startswith("https://download.openmmlab.com/mmdetection/v2.0/") and e.url.endswith(e.filename)
         assert e.name_prefix and e.filename.endswith(f"-{e.name_prefix}.pth") and e.sha256 is None
         cfg = minidet.get_cfg(name)
         assert cfg.MODEL.CONVENTION == "mmdetection" and os.path.basename(cfg.MODEL.WEIGHTS) == e.filename

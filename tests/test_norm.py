@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from minidet.layers import Conv2d
-from minidet.norm import Affine, FrozenBN, fold_norms, get_norm
+from minidet.norm import Affine, BatchNorm, FrozenBN, fold_norms, get_norm
 
 
 def _stats(c, gen):
@@ -68,8 +68,31 @@ def test_get_norm_factory():
     assert isinstance(gn, nn.GroupNorm) and gn.num_groups == 16
     assert get_norm("", 8) is None and get_norm(None, 8) is None
     assert isinstance(get_norm(lambda c: nn.BatchNorm2d(c), 8), nn.BatchNorm2d)
-    with pytest.raises(ValueError, match="FrozenBN, Affine, GN"):
-        get_norm("BN", 8)
+    assert isinstance(get_norm("BN", 8, eps=1e-3), BatchNorm) and get_norm("BN", 8, eps=1e-3).eps == 1e-3
+    with pytest.raises(ValueError, match="FrozenBN, BN, Affine, GN"):
+        get_norm("SyncBN", 8)
+
+
+def test_batch_norm_is_torchs_eval_batch_norm_and_folds():
+    """``BN`` computes what ``nn.BatchNorm2d`` computes in eval mode, bit for bit (torch's kernel, which mmdetection
+    runs at test time); folded into its conv it is float-order equal to the conv followed by the norm."""
+    gen = torch.Generator().manual_seed(5)
+    c = 16
+    stats = (torch.rand(c, generator=gen) + 0.5, torch.randn(c, generator=gen), torch.randn(c, generator=gen),
+             torch.rand(c, generator=gen) + 0.2)
+    ours = BatchNorm(c, eps=1e-5)
+    ours.load_stats(*stats, 1e-5)
+    ref = nn.BatchNorm2d(c, eps=1e-5).eval()
+    with torch.no_grad():
+        for t, v in zip((ref.weight, ref.bias, ref.running_mean, ref.running_var), stats):
+            t.copy_(v)
+    x = torch.randn(2, c, 9, 11, generator=gen)
+    with torch.no_grad():
+        assert torch.equal(ours(x), ref(x))
+    conv = Conv2d(c, c, 3, padding=1, bias=False, norm=ours)
+    y = conv(x)
+    assert fold_norms(conv) == 1 and conv.norm is None
+    torch.testing.assert_close(conv(x), y, rtol=1e-5, atol=1e-5)
 
 
 def test_fold_leaves_groupnorm():

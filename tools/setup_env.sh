@@ -2,8 +2,8 @@
 # Create the virtual environment (default .venv, or $VENV) and install minidet into it, once.
 #
 # Installs the tested torch/torchvision releases, then minidet in editable mode with the extras
-# $MINIDET_EXTRAS (default "test"; CI adds "ray", "export", "openvino", "serve", "geo" and "supervision", whose tests
-# are skipped without them).
+# $MINIDET_EXTRAS (default "test"; CI adds "ray", "export", "openvino", "serve", "geo", "supervision" and the
+# test-only "reference", whose tests are skipped without them).
 # A stamp in the venv records what was installed; the install is redone only when pyproject.toml,
 # this script or the extras change. Where torch comes from: $TORCH_INDEX_URL if set; else, on
 # Linux without an NVIDIA GPU (no nvidia-smi, no /proc/driver/nvidia), the CPU build from the CPU

@@ -226,8 +226,8 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.WEIGHTS": ("", None),
     "MODEL.DEVICE": ("cpu", ("cpu", "cuda", "cuda:N")),
     "MODEL.MASK_ON": (True, None),
-    "MODEL.NORM": ("FrozenBN", ("FrozenBN", "Affine", "GN")),  # wherever the architecture normalizes
-    "MODEL.FOLD_NORM": (False, None),  # fold FrozenBN/Affine into the preceding conv at load time
+    "MODEL.NORM": ("FrozenBN", ("FrozenBN", "BN", "Affine", "GN")),  # wherever the architecture normalizes
+    "MODEL.FOLD_NORM": (False, None),  # fold FrozenBN/BN/Affine into the preceding conv at load time
     "MODEL.CHANNELS_LAST": (False, None),  # NHWC convolutions: only the float summation order changes
     "MODEL.FUSE_CONVS": (True, None),  # CPU float32: conv + ReLU / sum as one oneDNN call, same values
     "MODEL.FUSE_LINEAR": (False, None),  # CPU float32: fcs, mask deconv on oneDNN; mask of the box's class only
@@ -438,7 +438,7 @@ def validate_cfg(cfg: CfgNode) -> None:
             raise ConfigError(f"{key} must be {_describe(rule, default)}; got {shown}")
     m = cfg.MODEL
     if m.FOLD_NORM and m.NORM == "GN":
-        raise ConfigError("MODEL.FOLD_NORM applies to FrozenBN/Affine only; GroupNorm cannot be folded")
+        raise ConfigError("MODEL.FOLD_NORM applies to FrozenBN/BN/Affine only; GroupNorm cannot be folded")
     if m.GRAPH_SHA256 and not re.fullmatch(r"[0-9a-fA-F]{64}", str(m.GRAPH_SHA256)):
         raise ConfigError(f"MODEL.GRAPH_SHA256 must be a SHA-256 (64 hexadecimal digits) or empty; got "
                           f"{_short(m.GRAPH_SHA256)}")

@@ -1,6 +1,7 @@
-"""Normalization layers, the norm factory, and conv->norm folding. Three frozen forms of the per-channel
-``y = x * s + t``: ``FrozenBN`` recomputes ``s``, ``t`` from its statistics in every forward; ``Affine``
-holds them precomputed (Detectron's AffineChannel); ``fold_norms`` multiplies them into the conv before."""
+"""Normalization layers, the norm factory, and conv->norm folding. Four frozen forms of the per-channel
+``y = x * s + t``: ``FrozenBN`` recomputes ``s``, ``t`` from its statistics in every forward; ``BatchNorm`` hands
+the statistics to torch's batch-norm kernel (what ``nn.BatchNorm2d`` computes in eval mode); ``Affine`` holds them
+precomputed (Detectron's AffineChannel); ``fold_norms`` multiplies them into the conv before."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .layers import Conv2d
 
@@ -45,6 +47,16 @@ class FrozenBN(nn.Module):
         return f"{self.num_channels}, eps={self.eps}"
 
 
+class BatchNorm(FrozenBN):
+    """Batch norm at inference, (N, C, H, W) -> same: the statistics of ``FrozenBN`` run by torch's batch-norm kernel
+    (``F.batch_norm``, not training), the arithmetic of ``nn.BatchNorm2d`` and SyncBN in eval mode, with which
+    mmdetection runs its norms at test time (and detectron2 its ``FrozenBatchNorm2d`` when no gradient is needed). Its
+    values differ from ``FrozenBN``'s in the last bits (the kernel's own order of the same products and sums)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+
+
 class Affine(nn.Module):
     """Per-channel ``x * scale + shift`` with precomputed buffers, (N, C, H, W) -> same; one fused op."""
 
@@ -77,24 +89,26 @@ class Affine(nn.Module):
 
 
 def get_norm(norm: str | NormFn | None, channels: int, **kwargs) -> nn.Module | None:
-    """The norm factory: ``"FrozenBN" | "Affine" | "GN" | "" | None | callable``. kwargs: ``eps``
-    (FrozenBN, default 1e-5), ``num_groups`` (GN, default 32), ``gn_eps`` (GN, default 1e-5)."""
+    """The norm factory: ``"FrozenBN" | "BN" | "Affine" | "GN" | "" | None | callable``. kwargs: ``eps``
+    (FrozenBN, BN, default 1e-5), ``num_groups`` (GN, default 32), ``gn_eps`` (GN, default 1e-5)."""
     if norm is None or norm == "":
         return None
     if callable(norm) and not isinstance(norm, str):
         return norm(channels)
     if norm == "FrozenBN":
         return FrozenBN(channels, eps=kwargs.get("eps", 1e-5))
+    if norm == "BN":
+        return BatchNorm(channels, eps=kwargs.get("eps", 1e-5))
     if norm == "Affine":
         return Affine(channels)
     if norm == "GN":
         return nn.GroupNorm(kwargs.get("num_groups", 32), channels, eps=kwargs.get("gn_eps", 1e-5))
-    raise ValueError(f"unknown norm {norm!r}; choose one of FrozenBN, Affine, GN, ''")
+    raise ValueError(f"unknown norm {norm!r}; choose one of FrozenBN, BN, Affine, GN, ''")
 
 
 @torch.no_grad()
 def fold_norms(model: nn.Module) -> int:
-    """Fold every ``Conv2d.norm`` that is a FrozenBN or Affine into its conv (``w' = w * s`` per output
+    """Fold every ``Conv2d.norm`` that is a FrozenBN, BatchNorm or Affine into its conv (``w' = w * s`` per output
     channel, ``b' = b * s + t``; GroupNorm is left alone); returns the number of folded pairs."""
     convs = [m for m in model.modules() if isinstance(m, Conv2d) and isinstance(m.norm, (FrozenBN, Affine))]
     for m in convs:

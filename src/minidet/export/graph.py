@@ -101,7 +101,7 @@ class NetworkGraph(nn.Module):
             m.mask_head.predictor.__class__ = _AllClasses
         for parent in list(m.modules()):
             for name, child in parent.named_children():
-                if isinstance(child, FrozenBN):
+                if type(child) is FrozenBN:  # a BatchNorm stays: torch's batch-norm op (ONNX BatchNormalization)
                     setattr(parent, name, _ScaleShift(*child.scale_shift()))
                 elif isinstance(child, nn.GroupNorm):
                     setattr(parent, name, _GroupNorm64(child))

@@ -4,6 +4,7 @@ class names and published weights."""
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -165,50 +166,114 @@ def class_names(meta: Mapping[str, Any] | None) -> list[str] | None:
     return list(names)
 
 
-_SOURCE = ("mmdetection's configs/mask_rcnn/metafile.yml (URL, AP); the 8 hex digits in each file name begin its "
-           "SHA-256 (publish_model.py); no full digest is published")
-_URL = "https://download.openmmlab.com/mmdetection/v2.0/mask_rcnn/{}"
-_ZOO = [  # config, published file (under _URL, in the folder its name begins with), box AP, mask AP
-    ("mask-rcnn_r50_fpn_1x_coco", "mask_rcnn_r50_fpn_1x_coco_20200205-d4b0c5d6.pth", 38.2, 34.7),
-    ("mask-rcnn_r50_fpn_2x_coco",
+_README = "README.md"
+# zoo config (mmdetection 3.3.0's configs/<folder>/<name>.py), published file, box AP, mask AP (None: not published)[,
+# where the folder publishes them when not in its metafile.yml]; the file lies under _URL in the folder its name begins
+# with (up to its date, its ``_bbox_mAP`` part or its hash), inside the config's folder (or _URL_FOLDER's)
+_ZOO: list[tuple] = [
+    ("mask_rcnn/mask-rcnn_r50_fpn_1x_coco", "mask_rcnn_r50_fpn_1x_coco_20200205-d4b0c5d6.pth", 38.2, 34.7),
+    ("mask_rcnn/mask-rcnn_r50_fpn_2x_coco",
      "mask_rcnn_r50_fpn_2x_coco_bbox_mAP-0.392__segm_mAP-0.354_20200505_003907-3e542a40.pth", 39.2, 35.4),
-    ("mask-rcnn_r50_fpn_ms-poly-3x_coco", "mask_rcnn_r50_fpn_mstrain-poly_3x_coco_20210524_201154-21b550bb.pth",
-     40.9, 37.1),
-    ("mask-rcnn_r101_fpn_1x_coco", "mask_rcnn_r101_fpn_1x_coco_20200204-1efe0ed5.pth", 40.0, 36.1),
-    ("mask-rcnn_r101_fpn_2x_coco",
+    ("mask_rcnn/mask-rcnn_r50_fpn_ms-poly-3x_coco",
+     "mask_rcnn_r50_fpn_mstrain-poly_3x_coco_20210524_201154-21b550bb.pth", 40.9, 37.1),
+    ("mask_rcnn/mask-rcnn_r101_fpn_1x_coco", "mask_rcnn_r101_fpn_1x_coco_20200204-1efe0ed5.pth", 40.0, 36.1),
+    ("mask_rcnn/mask-rcnn_r101_fpn_2x_coco",
      "mask_rcnn_r101_fpn_2x_coco_bbox_mAP-0.408__segm_mAP-0.366_20200505_071027-14b391c7.pth", 40.8, 36.6),
-    ("mask-rcnn_x101-32x4d_fpn_1x_coco", "mask_rcnn_x101_32x4d_fpn_1x_coco_20200205-478d0b67.pth", 41.9, 37.5),
-    ("mask-rcnn_r50-caffe_fpn_1x_coco",
+    ("mask_rcnn/mask-rcnn_x101-32x4d_fpn_1x_coco",
+     "mask_rcnn_x101_32x4d_fpn_1x_coco_20200205-478d0b67.pth", 41.9, 37.5),
+    ("mask_rcnn/mask-rcnn_r50-caffe_fpn_1x_coco",
      "mask_rcnn_r50_caffe_fpn_1x_coco_bbox_mAP-0.38__segm_mAP-0.344_20200504_231812-0ebd1859.pth", 38.0, 34.4),
-    ("mask-rcnn_r50-caffe_fpn_ms-poly-3x_coco",
+    ("mask_rcnn/mask-rcnn_r50-caffe_fpn_ms-poly-3x_coco",
      "mask_rcnn_r50_caffe_fpn_mstrain-poly_3x_coco_bbox_mAP-0.408__segm_mAP-0.37_20200504_163245-42aa3d00.pth",
      40.8, 37.0),
-    ("mask-rcnn_x101-32x4d_fpn_2x_coco",
+    ("mask_rcnn/mask-rcnn_x101-32x4d_fpn_2x_coco",
      "mask_rcnn_x101_32x4d_fpn_2x_coco_bbox_mAP-0.422__segm_mAP-0.378_20200506_004702-faef898c.pth", 42.2, 37.8),
-    ("mask-rcnn_x101-64x4d_fpn_1x_coco", "mask_rcnn_x101_64x4d_fpn_1x_coco_20200201-9352eb0d.pth", 42.8, 38.4),
-    ("mask-rcnn_x101-64x4d_fpn_2x_coco", "mask_rcnn_x101_64x4d_fpn_2x_coco_20200509_224208-39d6f70c.pth", 42.7, 38.1),
-    ("mask-rcnn_r101-caffe_fpn_1x_coco", "mask_rcnn_r101_caffe_fpn_1x_coco_20200601_095758-805e06c1.pth", 40.4, 36.4),
-    ("mask-rcnn_r50-caffe_fpn_ms-poly-2x_coco",
+    ("mask_rcnn/mask-rcnn_x101-64x4d_fpn_1x_coco",
+     "mask_rcnn_x101_64x4d_fpn_1x_coco_20200201-9352eb0d.pth", 42.8, 38.4),
+    ("mask_rcnn/mask-rcnn_x101-64x4d_fpn_2x_coco",
+     "mask_rcnn_x101_64x4d_fpn_2x_coco_20200509_224208-39d6f70c.pth", 42.7, 38.1),
+    ("mask_rcnn/mask-rcnn_r101-caffe_fpn_1x_coco",
+     "mask_rcnn_r101_caffe_fpn_1x_coco_20200601_095758-805e06c1.pth", 40.4, 36.4),
+    ("mask_rcnn/mask-rcnn_r50-caffe_fpn_ms-poly-2x_coco",
      "mask_rcnn_r50_caffe_fpn_mstrain-poly_2x_coco_bbox_mAP-0.403__segm_mAP-0.365_20200504_231822-a75c98ce.pth",
      40.3, 36.5),
-    ("mask-rcnn_r101_fpn_ms-poly-3x_coco", "mask_rcnn_r101_fpn_mstrain-poly_3x_coco_20210524_200244-5675c317.pth",
-     42.7, 38.5),
-    ("mask-rcnn_r101-caffe_fpn_ms-poly-3x_coco",
+    ("mask_rcnn/mask-rcnn_r101_fpn_ms-poly-3x_coco",
+     "mask_rcnn_r101_fpn_mstrain-poly_3x_coco_20210524_200244-5675c317.pth", 42.7, 38.5),
+    ("mask_rcnn/mask-rcnn_r101-caffe_fpn_ms-poly-3x_coco",
      "mask_rcnn_r101_caffe_fpn_mstrain-poly_3x_coco_20210526_132339-3c33ce02.pth", 42.9, 38.5),
-    ("mask-rcnn_x101-32x4d_fpn_ms-poly-3x_coco",
+    ("mask_rcnn/mask-rcnn_x101-32x4d_fpn_ms-poly-3x_coco",
      "mask_rcnn_x101_32x4d_fpn_mstrain-poly_3x_coco_20210524_201410-abcd7859.pth", 43.6, 39.0),
-    ("mask-rcnn_x101-64x4d_fpn_ms-poly_3x_coco",
+    ("mask_rcnn/mask-rcnn_x101-64x4d_fpn_ms-poly_3x_coco",
      "mask_rcnn_x101_64x4d_fpn_mstrain-poly_3x_coco_20210526_120447-c376f129.pth", 44.5, 39.7),
-    ("mask-rcnn_x101-32x8d_fpn_1x_coco", "mask_rcnn_x101_32x8d_fpn_1x_coco_20220630_173841-0aaf329e.pth", 42.8, 38.3),
-    ("mask-rcnn_x101-32x8d_fpn_ms-poly-1x_coco",
+    ("mask_rcnn/mask-rcnn_x101-32x8d_fpn_1x_coco",
+     "mask_rcnn_x101_32x8d_fpn_1x_coco_20220630_173841-0aaf329e.pth", 42.8, 38.3),
+    ("mask_rcnn/mask-rcnn_x101-32x8d_fpn_ms-poly-1x_coco",
      "mask_rcnn_x101_32x8d_fpn_mstrain-poly_1x_coco_20220630_170346-b4637974.pth", 43.4, 39.0),
+    ("albu_example/mask-rcnn_r50_fpn_albu-1x_coco", "mask_rcnn_r50_fpn_albu_1x_coco_20200208-ab203bcd.pth", 38.0, 34.5),
+    ("gcnet/mask-rcnn_r50-syncbn_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_syncbn-backbone_1x_coco_20200202-bb3eb55c.pth", 38.4, 34.6),
+    ("gcnet/mask-rcnn_r101-syncbn_fpn_1x_coco",
+     "mask_rcnn_r101_fpn_syncbn-backbone_1x_coco_20200210-81658c8a.pth", 40.5, 36.3),
+    ("gcnet/mask-rcnn_x101-32x4d-syncbn_fpn_1x_coco",
+     "mask_rcnn_x101_32x4d_fpn_syncbn-backbone_1x_coco_20200211-7584841c.pth", 42.4, 37.7),
+    ("instaboost/mask-rcnn_r50_fpn_instaboost-4x_coco",
+     "mask_rcnn_r50_fpn_instaboost_4x_coco_20200307-d025f83a.pth", 40.6, 36.6),
+    ("instaboost/mask-rcnn_r101_fpn_instaboost-4x_coco",
+     "mask_rcnn_r101_fpn_instaboost_4x_coco_20200703_235738-f23f3a5f.pth", 42.5, 38.0),
+    ("instaboost/mask-rcnn_x101-64x4d_fpn_instaboost-4x_coco",
+     "mask_rcnn_x101_64x4d_fpn_instaboost_4x_coco_20200515_080947-8ed58c1b.pth", 44.7, 39.7),
+    ("lvis/mask-rcnn_r50_fpn_sample1e-3_ms-2x_lvis-v0.5",
+     "mask_rcnn_r50_fpn_sample1e-3_mstrain_2x_lvis-dbd06831.pth", 26.1, 25.9),
+    ("lvis/mask-rcnn_r101_fpn_sample1e-3_ms-2x_lvis-v0.5",
+     "mask_rcnn_r101_fpn_sample1e-3_mstrain_2x_lvis-54582ee2.pth", 27.1, 27.0),
+    ("lvis/mask-rcnn_x101-32x4d_fpn_sample1e-3_ms-2x_lvis-v0.5",
+     "mask_rcnn_x101_32x4d_fpn_sample1e-3_mstrain_2x_lvis-3cf55ea2.pth", 26.7, 26.9),
+    ("lvis/mask-rcnn_x101-64x4d_fpn_sample1e-3_ms-2x_lvis-v0.5",
+     "mask_rcnn_x101_64x4d_fpn_sample1e-3_mstrain_2x_lvis-1c99a5ad.pth", 26.4, 26.0),
+    ("lvis/mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1",
+     "mask_rcnn_r50_fpn_sample1e-3_mstrain_1x_lvis_v1-aa78ac3d.pth", 22.5, 21.7),
+    ("lvis/mask-rcnn_r101_fpn_sample1e-3_ms-1x_lvis-v1",
+     "mask_rcnn_r101_fpn_sample1e-3_mstrain_1x_lvis_v1-ec55ce32.pth", 24.6, 23.6),
+    ("lvis/mask-rcnn_x101-32x4d_fpn_sample1e-3_ms-1x_lvis-v1",
+     "mask_rcnn_x101_32x4d_fpn_sample1e-3_mstrain_1x_lvis_v1-ebbc5c81.pth", 26.7, 25.5),
+    ("lvis/mask-rcnn_x101-64x4d_fpn_sample1e-3_ms-1x_lvis-v1",
+     "mask_rcnn_x101_64x4d_fpn_sample1e-3_mstrain_1x_lvis_v1-43d9edfe.pth", 27.2, 25.8),
+    ("mask_rcnn/mask-rcnn_r50_fpn_amp-1x_coco", "mask_rcnn_r50_fpn_fp16_1x_coco_20200205-59faf7e4.pth", 38.1, 34.7),
+    ("pisa/mask-rcnn_r50_fpn_pisa_1x_coco", "pisa_mask_rcnn_r50_fpn_1x_coco-dfcedba6.pth", 39.1, 35.2),
+    ("resnet_strikes_back/mask-rcnn_r50-rsb-pre_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_rsb-pretrain_1x_coco_20220113_174054-06ce8ba0.pth", 41.2, 38.2),
+    ("mask_rcnn/mask-rcnn_x101-32x8d_fpn_ms-poly-3x_coco",
+     "mask_rcnn_x101_32x8d_fpn_mstrain-poly_3x_coco_20210607_161042-8bd2c639.pth", 44.3, None),
+    ("selfsup_pretrain/mask-rcnn_r50-mocov2-pre_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_mocov2-pretrain_1x_coco_20210604_114614-a8b63483.pth", 38.0, 34.3, _README),
+    ("selfsup_pretrain/mask-rcnn_r50-mocov2-pre_fpn_ms-2x_coco",
+     "mask_rcnn_r50_fpn_mocov2-pretrain_ms-2x_coco_20210605_163717-d95df20a.pth", 40.8, 36.8, _README),
+    ("selfsup_pretrain/mask-rcnn_r50-swav-pre_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_swav-pretrain_1x_coco_20210604_114640-7b9baf28.pth", 39.1, 35.7, _README),
+    ("selfsup_pretrain/mask-rcnn_r50-swav-pre_fpn_ms-2x_coco",
+     "mask_rcnn_r50_fpn_swav-pretrain_ms-2x_coco_20210605_163717-08e26fca.pth", 41.3, 37.3, _README),
+    ("cityscapes/mask-rcnn_r50_fpn_1x_cityscapes",
+     "mask_rcnn_r50_fpn_1x_cityscapes_20201211_133733-d2858245.pth", 40.9, 36.4, _README),
 ]
+_URL = "https://download.openmmlab.com/mmdetection/v2.0/"
+_URL_FOLDER = {"mask_rcnn/mask-rcnn_r50_fpn_amp-1x_coco": "fp16"}  # 2.x's folder of mixed-precision training
 
 
-def _url(file: str) -> str:
-    """The published URL of ``file``: its folder is the file name up to the date (or ``_bbox_mAP``) part."""
-    folder = re.split(r"_(?:bbox_mAP|\d{8}(?=[_-]))", file)[0]
-    return _URL.format(folder + "/" + file)
+def _url(config: str, file: str) -> str:
+    """The published URL of ``file`` of the zoo config ``config`` (``folder/name``)."""
+    top = _URL_FOLDER.get(config, config.partition("/")[0])
+    sub = re.split(r"_(?:bbox_mAP|\d{8}(?=[_-]))|-[0-9a-f]{8}\.pth$", file)[0]
+    return f"{_URL}{urllib.parse.quote(top, safe='')}/{sub}/{file}"
+
+
+def _source(config: str, where: str = "metafile.yml") -> str:
+    return (f"mmdetection's configs/{config.partition('/')[0]}/{where} (URL, AP); the 8 hex digits at the end of "
+            "the file name begin its SHA-256 (publish_model.py); no full digest is published")
+
+
+ZOO_CONFIGS = {f"mmdetection/{row[0].partition('/')[2]}": row[0] for row in _ZOO}
+"""Registry name -> the zoo's config (``folder/name`` under mmdetection's ``configs/``) that the shipped config
+restates."""
 
 
 FAMILY = Family(
@@ -222,8 +287,7 @@ FAMILY = Family(
     background_last=True,
     class_names=class_names,
     weights=tuple(
-        WeightsEntry(f"mmdetection/{config}", _url(file), file, f"mmdetection/{config}", None, None, box, mask,
-                     _SOURCE)
-        for config, file, box, mask in _ZOO
+        WeightsEntry(name, _url(config, file), file, name, None, None, box, mask, _source(config, *where))
+        for name, (config, file, box, mask, *where) in zip(ZOO_CONFIGS, _ZOO)
     ),
 )

@@ -1,0 +1,101 @@
+"""mmdetection 3.3.0 itself as a test reference (the ``reference`` extra: mmdetection, mmengine and mmcv-lite, which
+is mmcv without its compiled ops). Its Mask R-CNN calls two of mmcv's compiled kernels on CPU, RoIAlign and NMS;
+:func:`install_stand_ins` gives it pure-PyTorch ones, written here from mmcv 2.1's CPU kernels (``roi_align.cpp``:
+torchvision's aligned RoIAlign computes the same samples, weights and sums; ``nms.cpp``: below). Any other compiled
+op mmcv asks for fails by name. Import this module only where the extra is installed."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+from pathlib import Path
+
+import torch
+import torchvision
+
+
+def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset: int) -> torch.Tensor:
+    """mmcv's CPU ``nms``: the boxes in the order of ``scores.sort(descending=True)`` (torch's unstable sort), each
+    kept box suppressing the later ones whose IoU with it, in float32 with ``offset`` added to each side, is above
+    the threshold as a float32. Returns the kept indices, highest score first."""
+    if boxes.numel() == 0:
+        return torch.empty(0, dtype=torch.long)
+    x1, y1, x2, y2 = boxes.unbind(1)
+    areas = (x2 - x1 + offset) * (y2 - y1 + offset)
+    order = scores.sort(0, descending=True)[1]
+    threshold = torch.tensor(iou_threshold, dtype=boxes.dtype)
+    alive = torch.ones(len(order), dtype=torch.bool)
+    keep = []
+    for n in range(len(order)):
+        if not alive[n]:
+            continue
+        i, rest = order[n], order[n + 1:]
+        w = (torch.minimum(x2[i], x2[rest]) - torch.maximum(x1[i], x1[rest]) + offset).clamp(min=0)
+        h = (torch.minimum(y2[i], y2[rest]) - torch.maximum(y1[i], y1[rest]) + offset).clamp(min=0)
+        inter = w * h
+        alive[n + 1:] &= ~(inter / (areas[i] + areas[rest] - inter) > threshold)
+        keep.append(i)
+    return torch.stack(keep)
+
+
+def _roi_align_forward(features, rois, output, argmax_y, argmax_x, aligned_height, aligned_width, spatial_scale,
+                       sampling_ratio, pool_mode, aligned) -> None:
+    """mmcv's ``roi_align_forward`` in average mode: ``output`` (R, C, h, w) filled in place."""
+    if pool_mode != 1:
+        raise NotImplementedError("mmcv's RoIAlign stand-in averages (pool_mode 1) only")
+    output.copy_(torchvision.ops.roi_align(features, rois, (aligned_height, aligned_width), spatial_scale,
+                                           sampling_ratio, aligned))
+
+
+def install_stand_ins() -> None:
+    """Put a ``mmcv._ext`` module with the two stand-ins where mmcv's ``ext_loader`` looks for its compiled ops."""
+    if "mmcv._ext" in sys.modules:
+        return
+    ext = types.ModuleType("mmcv._ext")
+    ext.__spec__ = importlib.machinery.ModuleSpec("mmcv._ext", None)
+
+    def missing(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def refuse(*args, **kwargs):
+            raise NotImplementedError(f"mmcv's compiled op {name} has no stand-in here")
+
+        return refuse
+
+    ext.__getattr__ = missing
+    ext.nms, ext.roi_align_forward = _nms, _roi_align_forward
+    sys.modules["mmcv._ext"] = ext
+
+
+def zoo_config(zoo: str, test_scale: tuple[int, int] | None = None):
+    """mmdetection's config ``configs/<zoo>.py`` as the installed package ships it (mmengine's ``Config``); with
+    ``test_scale`` (long side, short side), its test pipeline's ``Resize`` scale replaced."""
+    import mmdet
+    from mmengine.config import Config
+
+    cfg = Config.fromfile(str(Path(mmdet.__file__).parent / ".mim" / "configs" / f"{zoo}.py"))
+    if test_scale is not None:
+        resize = next(t for t in cfg.test_dataloader.dataset.pipeline if t["type"] == "Resize")
+        resize["scale"] = tuple(test_scale)
+    return cfg
+
+
+def detector(cfg, checkpoint: str | Path):
+    """mmdetection's detector of ``cfg`` on CPU with the weights of ``checkpoint`` (mmdetection's own loader)."""
+    install_stand_ins()
+    from mmdet.apis import init_detector
+    from mmdet.utils import register_all_modules
+
+    register_all_modules()
+    return init_detector(cfg, str(checkpoint), device="cpu")
+
+
+def detect(model, bgr) -> dict[str, torch.Tensor]:
+    """mmdetection's ``inference_detector`` on the uint8 BGR image ``bgr``: boxes, scores, labels, masks (bool)."""
+    from mmdet.apis import inference_detector
+
+    with torch.no_grad():
+        found = inference_detector(model, bgr).pred_instances
+    return {"boxes": found.bboxes, "scores": found.scores, "labels": found.labels, "masks": found.masks.bool()}

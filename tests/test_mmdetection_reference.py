@@ -1,0 +1,137 @@
+"""minidet's mmdetection configs against mmdetection 3.3.0 itself (the ``reference`` extra; tests/mmdet_reference.py
+gives mmcv's two CPU kernels pure-PyTorch stand-ins): every shipped config computes what its zoo config computes at
+test time, read from the config file the installed mmdetection ships; and a synthetic checkpoint in mmdetection's
+layout gives mmdetection's own detections, bit for bit, under minidet (MODEL.ROI_ALIGN_IMPL torchvision: mmcv's
+RoIAlign kernel's arithmetic; the default gather RoIAlign only reorders float sums)."""
+
+import pytest
+import torch
+
+import minidet
+from helpers import config, needs_extra
+from minidet.apps.synthetic import structured_image
+from minidet.config import cfg_value, config_names
+from minidet.families.mmdetection import ZOO_CONFIGS
+from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
+
+pytestmark = [needs_extra("mmdet", "reference"), needs_extra("mmengine", "reference")]
+
+
+def _expected(zoo_cfg) -> dict:
+    """What mmdetection's config ``zoo_cfg`` computes at test time, as minidet's config keys; fails on any part of
+    its network that these keys cannot describe (another head, a plugin, a norm in the neck ...)."""
+    m = zoo_cfg.model
+    bb, dp, neck, rpn, roi = m.backbone, m.data_preprocessor, m.neck, m.rpn_head, m.roi_head
+    box, mask, test = roi.bbox_head, roi.mask_head, m.test_cfg
+    assert (m.type, neck.type, rpn.type) == ("MaskRCNN", "FPN", "RPNHead")
+    assert roi.type in ("StandardRoIHead", "PISARoIHead")  # PISA's changes only its training loss
+    assert bb.type in ("ResNet", "ResNeXt") and not bb.get("dcn") and not bb.get("plugins")
+    assert bb.get("conv_cfg") is None and neck.get("norm_cfg") is None and neck.get("conv_cfg") is None
+    assert (box.type, mask.type) == ("Shared2FCBBoxHead", "FCNMaskHead")
+    assert neck.num_outs == 5 and neck.out_channels == rpn.in_channels == 256
+    assert bb.norm_cfg.type in ("BN", "SyncBN") and bb.norm_cfg.get("eps", 1e-5) == 1e-5
+    anchors, rpn_coder, box_coder = rpn.anchor_generator, rpn.bbox_coder, box.bbox_coder
+    assert anchors.type == "AnchorGenerator" and len(anchors.scales) == 1
+    assert list(rpn_coder.target_means) == list(box_coder.target_means) == [0.0] * 4
+    assert list(rpn_coder.target_stds) == [1.0] * 4
+    resize = [t for t in zoo_cfg.test_dataloader.dataset.pipeline if t["type"] == "Resize"]
+    assert len(resize) == 1 and resize[0]["keep_ratio"]
+    assert box.roi_feat_size == roi.bbox_roi_extractor.roi_layer.output_size
+    assert roi.bbox_roi_extractor.roi_layer.type == roi.mask_roi_extractor.roi_layer.type == "RoIAlign"
+    assert box.num_classes == mask.num_classes
+    resnext = bb.type == "ResNeXt"
+    return {
+        "MODEL.CONVENTION": "mmdetection",
+        "MODEL.NORM": "BN",
+        "MODEL.FROZEN_BN_EPS": 1e-5,
+        "MODEL.PIXEL_MEAN": list(dp.mean),
+        "MODEL.PIXEL_STD": list(dp.std),
+        "INPUT.FORMAT": "RGB" if dp.bgr_to_rgb else "BGR",
+        "INPUT.SIZE_DIVISIBILITY": dp.pad_size_divisor,
+        "INPUT.MIN_SIZE_TEST": min(resize[0]["scale"]),
+        "INPUT.MAX_SIZE_TEST": max(resize[0]["scale"]),
+        "MODEL.RESNETS.DEPTH": bb.depth,
+        "MODEL.RESNETS.STRIDE_IN_1X1": bb.get("style", "pytorch") == "caffe",
+        "MODEL.RESNETS.NUM_GROUPS": bb.groups if resnext else 1,
+        "MODEL.RESNETS.WIDTH_PER_GROUP": bb.base_width if resnext else 64,
+        "MODEL.FPN.OUT_CHANNELS": neck.out_channels,
+        "MODEL.FPN.USE_NORM": False,
+        "MODEL.ANCHOR_GENERATOR.SIZES": [anchors.scales[0] * s for s in anchors.strides],
+        "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS": list(anchors.ratios),
+        "MODEL.RPN.CONV_DEPTH": rpn.get("num_convs", 1),
+        "MODEL.RPN.PRE_NMS_TOPK_TEST": test.rpn.nms_pre,
+        "MODEL.RPN.POST_NMS_TOPK_TEST": test.rpn.max_per_img,
+        "MODEL.RPN.NMS_THRESH": test.rpn.nms.iou_threshold,
+        "MODEL.RPN.MIN_SIZE": test.rpn.min_bbox_size,
+        "MODEL.ROI_HEADS.NUM_CLASSES": box.num_classes,
+        "MODEL.ROI_HEADS.SCORE_THRESH_TEST": test.rcnn.score_thr,
+        "MODEL.ROI_HEADS.NMS_THRESH_TEST": test.rcnn.nms.iou_threshold,
+        "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": test.rcnn.max_per_img,
+        "MODEL.ROI_BOX_HEAD.NUM_CONV": 0,
+        "MODEL.ROI_BOX_HEAD.NUM_FC": 2,
+        "MODEL.ROI_BOX_HEAD.FC_DIM": box.fc_out_channels,
+        "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": box.roi_feat_size,
+        "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": roi.bbox_roi_extractor.roi_layer.sampling_ratio,
+        "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": [1 / s for s in box_coder.target_stds],
+        "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": box.get("reg_class_agnostic", False),
+        "MODEL.ROI_MASK_HEAD.NUM_CONV": mask.num_convs,
+        "MODEL.ROI_MASK_HEAD.CONV_DIM": mask.conv_out_channels,
+        "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": roi.mask_roi_extractor.roi_layer.output_size,
+        "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": roi.mask_roi_extractor.roi_layer.sampling_ratio,
+        "MODEL.ROI_MASK_HEAD.THRESHOLD": test.rcnn.mask_thr_binary,
+        "MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK": mask.get("class_agnostic", False),  # FCNMaskHead's default
+    }
+
+
+def test_each_config_computes_what_its_zoo_config_computes():
+    """Every shipped mmdetection config (one per registry entry) against the config file of mmdetection 3.3.0 it
+    restates: the pixel statistics and order, the test scale, the backbone, anchors, RPN and head thresholds, the
+    class count."""
+    from mmdet_reference import zoo_config
+
+    assert len(ZOO_CONFIGS) == len([n for n in config_names() if n.startswith("mmdetection/")])
+    for name, zoo in ZOO_CONFIGS.items():
+        cfg = minidet.get_cfg(name)
+        expected = _expected(zoo_config(zoo))
+        got = {k: cfg_value(cfg, k) for k in expected}
+        got = {k: list(v) if isinstance(v, tuple) else v for k, v in got.items()}
+        assert got == expected, (name, {k: (got[k], v) for k, v in expected.items() if got[k] != v})
+
+
+# zoo config -> the synthetic file's shapes and meta, and the proposals per image where fewer than the config's (both
+# sides alike: LVIS's 1203 classes at score threshold 0.0001 give the stand-in NMS ~10^5 boxes for 1000 proposals);
+# each runs at a small test scale on both sides
+CASES = {
+    "mask_rcnn/mask-rcnn_r50_fpn_1x_coco": ({}, mmdet_meta(), None),
+    "mask_rcnn/mask-rcnn_r50-caffe_fpn_1x_coco": ({}, mmdet_meta("2.0.0", style="caffe"), None),
+    "pisa/mask-rcnn_r50_fpn_pisa_1x_coco": ({}, mmdet_meta("2.0.0"), None),
+    "lvis/mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1":
+        ({"num_classes": 1203}, mmdet_meta("2.0.0", classes=tuple(f"lvis_{k}" for k in range(1, 1204))), 50),
+    "cityscapes/mask-rcnn_r50_fpn_1x_cityscapes": ({"num_classes": 8}, mmdet_meta("2.0.0", classes=(
+        "person", "rider", "car", "truck", "bus", "train", "motorcycle", "bicycle")), None),
+}
+
+
+@pytest.mark.parametrize("zoo", list(CASES))
+def test_detections_are_mmdetections_bit_for_bit(zoo, tmp_path):
+    from mmdet_reference import detect, detector, zoo_config
+
+    shapes, meta, proposals = CASES[zoo]
+    path = tmp_path / "model.pth"
+    write_mmdet_checkpoint(path, mmdet_weights(mmdet_state_shapes(**shapes), seed=3, caffe="caffe" in zoo), meta)
+    zoo_cfg = zoo_config(zoo, (512, 320))
+    opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
+    if proposals:
+        zoo_cfg.model.test_cfg.rpn.max_per_img = proposals
+        opts += ["MODEL.RPN.POST_NMS_TOPK_TEST", proposals]
+    reference = detector(zoo_cfg, path)
+    name = next(n for n, z in ZOO_CONFIGS.items() if z == zoo)
+    ours = minidet.Predictor(config(f"configs/{name}.yaml", *opts, weights=path))
+    shapes = [(230, 311), (300, 200)] if zoo == next(iter(CASES)) else [(230, 311)]  # a second image on the first
+    for seed, (h, w) in enumerate(shapes):
+        image = structured_image(h, w, seed)
+        ref, out = detect(reference, image), ours(image)
+        assert len(ref["boxes"]) > 0, zoo
+        assert torch.equal(out["boxes"], ref["boxes"]) and torch.equal(out["scores"], ref["scores"]), zoo
+        assert torch.equal(out["labels"], ref["labels"]), zoo
+        assert torch.equal(torch.as_tensor(out["masks"].dense()).bool(), ref["masks"]), zoo
