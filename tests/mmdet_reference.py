@@ -82,13 +82,30 @@ def zoo_config(zoo: str, test_scale: tuple[int, int] | None = None):
     return cfg
 
 
+_SYNC_NORMS = ("SyncBN", "MMSyncBN")  # torch's and mmcv's SyncBatchNorm
+
+
+def _unsync(node) -> None:
+    """Every ``norm_cfg`` of a SyncBN kind under ``node`` made ``BN``: in eval mode torch's and mmcv's SyncBatchNorm
+    run ``F.batch_norm`` with the running statistics, as ``nn.BatchNorm2d`` does, and building them needs a process
+    group."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        if key == "norm_cfg" and isinstance(value, dict) and value.get("type") in _SYNC_NORMS:
+            value["type"] = "BN"
+        else:
+            _unsync(value)
+
+
 def detector(cfg, checkpoint: str | Path):
-    """mmdetection's detector of ``cfg`` on CPU with the weights of ``checkpoint`` (mmdetection's own loader)."""
+    """mmdetection's detector of ``cfg`` on CPU with the weights of ``checkpoint`` (mmdetection's own loader); its
+    SyncBN norms built as BN (:func:`_unsync`)."""
     install_stand_ins()
     from mmdet.apis import init_detector
     from mmdet.utils import register_all_modules
 
     register_all_modules()
+    _unsync(cfg.model)
     return init_detector(cfg, str(checkpoint), device="cpu")
 
 

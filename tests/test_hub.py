@@ -447,7 +447,7 @@ NO_MASK_AP = {"mmdetection/mask-rcnn_x101-32x8d_fpn_ms-poly-3x_coco"}
 
 
 def test_registry_entries_match_their_configs():
-    assert len(hub.REGISTRY) == 64
+    assert len(hub.REGISTRY) == 83
     for name, e in hub.REGISTRY.items():
         assert e.name == name == e.config
         config = CONFIGS / f"{e.config}.yaml"

@@ -397,7 +397,7 @@ def test_class_names_from_meta(mm_files):
 
 def test_configs_and_registry():
     names = [n for n in minidet.config.config_names() if n.startswith("mmdetection/")]
-    assert len(names) == 43 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
+    assert len(names) == 62 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
     for name in names:
         assert name in REGISTRY and REGISTRY[name].config == name
         e = REGISTRY[name]
@@ -406,7 +406,9 @@ def test_configs_and_registry():
         cfg = minidet.get_cfg(name)
         assert cfg.MODEL.CONVENTION == "mmdetection" and os.path.basename(cfg.MODEL.WEIGHTS) == e.filename
         caffe = "-caffe" in name
-        mean, std, bgr_to_rgb = CAFFE_NORM if caffe else D2_NORM if "x101-32x8d" in name else PYTORCH_NORM
+        detectron_gn = mm_family.ZOO_CONFIGS[name].startswith("gn/") and "contrib" not in name  # BGR, std 1
+        mean, std, bgr_to_rgb = CAFFE_NORM if caffe or detectron_gn else D2_NORM if "x101-32x8d" in name else \
+            PYTORCH_NORM
         assert cfg.MODEL.RESNETS.STRIDE_IN_1X1 == caffe and (cfg.INPUT.FORMAT == "RGB") == bgr_to_rgb
         assert (list(cfg.MODEL.PIXEL_MEAN), list(cfg.MODEL.PIXEL_STD)) == (mean, std), name
 

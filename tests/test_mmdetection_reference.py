@@ -17,19 +17,34 @@ from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights,
 pytestmark = [needs_extra("mmdet", "reference"), needs_extra("mmengine", "reference")]
 
 
+_NORMS = {"BN": "BN", "SyncBN": "BN", "MMSyncBN": "BN", "GN": "GN"}  # mmcv's norm kinds -> MODEL.NORM at test time
+_BOX_HEADS = {"Shared2FCBBoxHead": (0, 2), "Shared4Conv1FCBBoxHead": (4, 1)}  # -> (convs, fcs)
+
+
 def _expected(zoo_cfg) -> dict:
     """What mmdetection's config ``zoo_cfg`` computes at test time, as minidet's config keys; fails on any part of
-    its network that these keys cannot describe (another head, a plugin, a norm in the neck ...)."""
+    its network that these keys cannot describe (another head, a plugin, norms of two kinds ...)."""
     m = zoo_cfg.model
     bb, dp, neck, rpn, roi = m.backbone, m.data_preprocessor, m.neck, m.rpn_head, m.roi_head
     box, mask, test = roi.bbox_head, roi.mask_head, m.test_cfg
     assert (m.type, neck.type, rpn.type) == ("MaskRCNN", "FPN", "RPNHead")
     assert roi.type in ("StandardRoIHead", "PISARoIHead")  # PISA's changes only its training loss
     assert bb.type in ("ResNet", "ResNeXt") and not bb.get("dcn") and not bb.get("plugins")
-    assert bb.get("conv_cfg") is None and neck.get("norm_cfg") is None and neck.get("conv_cfg") is None
-    assert (box.type, mask.type) == ("Shared2FCBBoxHead", "FCNMaskHead")
+    assert box.type in _BOX_HEADS and mask.type == "FCNMaskHead"
     assert neck.num_outs == 5 and neck.out_channels == rpn.in_channels == 256
-    assert bb.norm_cfg.type in ("BN", "SyncBN") and bb.norm_cfg.get("eps", 1e-5) == 1e-5
+    normed = {"backbone": bb.norm_cfg, "neck": neck.get("norm_cfg"), "box": box.get("norm_cfg"),
+              "mask": mask.get("norm_cfg")}
+    kinds = {_NORMS[n.type] for n in normed.values() if n is not None}
+    assert len(kinds) == 1, normed  # one MODEL.NORM
+    norm = kinds.pop()
+    assert all(n.get("eps", 1e-5) == 1e-5 for n in normed.values() if n is not None)
+    groups = {n.get("num_groups") for n in normed.values() if n is not None}
+    assert norm != "GN" or len(groups) == 1
+    convs = {c.type if c else None for c in (bb.get("conv_cfg"), neck.get("conv_cfg"), box.get("conv_cfg"),
+                                              mask.get("conv_cfg"))}
+    assert convs in ({None}, {"ConvWS"}), convs
+    box_convs, box_fcs = _BOX_HEADS[box.type]
+    assert box_convs == 0 or (box.conv_out_channels == 256 and box.get("conv_cfg") == bb.get("conv_cfg"))
     anchors, rpn_coder, box_coder = rpn.anchor_generator, rpn.bbox_coder, box.bbox_coder
     assert anchors.type == "AnchorGenerator" and len(anchors.scales) == 1
     assert list(rpn_coder.target_means) == list(box_coder.target_means) == [0.0] * 4
@@ -42,8 +57,11 @@ def _expected(zoo_cfg) -> dict:
     resnext = bb.type == "ResNeXt"
     return {
         "MODEL.CONVENTION": "mmdetection",
-        "MODEL.NORM": "BN",
+        "MODEL.NORM": norm,
         "MODEL.FROZEN_BN_EPS": 1e-5,
+        "MODEL.GN_NUM_GROUPS": groups.pop() if norm == "GN" else 32,
+        "MODEL.GN_EPS": 1e-5,
+        "MODEL.WEIGHT_STANDARDIZATION": convs == {"ConvWS"},
         "MODEL.PIXEL_MEAN": list(dp.mean),
         "MODEL.PIXEL_STD": list(dp.std),
         "INPUT.FORMAT": "RGB" if dp.bgr_to_rgb else "BGR",
@@ -55,7 +73,7 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.RESNETS.NUM_GROUPS": bb.groups if resnext else 1,
         "MODEL.RESNETS.WIDTH_PER_GROUP": bb.base_width if resnext else 64,
         "MODEL.FPN.OUT_CHANNELS": neck.out_channels,
-        "MODEL.FPN.USE_NORM": False,
+        "MODEL.FPN.USE_NORM": normed["neck"] is not None,
         "MODEL.ANCHOR_GENERATOR.SIZES": [anchors.scales[0] * s for s in anchors.strides],
         "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS": list(anchors.ratios),
         "MODEL.RPN.CONV_DEPTH": rpn.get("num_convs", 1),
@@ -67,8 +85,10 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.ROI_HEADS.SCORE_THRESH_TEST": test.rcnn.score_thr,
         "MODEL.ROI_HEADS.NMS_THRESH_TEST": test.rcnn.nms.iou_threshold,
         "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": test.rcnn.max_per_img,
-        "MODEL.ROI_BOX_HEAD.NUM_CONV": 0,
-        "MODEL.ROI_BOX_HEAD.NUM_FC": 2,
+        "MODEL.ROI_BOX_HEAD.NUM_CONV": box_convs,
+        "MODEL.ROI_BOX_HEAD.CONV_DIM": 256,
+        "MODEL.ROI_BOX_HEAD.NUM_FC": box_fcs,
+        "MODEL.ROI_BOX_HEAD.USE_NORM": box_convs > 0 and normed["box"] is not None,
         "MODEL.ROI_BOX_HEAD.FC_DIM": box.fc_out_channels,
         "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": box.roi_feat_size,
         "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": roi.bbox_roi_extractor.roi_layer.sampling_ratio,
@@ -76,6 +96,7 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": box.get("reg_class_agnostic", False),
         "MODEL.ROI_MASK_HEAD.NUM_CONV": mask.num_convs,
         "MODEL.ROI_MASK_HEAD.CONV_DIM": mask.conv_out_channels,
+        "MODEL.ROI_MASK_HEAD.USE_NORM": normed["mask"] is not None,
         "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": roi.mask_roi_extractor.roi_layer.output_size,
         "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": roi.mask_roi_extractor.roi_layer.sampling_ratio,
         "MODEL.ROI_MASK_HEAD.THRESHOLD": test.rcnn.mask_thr_binary,
@@ -98,6 +119,7 @@ def test_each_config_computes_what_its_zoo_config_computes():
         assert got == expected, (name, {k: (got[k], v) for k, v in expected.items() if got[k] != v})
 
 
+GN_ALL = {"norm": "gn", "neck_norm": "gn", "head_norm": "gn", "box_convs": 4}
 # zoo config -> the synthetic file's shapes and meta, and the proposals per image where fewer than the config's (both
 # sides alike: LVIS's 1203 classes at score threshold 0.0001 give the stand-in NMS ~10^5 boxes for 1000 proposals);
 # each runs at a small test scale on both sides
@@ -109,6 +131,10 @@ CASES = {
         ({"num_classes": 1203}, mmdet_meta("2.0.0", classes=tuple(f"lvis_{k}" for k in range(1, 1204))), 50),
     "cityscapes/mask-rcnn_r50_fpn_1x_cityscapes": ({"num_classes": 8}, mmdet_meta("2.0.0", classes=(
         "person", "rider", "car", "truck", "bus", "train", "motorcycle", "bicycle")), None),
+    "gn/mask-rcnn_r50_fpn_gn-all_2x_coco": (GN_ALL, mmdet_meta("2.0.0"), None),
+    "gn+ws/mask-rcnn_x50-32x4d_fpn_gn-ws-all_2x_coco": ({**GN_ALL, "groups": 32}, mmdet_meta("2.0.0"), None),
+    "simple_copy_paste/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_32xb2-ssj-90k_coco":
+        ({"neck_norm": "bn", "head_norm": "bn", "box_convs": 4, "rpn_convs": 2}, mmdet_meta(), None),
 }
 
 
@@ -118,7 +144,8 @@ def test_detections_are_mmdetections_bit_for_bit(zoo, tmp_path):
 
     shapes, meta, proposals = CASES[zoo]
     path = tmp_path / "model.pth"
-    write_mmdet_checkpoint(path, mmdet_weights(mmdet_state_shapes(**shapes), seed=3, caffe="caffe" in zoo), meta)
+    bgr = "caffe" in zoo or zoo.startswith("gn/")  # 0-255 BGR pixels into the stem
+    write_mmdet_checkpoint(path, mmdet_weights(mmdet_state_shapes(**shapes), seed=3, caffe=bgr), meta)
     zoo_cfg = zoo_config(zoo, (512, 320))
     opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
     if proposals:

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from minidet.layers import Conv2d
-from minidet.norm import Affine, BatchNorm, FrozenBN, fold_norms, get_norm
+from minidet.norm import Affine, BatchNorm, FrozenBN, fold_norms, get_norm, standardize_weights
 
 
 def _stats(c, gen):
@@ -105,3 +105,20 @@ def test_frozen_bn_forward_is_two_ops_affine_one():
     f, a = FrozenBN(3), Affine(3)
     assert {n for n, _ in f.named_buffers()} == {"weight", "bias", "running_mean", "running_var"}
     assert {n for n, _ in a.named_buffers()} == {"scale", "shift"}
+
+
+def test_weight_standardization_changes_the_convs_before_a_norm_only():
+    """``standardize_weights``: each conv followed by a norm gets zero-mean kernels of standard deviation
+    std / (std + 1e-5) per output channel; a conv without a norm keeps its kernel."""
+    gen = torch.Generator().manual_seed(6)
+    normed = Conv2d(8, 16, 3, padding=1, bias=False, norm=nn.GroupNorm(4, 16))
+    plain = Conv2d(8, 16, 3, padding=1)
+    for conv in (normed, plain):
+        with torch.no_grad():
+            conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen) * 0.05 + 0.01)
+    before, plain_before = normed.weight.clone(), plain.weight.clone()
+    assert standardize_weights(nn.Sequential(normed, plain)) == 1
+    assert torch.equal(plain.weight, plain_before)
+    flat, old = normed.weight.view(16, -1), before.view(16, -1)
+    torch.testing.assert_close(flat.mean(1), torch.zeros(16), atol=1e-6, rtol=0)
+    torch.testing.assert_close(flat.std(1), old.std(1) / (old.std(1) + 1e-5))

@@ -77,7 +77,18 @@ site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 compile_modules "$site/torch" "$site/torchvision" &
 compiling=$!
 echo "setup: installing minidet (editable, with the extras $EXTRAS)"
-"$VENV/bin/pip" install --quiet --no-compile -e ".[$EXTRAS]"
+# the test-only extra "reference": OpenMMLab's packages (mmdet, mmengine, mmcv-lite) without their dependencies, for
+# mmcv-lite's would add opencv-python (the GUI build, which needs libGL) over opencv-python-headless's cv2; the extra
+# lists the pure-python dependencies they need, which install as usual
+extras=$(tr "," "\n" <<< "$EXTRAS" | { grep -vx reference || true; } | paste -sd, -)
+"$VENV/bin/pip" install --quiet --no-compile -e ".[$extras]"
+if tr ',' '\n' <<< "$EXTRAS" | grep -qx reference; then
+    mapfile -t reference < <("$VENV/bin/python" -c 'import re, tomllib
+for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["reference"]:
+    print(("N " if re.match(r"mm(det|engine|cv)", r) else "D ") + r)')
+    "$VENV/bin/pip" install --quiet --no-compile $(printf '%s\n' "${reference[@]}" | sed -n 's/^D //p')
+    "$VENV/bin/pip" install --quiet --no-compile --no-deps $(printf '%s\n' "${reference[@]}" | sed -n 's/^N //p')
+fi
 wait "$compiling"
 compile_modules "$site"
 echo "$stamp" > "$VENV/.minidet-stamp"

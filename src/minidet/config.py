@@ -228,6 +228,8 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.MASK_ON": (True, None),
     "MODEL.NORM": ("FrozenBN", ("FrozenBN", "BN", "Affine", "GN")),  # wherever the architecture normalizes
     "MODEL.FOLD_NORM": (False, None),  # fold FrozenBN/BN/Affine into the preceding conv at load time
+    # every conv followed by a norm standardizes its kernel, as mmcv's ConvWS (mmdetection's gn+ws), once at load time
+    "MODEL.WEIGHT_STANDARDIZATION": (False, None),
     "MODEL.CHANNELS_LAST": (False, None),  # NHWC convolutions: only the float summation order changes
     "MODEL.FUSE_CONVS": (True, None),  # CPU float32: conv + ReLU / sum as one oneDNN call, same values
     "MODEL.FUSE_LINEAR": (False, None),  # CPU float32: fcs, mask deconv on oneDNN; mask of the box's class only

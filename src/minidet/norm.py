@@ -118,3 +118,18 @@ def fold_norms(model: nn.Module) -> int:
         m.bias = nn.Parameter(bias, requires_grad=False)
         m.norm = None
     return len(convs)
+
+
+@torch.no_grad()
+def standardize_weights(model: nn.Module, eps: float = 1e-5) -> int:
+    """Weight standardization (mmcv's ``ConvWS``), once: every ``Conv2d`` followed by a norm gets the kernel
+    ``(w - mean) / (std + eps)``, with the mean and the (unbiased) standard deviation of each output channel's
+    weights: the kernel that ConvWS computes from its weights in every forward, by the same operations, so the conv
+    computes what ConvWS does. Run after the weights are loaded and before ``fold_norms``; returns the count."""
+    convs = [m for m in model.modules() if isinstance(m, Conv2d) and m.norm is not None]
+    for m in convs:
+        flat = m.weight.view(m.weight.shape[0], -1)
+        mean = flat.mean(dim=1, keepdim=True).view(-1, 1, 1, 1)
+        std = flat.std(dim=1, keepdim=True).view(-1, 1, 1, 1)
+        m.weight.copy_((m.weight - mean) / (std + eps))
+    return len(convs)

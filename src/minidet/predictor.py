@@ -14,7 +14,7 @@ from .config import CfgNode, ConfigError, cfg_value, check_cfg, get_cfg, load_cf
 from .detector import MaskRCNN, build_model
 from .families import FAMILIES
 from .layers import fuse_convs, fuse_linears
-from .norm import fold_norms
+from .norm import fold_norms, standardize_weights
 from .timing import StageTimer
 
 logger = logging.getLogger("minidet")
@@ -68,6 +68,8 @@ def _load(cfg: CfgNode, weights: str | None) -> tuple[MaskRCNN, LoadReport | Non
     model = build_model(cfg)
     report = None if ckpt is None else load_checkpoint(model, ckpt, bn_eps=cfg.MODEL.FROZEN_BN_EPS,
                                                        convention=cfg.MODEL.CONVENTION)
+    if cfg.MODEL.WEIGHT_STANDARDIZATION:  # on the loaded kernels, before any norm is folded into them
+        logger.info("standardized the kernels of %d convs", standardize_weights(model))
     if cfg.MODEL.FOLD_NORM:
         logger.info("folded %d norm layers into their convs", fold_norms(model))
     fuse_convs(model, cfg.MODEL.FUSE_CONVS)

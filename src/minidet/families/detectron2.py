@@ -45,13 +45,25 @@ def recognize(keys: Collection[str]) -> str | None:
 
 
 _SOURCE = "detectron2's MODEL_ZOO.md (URL, AP); detectron2 publishes no digests"
-_URL = "https://dl.fbaipublicfiles.com/detectron2/COCO-InstanceSegmentation/{}"
-_ZOO = [  # config, id, published file, box AP, mask AP
-    ("mask_rcnn_R_50_FPN_1x", 137260431, "model_final_a54504.pkl", 38.6, 35.2),
-    ("mask_rcnn_R_50_FPN_3x", 137849600, "model_final_f10217.pkl", 41.0, 37.2),
-    ("mask_rcnn_R_101_FPN_3x", 138205316, "model_final_a3ec72.pkl", 42.9, 38.6),
-    ("mask_rcnn_X_101_32x8d_FPN_3x", 139653917, "model_final_2d9806.pkl", 44.3, 39.5),
+_URL = "https://dl.fbaipublicfiles.com/detectron2/{}/{}/{}"
+_ZOO = [  # zoo config (under detectron2's configs/), model id, published file, box AP, mask AP
+    ("COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml", 137260431, "model_final_a54504.pkl", 38.6, 35.2),
+    ("COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_3x.yaml", 137849600, "model_final_f10217.pkl", 41.0, 37.2),
+    ("COCO-InstanceSegmentation/mask_rcnn_R_101_FPN_3x.yaml", 138205316, "model_final_a3ec72.pkl", 42.9, 38.6),
+    ("COCO-InstanceSegmentation/mask_rcnn_X_101_32x8d_FPN_3x.yaml", 139653917, "model_final_2d9806.pkl", 44.3, 39.5),
 ]
+_PREFIX = {"LVISv0.5-InstanceSegmentation": "lvis_v0.5_", "Cityscapes": "cityscapes_"}  # their names repeat COCO's
+
+
+def _name(zoo: str) -> str:
+    """The registry's (and the shipped config's) name of the zoo config ``zoo``."""
+    folder, _, file = zoo.rpartition("/")
+    return f"detectron2/{_PREFIX.get(folder, '')}{file.rpartition('.')[0]}"
+
+
+ZOO_CONFIGS = {_name(zoo): zoo for zoo, *_ in _ZOO}
+"""Registry name -> the zoo's config (its path under detectron2's ``configs/``) that the shipped config restates."""
+
 
 FAMILY = Family(
     name="detectron2",
@@ -62,8 +74,8 @@ FAMILY = Family(
     ignores_non_arrays=True,
     background_last=True,
     weights=tuple(
-        WeightsEntry(f"detectron2/{config}", _URL.format(f"{config}/{model_id}/{file}"), f"{config}.pkl",
-                     f"detectron2/{config}", None, None, box, mask, _SOURCE)
-        for config, model_id, file, box, mask in _ZOO
+        WeightsEntry(name, _URL.format(zoo.rpartition(".")[0], model_id, file), f"{name.partition('/')[2]}.pkl", name,
+                     None, None, box, mask, _SOURCE)
+        for name, (zoo, model_id, file, box, mask) in zip(ZOO_CONFIGS, _ZOO)
     ),
 )

@@ -36,27 +36,35 @@ def arithmetic():
 _RPN_OUT = {"cls": "objectness_logits", "reg": "anchor_deltas"}
 _BOX_OUT = {"cls": "cls_score", "reg": "bbox_pred"}
 _MASK_OUT = {"upsample": "deconv", "conv_logits": "predictor"}
+_FPN = {"lateral": "lateral", "fpn": "output"}
+_IN_MODULE = {"conv": "", "gn": "norm.", "bn": "norm."}  # a ConvModule's conv, and its norm named by its kind
 RULES: list[tuple[str, str | Callable]] = [
-    (r"^neck\.lateral_convs\.(\d)\.conv\.", lambda m: f"fpn.lateral{int(m[1]) + 2}."),  # ConvModule: `.conv`
-    (r"^neck\.fpn_convs\.(\d)\.conv\.", lambda m: f"fpn.output{int(m[1]) + 2}."),
+    (r"^neck\.(lateral|fpn)_convs\.(\d)\.(conv|gn|bn)\.",
+     lambda m: f"fpn.{_FPN[m[1]]}{int(m[2]) + 2}.{_IN_MODULE[m[3]]}"),
+    (r"^rpn_head\.rpn_conv\.(\d)\.conv\.", lambda m: f"rpn.head.convs.{m[1]}."),  # num_convs > 1: ConvModules
     (r"^rpn_head\.rpn_conv\.", "rpn.head.convs.0."),
     (r"^rpn_head\.rpn_(cls|reg)\.", lambda m: f"rpn.head.{_RPN_OUT[m[1]]}."),
+    (r"^roi_head\.bbox_head\.shared_convs\.(\d)\.(conv|gn|bn)\.",  # Shared4Conv1FCBBoxHead
+     lambda m: f"box_head.conv{int(m[1]) + 1}.{_IN_MODULE[m[2]]}"),
     (r"^roi_head\.bbox_head\.shared_fcs\.(\d)\.", lambda m: f"box_head.fc{int(m[1]) + 1}."),
     (r"^roi_head\.bbox_head\.fc_(cls|reg)\.", lambda m: f"box_predictor.{_BOX_OUT[m[1]]}."),
-    (r"^roi_head\.mask_head\.convs\.(\d)\.conv\.", lambda m: f"mask_head.mask_fcn{int(m[1]) + 1}."),
+    (r"^roi_head\.mask_head\.convs\.(\d)\.(conv|gn|bn)\.",
+     lambda m: f"mask_head.mask_fcn{int(m[1]) + 1}.{_IN_MODULE[m[2]]}"),
     (r"^roi_head\.mask_head\.(upsample|conv_logits)\.", lambda m: f"mask_head.{_MASK_OUT[m[1]]}."),
 ]
+_BACKBONE_GN = re.compile(r"(^|\.)gn(\d)\.")  # its ResNet's GroupNorms: gn1 where a BatchNorm is bn1
 
 
 def rename(name: str) -> str | None:
     """mmdetection ``MaskRCNN`` state-dict key -> minidet name; None for what plays no part at inference
     (``architectures.SET_ASIDE``: ``num_batches_tracked``, EMA copies, ...); unknown keys come back unchanged for the
     matcher to report. Its ResNet is torchvision's module tree (``conv1``, ``bn1``,
-    ``layerK.i.{conv,bn}{1,2,3}``, ``downsample.{0,1}``) directly under ``backbone.``."""
+    ``layerK.i.{conv,bn}{1,2,3}``, ``downsample.{0,1}``; its GroupNorms ``gnN``) directly under ``backbone.``; a
+    ConvModule of the neck and heads holds ``conv`` and its norm ``gn`` or ``bn``."""
     if set_aside("mmdetection", name):
         return None
     if name.startswith("backbone."):
-        as_tv = "backbone.body." + name[len("backbone.") :]
+        as_tv = "backbone.body." + _BACKBONE_GN.sub(r"\1bn\2.", name[len("backbone.") :])
         new = rename_by_rules(torchvision.RULES[:6], as_tv)
         return name if new == as_tv else new
     return rename_by_rules(RULES, name)
@@ -254,16 +262,54 @@ _ZOO: list[tuple] = [
      "mask_rcnn_r50_fpn_swav-pretrain_ms-2x_coco_20210605_163717-08e26fca.pth", 41.3, 37.3, _README),
     ("cityscapes/mask-rcnn_r50_fpn_1x_cityscapes",
      "mask_rcnn_r50_fpn_1x_cityscapes_20201211_133733-d2858245.pth", 40.9, 36.4, _README),
+    ("gn/mask-rcnn_r50_fpn_gn-all_2x_coco", "mask_rcnn_r50_fpn_gn-all_2x_coco_20200206-8eee02a6.pth", 40.2, 36.4),
+    ("gn/mask-rcnn_r50_fpn_gn-all_3x_coco", "mask_rcnn_r50_fpn_gn-all_3x_coco_20200214-8b23b1e5.pth", 40.5, 36.7),
+    ("gn/mask-rcnn_r101_fpn_gn-all_2x_coco", "mask_rcnn_r101_fpn_gn-all_2x_coco_20200205-d96b1b50.pth", 41.9, 37.6),
+    ("gn/mask-rcnn_r101_fpn_gn-all_3x_coco",
+     "mask_rcnn_r101_fpn_gn-all_3x_coco_20200513_181609-0df864f4.pth", 42.1, 38.0),
+    ("gn/mask-rcnn_r50-contrib_fpn_gn-all_2x_coco",
+     "mask_rcnn_r50_fpn_gn-all_contrib_2x_coco_20200207-20d3e849.pth", 40.0, 36.1),
+    ("gn/mask-rcnn_r50-contrib_fpn_gn-all_3x_coco",
+     "mask_rcnn_r50_fpn_gn-all_contrib_3x_coco_20200225-542aefbc.pth", 40.1, 36.2),
+    ("gn+ws/mask-rcnn_r50_fpn_gn-ws-all_2x_coco",
+     "mask_rcnn_r50_fpn_gn_ws-all_2x_coco_20200226-16acb762.pth", 40.6, 36.6),
+    ("gn+ws/mask-rcnn_r101_fpn_gn-ws-all_2x_coco",
+     "mask_rcnn_r101_fpn_gn_ws-all_2x_coco_20200212-ea357cd9.pth", 42.0, 37.7),
+    ("gn+ws/mask-rcnn_x50-32x4d_fpn_gn-ws-all_2x_coco",
+     "mask_rcnn_x50_32x4d_fpn_gn_ws-all_2x_coco_20200216-649fdb6f.pth", 41.1, 37.0),
+    ("gn+ws/mask-rcnn_x101-32x4d_fpn_gn-ws-all_2x_coco",
+     "mask_rcnn_x101_32x4d_fpn_gn_ws-all_2x_coco_20200319-33fb95b5.pth", 42.1, 37.9),
+    ("gn+ws/mask-rcnn_r50_fpn_gn-ws-all_20-23-24e_coco",
+     "mask_rcnn_r50_fpn_gn_ws-all_20_23_24e_coco_20200213-487d1283.pth", 41.1, 37.1),
+    ("gn+ws/mask-rcnn_r101_fpn_gn-ws-all_20-23-24e_coco",
+     "mask_rcnn_r101_fpn_gn_ws-all_20_23_24e_coco_20200213-57b5a50f.pth", 43.1, 38.6),
+    ("gn+ws/mask-rcnn_x50-32x4d_fpn_gn-ws-all_20-23-24e_coco",
+     "mask_rcnn_x50_32x4d_fpn_gn_ws-all_20_23_24e_coco_20200226-969bcb2c.pth", 42.1, 38.0),
+    ("gn+ws/mask-rcnn_x101-32x4d_fpn_gn-ws-all_20-23-24e_coco",
+     "mask_rcnn_x101_32x4d_fpn_gn_ws-all_20_23_24e_coco_20200316-e6cd35ef.pth", 42.7, 38.5),
+    ("scratch/mask-rcnn_r50-scratch_fpn_gn-all_6x_coco",
+     "scratch_mask_rcnn_r50_fpn_gn_6x_bbox_mAP-0.412__segm_mAP-0.374_20200201_193051-1e190a40.pth", 41.2, 37.4),
+    ("simple_copy_paste/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_32xb2-ssj-270k_coco",
+     "mask_rcnn_r50_fpn_syncbn-all_rpn-2conv_ssj_32x2_270k_coco_20220324_182940-33a100c5.pth", 43.5, 39.1),
+    ("simple_copy_paste/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_32xb2-ssj-90k_coco",
+     "mask_rcnn_r50_fpn_syncbn-all_rpn-2conv_ssj_32x2_90k_coco_20220316_181409-f79c84c5.pth", 43.3, 39.0),
+    ("simple_copy_paste/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_32xb2-ssj-scp-270k_coco",
+     "mask_rcnn_r50_fpn_syncbn-all_rpn-2conv_ssj_scp_32x2_270k_coco_20220324_201229-80ee90b7.pth", 45.1, 40.3),
+    ("simple_copy_paste/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_32xb2-ssj-scp-90k_coco",
+     "mask_rcnn_r50_fpn_syncbn-all_rpn-2conv_ssj_scp_32x2_90k_coco_20220316_181307-6bc5726f.pth", 43.8, 39.2),
 ]
 _URL = "https://download.openmmlab.com/mmdetection/v2.0/"
-_URL_FOLDER = {"mask_rcnn/mask-rcnn_r50_fpn_amp-1x_coco": "fp16"}  # 2.x's folder of mixed-precision training
+_URL_FOLDER = {  # where the file's folder is not named as above
+    "mask_rcnn/mask-rcnn_r50_fpn_amp-1x_coco": "fp16/mask_rcnn_r50_fpn_fp16_1x_coco",  # 2.x's mixed precision
+    "scratch/mask-rcnn_r50-scratch_fpn_gn-all_6x_coco": "scratch/mask_rcnn_r50_fpn_gn-all_scratch_6x_coco",
+}
 
 
 def _url(config: str, file: str) -> str:
     """The published URL of ``file`` of the zoo config ``config`` (``folder/name``)."""
-    top = _URL_FOLDER.get(config, config.partition("/")[0])
     sub = re.split(r"_(?:bbox_mAP|\d{8}(?=[_-]))|-[0-9a-f]{8}\.pth$", file)[0]
-    return f"{_URL}{urllib.parse.quote(top, safe='')}/{sub}/{file}"
+    folder = _URL_FOLDER.get(config, f"{urllib.parse.quote(config.partition('/')[0], safe='')}/{sub}")
+    return f"{_URL}{folder}/{file}"
 
 
 def _source(config: str, where: str = "metafile.yml") -> str:

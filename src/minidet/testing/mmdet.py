@@ -6,6 +6,8 @@ weights (``checkpoints._sane_value``) with non-trivial batch-norm statistics, or
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..categories import COCO_CATEGORIES
@@ -14,7 +16,9 @@ from .checkpoints import _sane_value
 COCO_CLASSES = tuple(name for _, name in COCO_CATEGORIES)
 
 
-def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, num_classes: int = 80) -> dict:
+def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, num_classes: int = 80, norm: str = "bn",
+                       neck_norm: str | None = None, head_norm: str | None = None, box_convs: int = 0,
+                       rpn_convs: int = 1) -> dict:
     """Names and shapes of mmdetection's ``MaskRCNN`` state dict (R-50/101, or ResNeXt with ``groups`` > 1), from its
     module tree: ``backbone`` (``ResNet``/``ResNeXt``: ``conv1``, ``bn1``, ``layer1..4`` of ``Bottleneck``s with
     ``conv1..3``, ``bn1..3``, ``downsample`` = (conv, BN); BN with ``num_batches_tracked``; a ResNeXt block is
@@ -22,7 +26,11 @@ def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, nu
     ``ConvModule``s holding ``.conv``), ``rpn_head`` (``rpn_conv``, ``rpn_cls`` of 3 sigmoid scores, ``rpn_reg``),
     ``roi_head.bbox_head`` (``Shared2FCBBoxHead``: ``shared_fcs.0/1``, ``fc_cls`` with the background last,
     ``fc_reg`` class-specific without it), ``roi_head.mask_head`` (``FCNMaskHead``: ``convs.i.conv``, ``upsample``
-    (a ConvTranspose2d), ``conv_logits``)."""
+    (a ConvTranspose2d), ``conv_logits``). ``norm``: the backbone's norms, ``bn`` (BatchNorm or SyncBN) or ``gn``
+    (GroupNorm: ``gn1``..., weight and bias only); ``neck_norm``/``head_norm``: a norm in each ConvModule of the FPN /
+    of the box and mask heads (``.bn`` or ``.gn``, the conv then bias-free); ``box_convs``: 4 for
+    ``Shared4Conv1FCBBoxHead`` (``shared_convs.i`` ConvModules, one fc); ``rpn_convs`` > 1: ``rpn_conv.i``
+    ConvModules."""
     out: dict[str, tuple] = {}
 
     def conv(name: str, cout: int, cin: int, k: int, bias: bool = True, g: int = 1) -> None:
@@ -30,10 +38,19 @@ def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, nu
         if bias:
             out[f"{name}.bias"] = (cout,)
 
-    def bn(name: str, c: int) -> None:
+    def bn(name: str, c: int, kind: str = norm) -> None:  # name: where a BatchNorm is (bn1, downsample.1, .bn)
+        if kind == "gn":
+            name = re.sub(r"(^|\.)bn(\d?)$", r"\1gn\2", name)
+            out[f"{name}.weight"], out[f"{name}.bias"] = (c,), (c,)
+            return
         for s in ("weight", "bias", "running_mean", "running_var"):
             out[f"{name}.{s}"] = (c,)
         out[f"{name}.num_batches_tracked"] = ()
+
+    def module(name: str, cout: int, cin: int, k: int, kind: str | None) -> None:  # a ConvModule
+        conv(f"{name}.conv", cout, cin, k, bias=kind is None)
+        if kind is not None:
+            bn(f"{name}.bn", cout, kind)
 
     conv("backbone.conv1", 64, 3, 7, bias=False)
     bn("backbone.bn1", 64)
@@ -55,17 +72,22 @@ def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, nu
                 bn(f"{pre}.downsample.1", planes * 4)
             cin = planes * 4
     for i, c in enumerate((256, 512, 1024, 2048)):
-        conv(f"neck.lateral_convs.{i}.conv", 256, c, 1)
-        conv(f"neck.fpn_convs.{i}.conv", 256, 256, 3)
-    conv("rpn_head.rpn_conv", 256, 256, 3)
+        module(f"neck.lateral_convs.{i}", 256, c, 1, neck_norm)
+        module(f"neck.fpn_convs.{i}", 256, 256, 3, neck_norm)
+    if rpn_convs == 1:
+        conv("rpn_head.rpn_conv", 256, 256, 3)
+    for i in range(rpn_convs if rpn_convs > 1 else 0):
+        module(f"rpn_head.rpn_conv.{i}", 256, 256, 3, None)
     conv("rpn_head.rpn_cls", 3, 256, 1)
     conv("rpn_head.rpn_reg", 12, 256, 1)
     bh = "roi_head.bbox_head"
-    for name, shape in ((f"{bh}.shared_fcs.0", (1024, 256 * 49)), (f"{bh}.shared_fcs.1", (1024, 1024)),
-                        (f"{bh}.fc_cls", (num_classes + 1, 1024)), (f"{bh}.fc_reg", (4 * num_classes, 1024))):
+    for i in range(box_convs):
+        module(f"{bh}.shared_convs.{i}", 256, 256, 3, head_norm)
+    fcs = [(f"{bh}.shared_fcs.0", (1024, 256 * 49))] + ([(f"{bh}.shared_fcs.1", (1024, 1024))] if not box_convs else [])
+    for name, shape in (*fcs, (f"{bh}.fc_cls", (num_classes + 1, 1024)), (f"{bh}.fc_reg", (4 * num_classes, 1024))):
         out[f"{name}.weight"], out[f"{name}.bias"] = shape, shape[:1]
     for i in range(4):
-        conv(f"roi_head.mask_head.convs.{i}.conv", 256, 256, 3)
+        module(f"roi_head.mask_head.convs.{i}", 256, 256, 3, head_norm)
     out["roi_head.mask_head.upsample.weight"], out["roi_head.mask_head.upsample.bias"] = (256, 256, 2, 2), (256,)
     conv("roi_head.mask_head.conv_logits", num_classes, 256, 1)
     return out
@@ -89,7 +111,8 @@ def mmdet_weights(shapes: dict[str, tuple], seed: int = 0, caffe: bool = False) 
         role = ("norm." + leaf if leaf in ("weight", "bias") else leaf) if norm else leaf
         hint = name.replace("fc_cls", "cls_score").replace("fc_reg", "bbox_pred")  # the roles _sane_value knows
         fan_in = int(np.prod(shape[1:])) if "upsample" not in name else shape[0] * 4
-        v = _sane_value(rng, hint, shape, role, small_norm=bool(norm and module.endswith("bn3")), fan_in=fan_in,
+        last = module.endswith(("bn3", "gn3"))  # a residual branch's last norm
+        v = _sane_value(rng, hint, shape, role, small_norm=bool(norm and last), fan_in=fan_in,
                         stem=caffe and name == "backbone.conv1.weight", damp=name.startswith("neck."), spread=3.0)
         if caffe and norm and name.startswith("backbone.") and leaf in ("running_mean", "running_var"):
             v = np.full(shape, 1.0 if leaf == "running_var" else 0.0)

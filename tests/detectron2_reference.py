@@ -1,0 +1,61 @@
+"""detectron2 itself as a test reference: its sources at commit 02b5c4e2 (``../shared/reference/``, as ``git archive``
+wrote them; not on the package registry) extracted once per process into a temporary folder and put on
+``sys.path``, with the pure-python packages they import from the ``reference`` extra (fvcore, iopath, omegaconf,
+...). Its compiled ``detectron2._C`` is not built: Mask R-CNN inference on CPU calls torchvision's RoIAlign and NMS.
+Import this module only where the extra is installed and :data:`SOURCES` exists."""
+
+from __future__ import annotations
+
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "detectron2-02b5c4e2.tar.gz"
+_ROOT: Path | None = None
+
+
+def root() -> Path:
+    """The folder holding detectron2's ``detectron2/`` and ``configs/``, extracted on first use and importable."""
+    global _ROOT
+    if _ROOT is None:
+        folder = Path(tempfile.mkdtemp(prefix="detectron2-reference-"))
+        with tarfile.open(SOURCES) as tar:
+            tar.extractall(folder, filter="data")
+        sys.path.insert(0, str(folder))
+        _ROOT = folder
+    return _ROOT
+
+
+def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = None):
+    """detectron2's config ``configs/<zoo>`` (a yaml file through ``get_cfg``), on CPU; with ``min_size`` and
+    ``max_size``, its test-time ``INPUT.MIN_SIZE_TEST`` / ``MAX_SIZE_TEST`` replaced."""
+    folder = root()
+    from detectron2.config import get_cfg
+
+    cfg = get_cfg()
+    cfg.merge_from_file(str(folder / "configs" / zoo))
+    cfg.MODEL.DEVICE = "cpu"
+    if min_size is not None:
+        cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST = min_size, max_size
+    return cfg
+
+
+def predictor(cfg, weights: str | Path):
+    """detectron2's ``DefaultPredictor`` of ``cfg`` with the weights of ``weights`` (its own checkpointer)."""
+    root()
+    from detectron2.engine import DefaultPredictor
+
+    cfg = cfg.clone()
+    cfg.MODEL.WEIGHTS = str(weights)
+    return DefaultPredictor(cfg)
+
+
+def detect(pred, bgr) -> dict[str, torch.Tensor]:
+    """``DefaultPredictor`` on the uint8 BGR image ``bgr``: boxes, scores, labels, masks (bool)."""
+    with torch.no_grad():
+        found = pred(bgr)["instances"]
+    return {"boxes": found.pred_boxes.tensor, "scores": found.scores, "labels": found.pred_classes,
+            "masks": found.pred_masks}

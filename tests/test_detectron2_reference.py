@@ -1,0 +1,132 @@
+"""minidet's detectron2 configs against detectron2 itself (its sources in ../shared/reference, run by
+tests/detectron2_reference.py with the ``reference`` extra's packages): every shipped config computes what its zoo
+config computes at test time, read from the zoo's own config file; and a synthetic checkpoint in detectron2's layout
+gives ``DefaultPredictor``'s detections, bit for bit, under minidet (MODEL.ROI_ALIGN_IMPL torchvision: the RoIAlign
+detectron2 calls; the default gather RoIAlign only reorders float sums)."""
+
+import pickle
+
+import pytest
+import torch
+
+import minidet
+from helpers import config, needs_extra
+from minidet.apps.synthetic import structured_image
+from minidet.config import cfg_value, config_names
+from minidet.families.detectron2 import ZOO_CONFIGS
+from minidet.testing.checkpoints import d2_weights
+
+pytestmark = [needs_extra("fvcore", "reference"), needs_extra("omegaconf", "reference")]
+
+
+@pytest.fixture(scope="module")
+def d2():
+    import detectron2_reference
+
+    if not detectron2_reference.SOURCES.is_file():
+        pytest.skip(f"needs detectron2's sources: {detectron2_reference.SOURCES}")
+    return detectron2_reference
+
+
+_NORMS = {"FrozenBN": "BN", "BN": "BN", "SyncBN": "BN", "naiveSyncBN": "BN", "GN": "GN"}  # at test time
+
+
+def _expected(cfg) -> dict:
+    """What detectron2's config ``cfg`` computes at test time, as minidet's config keys; fails on any part of its
+    network that these keys cannot describe."""
+    m = cfg.MODEL
+    assert m.META_ARCHITECTURE in ("GeneralizedRCNN", "PanopticFPN") and m.MASK_ON and not m.KEYPOINT_ON
+    assert m.BACKBONE.NAME == "build_resnet_fpn_backbone" and m.RESNETS.OUT_FEATURES == ["res2", "res3", "res4", "res5"]
+    assert not any(m.RESNETS.DEFORM_ON_PER_STAGE) and m.RESNETS.RES5_DILATION == 1 and m.RESNETS.STEM_OUT_CHANNELS == 64
+    assert (m.RPN.HEAD_NAME, m.ROI_HEADS.NAME) == ("StandardRPNHead", "StandardROIHeads")
+    assert (m.ROI_BOX_HEAD.NAME, m.ROI_MASK_HEAD.NAME) == ("FastRCNNConvFCHead", "MaskRCNNConvUpsampleHead")
+    assert m.ROI_BOX_HEAD.POOLER_TYPE == m.ROI_MASK_HEAD.POOLER_TYPE == "ROIAlignV2"  # aligned
+    assert m.FPN.FUSE_TYPE == "sum" and m.ANCHOR_GENERATOR.OFFSET == 0.0 and m.ANCHOR_GENERATOR.ANGLES == [[-90, 0, 90]]
+    norms = {m.RESNETS.NORM, m.FPN.NORM or None, m.ROI_BOX_HEAD.NORM or None, m.ROI_MASK_HEAD.NORM or None} - {None}
+    kinds = {_NORMS[n] for n in norms}
+    assert len(kinds) == 1, norms
+    sizes = [s for level in m.ANCHOR_GENERATOR.SIZES for s in level]
+    assert len(m.ANCHOR_GENERATOR.SIZES) == 5 and len(m.ANCHOR_GENERATOR.ASPECT_RATIOS) == 1
+    assert all(d == -1 for d in m.RPN.CONV_DIMS)
+    assert len(cfg.INPUT.MIN_SIZE_TEST if isinstance(cfg.INPUT.MIN_SIZE_TEST, list) else [0]) <= 1
+    return {
+        "MODEL.CONVENTION": "detectron2",
+        "MODEL.NORM": kinds.pop(),
+        "MODEL.FROZEN_BN_EPS": 1e-5,
+        "MODEL.GN_NUM_GROUPS": 32,
+        "MODEL.GN_EPS": 1e-5,
+        "MODEL.PIXEL_MEAN": list(m.PIXEL_MEAN),
+        "MODEL.PIXEL_STD": list(m.PIXEL_STD),
+        "INPUT.FORMAT": cfg.INPUT.FORMAT,
+        "INPUT.MIN_SIZE_TEST": cfg.INPUT.MIN_SIZE_TEST,
+        "INPUT.MAX_SIZE_TEST": cfg.INPUT.MAX_SIZE_TEST,
+        "INPUT.SIZE_DIVISIBILITY": 32,  # the FPN backbone's size_divisibility
+        "MODEL.RESNETS.DEPTH": m.RESNETS.DEPTH,
+        "MODEL.RESNETS.STRIDE_IN_1X1": m.RESNETS.STRIDE_IN_1X1,
+        "MODEL.RESNETS.NUM_GROUPS": m.RESNETS.NUM_GROUPS,
+        "MODEL.RESNETS.WIDTH_PER_GROUP": m.RESNETS.WIDTH_PER_GROUP,
+        "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS,
+        "MODEL.FPN.USE_NORM": bool(m.FPN.NORM),
+        "MODEL.ANCHOR_GENERATOR.SIZES": sizes,
+        "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS": list(m.ANCHOR_GENERATOR.ASPECT_RATIOS[0]),
+        "MODEL.RPN.CONV_DEPTH": len(m.RPN.CONV_DIMS),
+        "MODEL.RPN.PRE_NMS_TOPK_TEST": m.RPN.PRE_NMS_TOPK_TEST,
+        "MODEL.RPN.POST_NMS_TOPK_TEST": m.RPN.POST_NMS_TOPK_TEST,
+        "MODEL.RPN.NMS_THRESH": m.RPN.NMS_THRESH,
+        "MODEL.RPN.MIN_SIZE": 0.0,
+        "MODEL.ROI_HEADS.NUM_CLASSES": m.ROI_HEADS.NUM_CLASSES,
+        "MODEL.ROI_HEADS.SCORE_THRESH_TEST": m.ROI_HEADS.SCORE_THRESH_TEST,
+        "MODEL.ROI_HEADS.NMS_THRESH_TEST": m.ROI_HEADS.NMS_THRESH_TEST,
+        "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": cfg.TEST.DETECTIONS_PER_IMAGE,
+        "MODEL.ROI_BOX_HEAD.NUM_CONV": m.ROI_BOX_HEAD.NUM_CONV,
+        "MODEL.ROI_BOX_HEAD.CONV_DIM": m.ROI_BOX_HEAD.CONV_DIM,
+        "MODEL.ROI_BOX_HEAD.NUM_FC": m.ROI_BOX_HEAD.NUM_FC,
+        "MODEL.ROI_BOX_HEAD.FC_DIM": m.ROI_BOX_HEAD.FC_DIM,
+        "MODEL.ROI_BOX_HEAD.USE_NORM": bool(m.ROI_BOX_HEAD.NORM) and m.ROI_BOX_HEAD.NUM_CONV > 0,
+        "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": m.ROI_BOX_HEAD.POOLER_RESOLUTION,
+        "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": m.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO,
+        "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": list(m.ROI_BOX_HEAD.BBOX_REG_WEIGHTS),
+        "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": m.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG,
+        "MODEL.ROI_MASK_HEAD.NUM_CONV": m.ROI_MASK_HEAD.NUM_CONV,
+        "MODEL.ROI_MASK_HEAD.CONV_DIM": m.ROI_MASK_HEAD.CONV_DIM,
+        "MODEL.ROI_MASK_HEAD.USE_NORM": bool(m.ROI_MASK_HEAD.NORM),
+        "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": m.ROI_MASK_HEAD.POOLER_RESOLUTION,
+        "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": m.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO,
+        "MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK": m.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK,
+        "MODEL.ROI_MASK_HEAD.THRESHOLD": 0.5,  # detectron2's paste_masks_in_image threshold
+    }
+
+
+def test_each_config_computes_what_its_zoo_config_computes(d2):
+    """Every shipped detectron2 config (one per registry entry) against the zoo config detectron2 ships."""
+    assert len(ZOO_CONFIGS) == len([n for n in config_names() if n.startswith("detectron2/")])
+    for name, zoo in ZOO_CONFIGS.items():
+        cfg = minidet.get_cfg(name)
+        expected = _expected(d2.zoo_config(zoo))
+        got = {k: cfg_value(cfg, k) for k in expected}
+        got = {k: list(v) if isinstance(v, tuple) else v for k, v in got.items()}
+        assert got == expected, (name, {k: (got[k], v) for k, v in expected.items() if got[k] != v})
+
+
+# zoo config -> d2_weights arguments of its synthetic file
+CASES = {
+    "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_3x.yaml": {"depth": 50},
+    "COCO-InstanceSegmentation/mask_rcnn_X_101_32x8d_FPN_3x.yaml": {"depth": 101, "groups": 32, "width": 8},
+}
+
+
+@pytest.mark.parametrize("zoo", list(CASES))
+def test_detections_are_detectron2s_bit_for_bit(d2, zoo, tmp_path):
+    path = tmp_path / "model_final.pkl"
+    with open(path, "wb") as f:
+        pickle.dump({"model": d2_weights(seed=3, **CASES[zoo]), "__author__": "test"}, f)
+    reference = d2.predictor(d2.zoo_config(zoo, 320, 512), path)
+    name = next(n for n, z in ZOO_CONFIGS.items() if z == zoo)
+    ours = minidet.Predictor(config(f"configs/{name}.yaml", "INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512,
+                                    "MODEL.ROI_ALIGN_IMPL", "torchvision", weights=path))
+    image = structured_image(230, 311, 0)
+    ref, out = d2.detect(reference, image), ours(image)
+    assert len(ref["boxes"]) > 0, zoo
+    assert torch.equal(out["boxes"], ref["boxes"]) and torch.equal(out["scores"], ref["scores"]), zoo
+    assert torch.equal(out["labels"], ref["labels"]), zoo
+    assert torch.equal(torch.as_tensor(out["masks"].dense()).bool(), ref["masks"]), zoo
