@@ -30,9 +30,18 @@ def root() -> Path:
 
 
 def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = None):
-    """detectron2's config ``configs/<zoo>`` (a yaml file through ``get_cfg``), on CPU; with ``min_size`` and
-    ``max_size``, its test-time ``INPUT.MIN_SIZE_TEST`` / ``MAX_SIZE_TEST`` replaced."""
+    """detectron2's config ``configs/<zoo>``: a yaml file through ``get_cfg`` (on CPU; with ``min_size`` and
+    ``max_size``, its ``INPUT.MIN_SIZE_TEST`` / ``MAX_SIZE_TEST`` replaced), or a LazyConfig ``.py`` file through
+    ``LazyConfig.load`` (with the sizes, its test mapper's ``ResizeShortestEdge`` replaced)."""
     folder = root()
+    if zoo.endswith(".py"):
+        from detectron2.config import LazyConfig
+
+        lazy = LazyConfig.load(str(folder / "configs" / zoo))
+        if min_size is not None:
+            (resize,) = lazy.dataloader.test.mapper.augmentations
+            resize.short_edge_length, resize.max_size = min_size, max_size
+        return lazy
     from detectron2.config import get_cfg
 
     cfg = get_cfg()
@@ -44,17 +53,34 @@ def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = Non
 
 
 def predictor(cfg, weights: str | Path):
-    """detectron2's ``DefaultPredictor`` of ``cfg`` with the weights of ``weights`` (its own checkpointer)."""
+    """detectron2's ``DefaultPredictor`` of the yaml config ``cfg`` with the weights of ``weights`` (its own
+    checkpointer); for a LazyConfig, the model it instantiates run as ``DefaultPredictor`` runs one (the test
+    mapper's resize on the BGR image, flipped to the model's ``input_format``, float32 CHW)."""
     root()
+    from detectron2.checkpoint import DetectionCheckpointer
+    from detectron2.config import instantiate
     from detectron2.engine import DefaultPredictor
 
+    if not hasattr(cfg, "clone"):  # a LazyConfig
+        model = instantiate(cfg.model).eval()
+        DetectionCheckpointer(model).load(str(weights))
+        (resize,) = [instantiate(a) for a in cfg.dataloader.test.mapper.augmentations]
+        rgb = cfg.model.input_format == "RGB"
+
+        def run(bgr):
+            image = resize.get_transform(bgr).apply_image(bgr[:, :, ::-1] if rgb else bgr)
+            tensor = torch.as_tensor(image.astype("float32").transpose(2, 0, 1))
+            return model([{"image": tensor, "height": bgr.shape[0], "width": bgr.shape[1]}])[0]
+
+        return run
     cfg = cfg.clone()
     cfg.MODEL.WEIGHTS = str(weights)
     return DefaultPredictor(cfg)
 
 
 def detect(pred, bgr) -> dict[str, torch.Tensor]:
-    """``DefaultPredictor`` on the uint8 BGR image ``bgr``: boxes, scores, labels, masks (bool)."""
+    """``DefaultPredictor`` on the uint8 BGR image ``bgr``: boxes, scores, labels, masks (bool) of its instances (a
+    Panoptic FPN's instance half)."""
     with torch.no_grad():
         found = pred(bgr)["instances"]
     return {"boxes": found.pred_boxes.tensor, "scores": found.scores, "labels": found.pred_classes,

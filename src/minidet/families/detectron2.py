@@ -24,6 +24,7 @@ def arithmetic():
 RULES: list[tuple[str, str]] = [
     (r"^backbone\.bottom_up\.", "backbone."),
     (r"^backbone\.fpn_(lateral|output)(\d)\.", r"fpn.\1\2."),
+    (r"^proposal_generator\.rpn_head\.conv\.conv(\d)\.", r"rpn.head.convs.\1."),  # conv_dims [-1, -1]: conv0, conv1
     (r"^proposal_generator\.rpn_head\.conv\.", "rpn.head.convs.0."),
     (r"^proposal_generator\.rpn_head\.", "rpn.head."),
     (r"^roi_heads\.(box_head|box_predictor|mask_head)\.", r"\1."),
@@ -51,6 +52,25 @@ _ZOO = [  # zoo config (under detectron2's configs/), model id, published file, 
     ("COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_3x.yaml", 137849600, "model_final_f10217.pkl", 41.0, 37.2),
     ("COCO-InstanceSegmentation/mask_rcnn_R_101_FPN_3x.yaml", 138205316, "model_final_a3ec72.pkl", 42.9, 38.6),
     ("COCO-InstanceSegmentation/mask_rcnn_X_101_32x8d_FPN_3x.yaml", 139653917, "model_final_2d9806.pkl", 44.3, 39.5),
+    ("new_baselines/mask_rcnn_R_50_FPN_100ep_LSJ.py", 42047764, "model_final_bb69de.pkl", 44.6, 40.3),
+    ("new_baselines/mask_rcnn_R_50_FPN_200ep_LSJ.py", 42047638, "model_final_89a8d3.pkl", 46.3, 41.7),
+    ("new_baselines/mask_rcnn_R_50_FPN_400ep_LSJ.py", 42019571, "model_final_14d201.pkl", 47.4, 42.5),
+    ("new_baselines/mask_rcnn_R_101_FPN_100ep_LSJ.py", 42025812, "model_final_4f7b58.pkl", 46.4, 41.6),
+    ("new_baselines/mask_rcnn_R_101_FPN_200ep_LSJ.py", 42131867, "model_final_0bb7ae.pkl", 48.0, 43.1),
+    ("new_baselines/mask_rcnn_R_101_FPN_400ep_LSJ.py", 42073830, "model_final_f96b26.pkl", 48.9, 43.7),
+    ("COCO-PanopticSegmentation/panoptic_fpn_R_50_1x.yaml", 139514544, "model_final_dbfeb4.pkl", 37.6, 34.7),
+    ("COCO-PanopticSegmentation/panoptic_fpn_R_50_3x.yaml", 139514569, "model_final_c10459.pkl", 40.0, 36.5),
+    ("COCO-PanopticSegmentation/panoptic_fpn_R_101_3x.yaml", 139514519, "model_final_cafdb1.pkl", 42.4, 38.5),
+    ("LVISv0.5-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml", 144219072, "model_final_571f7c.pkl", 23.6, 24.4),
+    ("LVISv0.5-InstanceSegmentation/mask_rcnn_R_101_FPN_1x.yaml", 144219035, "model_final_824ab5.pkl", 25.6, 25.9),
+    ("LVISv0.5-InstanceSegmentation/mask_rcnn_X_101_32x8d_FPN_1x.yaml", 144219108, "model_final_5e3439.pkl", 26.7,
+     27.1),
+    ("Cityscapes/mask_rcnn_R_50_FPN.yaml", 142423278, "model_final_af9cf5.pkl", None, 36.5),  # no box AP published
+    ("Misc/mask_rcnn_R_50_FPN_3x_gn.yaml", 138602888, "model_final_dc5d9e.pkl", 42.6, 38.6),
+    ("Misc/mask_rcnn_R_50_FPN_3x_syncbn.yaml", 169527823, "model_final_3b3c51.pkl", 41.9, 37.8),
+    ("Misc/scratch_mask_rcnn_R_50_FPN_3x_gn.yaml", 138602908, "model_final_01ca85.pkl", 39.9, 36.6),
+    ("Misc/scratch_mask_rcnn_R_50_FPN_9x_gn.yaml", 183808979, "model_final_da7b4c.pkl", 43.7, 39.6),
+    ("Misc/scratch_mask_rcnn_R_50_FPN_9x_syncbn.yaml", 184226666, "model_final_5ce33e.pkl", 43.6, 39.3),
 ]
 _PREFIX = {"LVISv0.5-InstanceSegmentation": "lvis_v0.5_", "Cityscapes": "cityscapes_"}  # their names repeat COCO's
 

@@ -117,14 +117,20 @@ def write_detectron_pkl(path: str, blobs: dict, cfg_yaml: str = "MODEL:\n  TYPE:
         f.write(buf.getvalue())
 
 
-def d2_state_shapes(depth: int, groups: int = 1, width: int = 64) -> dict[str, tuple]:
+def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "bn", fpn_norm: bool = False,
+                    head_norm: bool = False, box_convs: int = 0, rpn_convs: int = 1,
+                    num_classes: int = 80) -> dict[str, tuple]:
     """Names and shapes of detectron2's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from its
-    module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, FrozenBN
+    module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, each conv's
     `norm`), backbone.fpn_lateral/output{2..5}, proposal_generator.rpn_head (conv,
     objectness_logits, anchor_deltas), roi_heads.box_head (fc1, fc2), roi_heads.box_predictor
-    (cls_score 81 with background last, bbox_pred 80 x 4), roi_heads.mask_head (mask_fcn1..4,
+    (cls_score K + 1 with background last, bbox_pred K x 4), roi_heads.mask_head (mask_fcn1..4,
     deconv, predictor). ``groups`` x ``width``: a ResNeXt's grouped 3x3 convs (res2's bottleneck width, doubling
-    per stage, as detectron2's NUM_GROUPS and WIDTH_PER_GROUP build them)."""
+    per stage, as detectron2's NUM_GROUPS and WIDTH_PER_GROUP build them). ``norm``: ``bn`` (frozen BN, SyncBN:
+    weight, bias and running statistics) or ``gn`` (GroupNorm: weight and bias), in the ResNet and, with
+    ``fpn_norm`` / ``head_norm``, after the FPN's convs / the heads' convs (which then have no bias);
+    ``box_convs``: the box head's 3x3 convs (``conv1``..; one fc then); ``rpn_convs`` > 1: the RPN head's
+    ``conv.conv0``, ``conv.conv1``...; ``num_classes``: K."""
     out = {}
 
     def conv(name, cout, cin, k, norm=True, bias=False, groups=1):
@@ -132,9 +138,10 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64) -> dict[str, t
         if bias:
             out[f"{name}.bias"] = (cout,)
         if norm:
-            for s in ("weight", "bias", "running_mean", "running_var"):
+            for s in ("weight", "bias") if norm_kind == "gn" else ("weight", "bias", "running_mean", "running_var"):
                 out[f"{name}.norm.{s}"] = (cout,)
 
+    norm_kind = norm
     conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
     blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
     cin, bott, cout = 64, groups * width, 256
@@ -148,30 +155,35 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64) -> dict[str, t
             conv(f"{pre}.conv3", cout, bott, 1)
         cin, bott, cout = cout, bott * 2, cout * 2
     for lvl, c in zip(range(2, 6), (256, 512, 1024, 2048)):
-        conv(f"backbone.fpn_lateral{lvl}", 256, c, 1, norm=False, bias=True)
-        conv(f"backbone.fpn_output{lvl}", 256, 256, 3, norm=False, bias=True)
-    conv("proposal_generator.rpn_head.conv", 256, 256, 3, norm=False, bias=True)
+        conv(f"backbone.fpn_lateral{lvl}", 256, c, 1, norm=fpn_norm, bias=not fpn_norm)
+        conv(f"backbone.fpn_output{lvl}", 256, 256, 3, norm=fpn_norm, bias=not fpn_norm)
+    for j in range(rpn_convs):
+        conv(f"proposal_generator.rpn_head.conv{f'.conv{j}' if rpn_convs > 1 else ''}", 256, 256, 3, norm=False,
+             bias=True)
     conv("proposal_generator.rpn_head.objectness_logits", 3, 256, 1, norm=False, bias=True)
     conv("proposal_generator.rpn_head.anchor_deltas", 12, 256, 1, norm=False, bias=True)
+    for j in range(1, box_convs + 1):
+        conv(f"roi_heads.box_head.conv{j}", 256, 256, 3, norm=head_norm, bias=not head_norm)
+    fcs = [("box_head.fc1", (1024, 12544))] + ([] if box_convs else [("box_head.fc2", (1024, 1024))])
     for name, shape in [
-        ("box_head.fc1", (1024, 12544)),
-        ("box_head.fc2", (1024, 1024)),
-        ("box_predictor.cls_score", (81, 1024)),
-        ("box_predictor.bbox_pred", (320, 1024)),
+        *fcs,
+        ("box_predictor.cls_score", (num_classes + 1, 1024)),
+        ("box_predictor.bbox_pred", (4 * num_classes, 1024)),
     ]:
         out[f"roi_heads.{name}.weight"], out[f"roi_heads.{name}.bias"] = shape, shape[:1]
     for j in range(1, 5):
-        conv(f"roi_heads.mask_head.mask_fcn{j}", 256, 256, 3, norm=False, bias=True)
+        conv(f"roi_heads.mask_head.mask_fcn{j}", 256, 256, 3, norm=head_norm, bias=not head_norm)
     out["roi_heads.mask_head.deconv.weight"], out["roi_heads.mask_head.deconv.bias"] = (256, 256, 2, 2), (256,)
-    conv("roi_heads.mask_head.predictor", 80, 256, 1, norm=False, bias=True)
+    conv("roi_heads.mask_head.predictor", num_classes, 256, 1, norm=False, bias=True)
     return out
 
 
-def d2_weights(depth: int, seed: int = 0, groups: int = 1, width: int = 64) -> dict[str, np.ndarray]:
-    """Random but sane values; non-trivial frozen-BN statistics (``groups`` x ``width``: ``d2_state_shapes``)."""
+def d2_weights(depth: int, seed: int = 0, groups: int = 1, width: int = 64, **layout) -> dict[str, np.ndarray]:
+    """Random but sane values; non-trivial norm statistics (``groups`` x ``width`` and ``layout``:
+    ``d2_state_shapes``)."""
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in d2_state_shapes(depth, groups, width).items():
+    for name, shape in d2_state_shapes(depth, groups, width, **layout).items():
         role = next((r for r in ("norm.weight", "norm.bias", "running_mean", "running_var") if name.endswith(r)), "")
         role = role or ("weight" if name.endswith("weight") else "bias")
         fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
