@@ -76,6 +76,8 @@ def zoo_config(zoo: str, test_scale: tuple[int, int] | None = None):
     from mmengine.config import Config
 
     cfg = Config.fromfile(str(Path(mmdet.__file__).parent / ".mim" / "configs" / f"{zoo}.py"))
+    pipeline = cfg.test_dataloader.dataset.pipeline  # without the ground truth of a panoptic test set (panopticapi)
+    pipeline[:] = [t for t in pipeline if t["type"] != "LoadPanopticAnnotations"]
     if test_scale is not None:
         resize = next(t for t in cfg.test_dataloader.dataset.pipeline if t["type"] == "Resize")
         resize["scale"] = tuple(test_scale)
@@ -97,22 +99,36 @@ def _unsync(node) -> None:
             _unsync(value)
 
 
-def detector(cfg, checkpoint: str | Path):
-    """mmdetection's detector of ``cfg`` on CPU with the weights of ``checkpoint`` (mmdetection's own loader); its
-    SyncBN norms built as BN (:func:`_unsync`)."""
+def detector(cfg, checkpoint: str | Path | None):
+    """mmdetection's detector of ``cfg`` on CPU with the weights of ``checkpoint`` (mmdetection's own loader; None:
+    its initial weights); its SyncBN norms built as BN (:func:`_unsync`)."""
     install_stand_ins()
     from mmdet.apis import init_detector
     from mmdet.utils import register_all_modules
 
     register_all_modules()
     _unsync(cfg.model)
-    return init_detector(cfg, str(checkpoint), device="cpu")
+    return init_detector(cfg, None if checkpoint is None else str(checkpoint), device="cpu")
 
 
 def detect(model, bgr) -> dict[str, torch.Tensor]:
-    """mmdetection's ``inference_detector`` on the uint8 BGR image ``bgr``: boxes, scores, labels, masks (bool)."""
+    """mmdetection's ``inference_detector`` on the uint8 BGR image ``bgr``: boxes, scores, labels, masks (bool); of a
+    Panoptic FPN, its instance half (what its RoI head predicts, before the panoptic fusion)."""
     from mmdet.apis import inference_detector
 
-    with torch.no_grad():
-        found = inference_detector(model, bgr).pred_instances
+    panoptic, instances = hasattr(model, "panoptic_fusion_head"), []
+    predict = model.roi_head.predict
+    if panoptic:  # keep what the RoI head predicts
+
+        def keep(*args, **kwargs):
+            instances.extend(predict(*args, **kwargs))
+            return instances
+
+        model.roi_head.predict = keep
+    try:
+        with torch.no_grad():
+            sample = inference_detector(model, bgr)
+    finally:
+        model.roi_head.predict = predict
+    found = instances[0] if panoptic else sample.pred_instances
     return {"boxes": found.bboxes, "scores": found.scores, "labels": found.labels, "masks": found.masks.bool()}

@@ -393,11 +393,18 @@ def test_class_names_from_meta(mm_files):
     for classes in ([1, 2], ["a", "a"], ["a", ""], {"a": 1}, []):  # names it cannot take: one line (test_own_classes)
         with pytest.raises(ValueError, match=r"^its class names \(meta dataset_meta.classes\): "):
             mm_family.class_names({"meta": {"dataset_meta": {"classes": classes}}})
+    # a Panoptic FPN's instances are of its thing classes: 3.x names them, a 2.x file lists COCO panoptic's 133
+    panoptic = COCO_CLASSES + tuple(f"stuff_{k}" for k in range(53))
+    three = {"dataset_meta": {"classes": panoptic, "thing_classes": COCO_CLASSES, "stuff_classes": panoptic[80:]}}
+    assert mm_family.class_names({"meta": three}) == list(COCO_CLASSES)
+    assert mm_family.class_names({"meta": mmdet_meta("2.18.0", classes=panoptic)}) == list(COCO_CLASSES)
+    other = tuple(f"c{k}" for k in range(133))  # 133 names that are not COCO panoptic's: as they are
+    assert mm_family.class_names({"meta": mmdet_meta("2.18.0", classes=other)}) == list(other)
 
 
 def test_configs_and_registry():
     names = [n for n in minidet.config.config_names() if n.startswith("mmdetection/")]
-    assert len(names) == 62 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
+    assert len(names) == 66 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
     for name in names:
         assert name in REGISTRY and REGISTRY[name].config == name
         e = REGISTRY[name]
@@ -892,3 +899,20 @@ def test_end_to_end_caffe_style(mm_files):
     assert len(out["boxes"]) > 0 and out["masks"].shape == (len(out["boxes"]), 230, 311)
     coco80 = minidet.categories.category_ids("coco80")
     assert out["category_ids"].tolist() == [coco80[i] for i in out["labels"].tolist()] and len(p.class_names) == 80
+
+
+def test_class_agnostic_nms_is_mmcvs():
+    """``class_agnostic`` (mmdetection's Panoptic FPN): under mmcv's split threshold one NMS over the unshifted boxes
+    of every class; at or above it, as mmcv, still one NMS per class (on unshifted boxes)."""
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 10.0, 10.0], [30.0, 30.0, 40.0, 40.0]])
+    scores, labels = torch.tensor([0.9, 0.8, 0.7]), torch.tensor([0, 1, 1])
+    assert mmcv_batched_nms(boxes, scores, labels, 0.5).tolist() == [0, 1, 2]
+    assert mmcv_batched_nms(boxes, scores, labels, 0.5, class_agnostic=True).tolist() == [0, 2]
+    assert MMDET_BOX_RULE.nms(boxes, scores, labels, 0.5, tv_tie_order=True, class_agnostic=True).tolist() == [0, 2]
+    gen = torch.Generator().manual_seed(4)
+    xy = torch.rand(10500, 2, generator=gen) * 500
+    many = torch.cat([xy, xy + 5 + torch.rand(10500, 2, generator=gen) * 40], 1)
+    s, g = torch.rand(10500, generator=gen), torch.randint(0, 3, (10500,), generator=gen)
+    per_class = torch.cat([torch.where(g == c)[0][mmcv_nms(many[g == c], s[g == c], 0.5)] for c in range(3)]).sort()[0]
+    expected = per_class[s[per_class].sort(descending=True)[1]]  # mmcv: the kept in index order, then by score
+    assert torch.equal(mmcv_batched_nms(many, s, g, 0.5, class_agnostic=True), expected)

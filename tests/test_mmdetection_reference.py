@@ -12,7 +12,7 @@ from helpers import config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.config import cfg_value, config_names
 from minidet.families.mmdetection import ZOO_CONFIGS
-from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
+from minidet.testing.mmdet import COCO_CLASSES, mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
 
 pytestmark = [needs_extra("mmdet", "reference"), needs_extra("mmengine", "reference")]
 
@@ -27,7 +27,7 @@ def _expected(zoo_cfg) -> dict:
     m = zoo_cfg.model
     bb, dp, neck, rpn, roi = m.backbone, m.data_preprocessor, m.neck, m.rpn_head, m.roi_head
     box, mask, test = roi.bbox_head, roi.mask_head, m.test_cfg
-    assert (m.type, neck.type, rpn.type) == ("MaskRCNN", "FPN", "RPNHead")
+    assert m.type in ("MaskRCNN", "PanopticFPN") and (neck.type, rpn.type) == ("FPN", "RPNHead")
     assert roi.type in ("StandardRoIHead", "PISARoIHead")  # PISA's changes only its training loss
     assert bb.type in ("ResNet", "ResNeXt") and not bb.get("dcn") and not bb.get("plugins")
     assert box.type in _BOX_HEADS and mask.type == "FCNMaskHead"
@@ -84,6 +84,7 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.ROI_HEADS.NUM_CLASSES": box.num_classes,
         "MODEL.ROI_HEADS.SCORE_THRESH_TEST": test.rcnn.score_thr,
         "MODEL.ROI_HEADS.NMS_THRESH_TEST": test.rcnn.nms.iou_threshold,
+        "MODEL.ROI_HEADS.NMS_CLASS_AGNOSTIC": test.rcnn.nms.get("class_agnostic", False),
         "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": test.rcnn.max_per_img,
         "MODEL.ROI_BOX_HEAD.NUM_CONV": box_convs,
         "MODEL.ROI_BOX_HEAD.CONV_DIM": 256,
@@ -135,6 +136,9 @@ CASES = {
     "gn+ws/mask-rcnn_x50-32x4d_fpn_gn-ws-all_2x_coco": ({**GN_ALL, "groups": 32}, mmdet_meta("2.0.0"), None),
     "simple_copy_paste/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_32xb2-ssj-90k_coco":
         ({"neck_norm": "bn", "head_norm": "bn", "box_convs": 4, "rpn_convs": 2}, mmdet_meta(), None),
+    # a 2.x Panoptic FPN file: COCO panoptic's 133 names (things first), and its semantic head, which minidet sets aside
+    "panoptic_fpn/panoptic-fpn_r50_fpn_1x_coco":
+        ({}, mmdet_meta("2.0.0", classes=COCO_CLASSES + tuple(f"stuff_{k}" for k in range(53))), None),
 }
 
 
@@ -145,8 +149,13 @@ def test_detections_are_mmdetections_bit_for_bit(zoo, tmp_path):
     shapes, meta, proposals = CASES[zoo]
     path = tmp_path / "model.pth"
     bgr = "caffe" in zoo or zoo.startswith("gn/")  # 0-255 BGR pixels into the stem
-    write_mmdet_checkpoint(path, mmdet_weights(mmdet_state_shapes(**shapes), seed=3, caffe=bgr), meta)
+    state = mmdet_weights(mmdet_state_shapes(**shapes), seed=3, caffe=bgr)
     zoo_cfg = zoo_config(zoo, (512, 320))
+    if zoo.startswith("panoptic_fpn/"):  # the semantic head's keys, as mmdetection's module tree names them
+        semantic = {k: v for k, v in detector(zoo_cfg, None).state_dict().items() if k.startswith("semantic_head.")}
+        assert semantic
+        state.update(semantic)
+    write_mmdet_checkpoint(path, state, meta)
     opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
     if proposals:
         zoo_cfg.model.test_cfg.rpn.max_per_img = proposals

@@ -139,8 +139,11 @@ class BoxRule:
     def nonempty(self, boxes: torch.Tensor, min_size: float) -> torch.Tensor:
         return nonempty(boxes, min_size, self.offset)
 
-    def nms(self, boxes, scores, groups, thresh: float, *, topk: int | None = None, tv_tie_order: bool):
+    def nms(self, boxes, scores, groups, thresh: float, *, topk: int | None = None, tv_tie_order: bool,
+            class_agnostic: bool = False):
+        """NMS within each group (``class_agnostic``: over all boxes as one group) -> kept indices by score."""
         off, inclusive = self.offset, self.inclusive_nms
+        groups = torch.zeros_like(groups) if class_agnostic else groups
         return batched_nms(boxes, scores, groups, thresh, off, inclusive, topk, tv_tie_order=tv_tie_order)
 
 
@@ -175,14 +178,17 @@ def mmcv_nms(boxes: torch.Tensor, scores: torch.Tensor, thresh: float) -> torch.
     return order[_tv_nms(boxes[order], scores[order], t)]
 
 
-def mmcv_batched_nms(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float) -> torch.Tensor:
-    """mmcv's ``batched_nms`` (no ``class_agnostic``): NMS within each group id -> kept indices by decreasing score.
-    Every box is shifted by group id * (largest coordinate + 1) in float32, which rounds the shifted coordinates
-    and so the IoUs mmcv compares; under ``MMCV_SPLIT_THR`` boxes one ``mmcv_nms`` runs over all of them, else one per
-    group (on the shifted boxes) and the kept boxes are ranked by another unstable sort of their scores."""
+def mmcv_batched_nms(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float,
+                     class_agnostic: bool = False) -> torch.Tensor:
+    """mmcv's ``batched_nms``: NMS within each group id -> kept indices by decreasing score. Every box is shifted by
+    group id * (largest coordinate + 1) in float32, which rounds the shifted coordinates and so the IoUs mmcv
+    compares (``class_agnostic``: not shifted, so that under the split threshold one NMS runs over all boxes as if one
+    group); under ``MMCV_SPLIT_THR`` boxes one ``mmcv_nms`` runs over all of them, else one per group (even
+    ``class_agnostic``, as mmcv does) and the kept boxes are ranked by another unstable sort of their scores."""
     if len(boxes) == 0:
         return groups.new_zeros(0)
-    shifted = boxes + (groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes)))[:, None]
+    shift = groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes))
+    shifted = boxes if class_agnostic else boxes + shift[:, None]
     if len(boxes) < MMCV_SPLIT_THR:
         return mmcv_nms(shifted, scores, thresh)
     kept = torch.zeros(len(boxes), dtype=torch.bool, device=boxes.device)
@@ -202,8 +208,9 @@ class MMCVBoxRule(BoxRule):
     def decode(self, deltas: torch.Tensor, boxes: torch.Tensor, weights: tuple[float, float, float, float]):
         return decode_boxes_mmdet(deltas, boxes, weights)
 
-    def nms(self, boxes, scores, groups, thresh: float, *, topk: int | None = None, tv_tie_order: bool):
-        return mmcv_batched_nms(boxes, scores, groups, thresh)
+    def nms(self, boxes, scores, groups, thresh: float, *, topk: int | None = None, tv_tie_order: bool,
+            class_agnostic: bool = False):
+        return mmcv_batched_nms(boxes, scores, groups, thresh, class_agnostic)
 
 
 MMDET_BOX_RULE = MMCVBoxRule()

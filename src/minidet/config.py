@@ -267,6 +267,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.ROI_HEADS.NUM_CLASSES": (91, "[1, 100000]"),
     "MODEL.ROI_HEADS.SCORE_THRESH_TEST": (0.05, "[0, 1]"),
     "MODEL.ROI_HEADS.NMS_THRESH_TEST": (0.5, "(0, 1]"),
+    "MODEL.ROI_HEADS.NMS_CLASS_AGNOSTIC": (False, None),  # one NMS over every class's boxes (mmdetection's panoptic)
     "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE": (100, "[1, 100000]"),
     "MODEL.ROI_HEADS.MIN_BOX_SIZE": (1e-2, "[0, inf)"),
     "MODEL.ROI_BOX_HEAD.NUM_CONV": (0, "[0, 16]"),

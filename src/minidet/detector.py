@@ -230,6 +230,7 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         nms_thresh=rh.NMS_THRESH_TEST, detections_per_image=rh.DETECTIONS_PER_IMAGE,
         min_box_size=rh.MIN_BOX_SIZE if conv.small_box_filter else None, bg_last=bg_last,
         box_rule=conv.box_rule, ties_at_cap=conv.ties_at_cap, original_frame=conv.original_frame,
+        class_agnostic_nms=rh.NMS_CLASS_AGNOSTIC,
     )
     mask_pooler = mask_head = None
     if m.MASK_ON:

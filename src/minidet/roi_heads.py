@@ -65,14 +65,15 @@ class BoxPredictor(nn.Module):
     """Class logits (R, K) and box deltas (R, 4K') (K includes background; K' = K class-specific, K - 1 with the
     background last, 1 or 2 (background and foreground) class-agnostic). ``inference`` turns them into
     detections: ``detections_per_image`` is the cap, ``min_box_size`` None: no small-box filter, ``bg_last``: background
-    last (else first); ``box_rule``, ``ties_at_cap``, ``original_frame``: the weight family's (``conventions``)."""
+    last (else first); ``box_rule``, ``ties_at_cap``, ``original_frame``: the weight family's (``conventions``);
+    ``class_agnostic_nms``: one NMS over the boxes of every class (mmdetection's Panoptic FPN)."""
 
     def __init__(
         self, in_dim: int, num_classes: int, num_bbox_reg_classes: int | None = None, *,
         bbox_reg_weights: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0), score_thresh: float = 0.05,
         nms_thresh: float = 0.5, detections_per_image: int = 100, min_box_size: float | None = None,
         bg_last: bool = False, box_rule: BoxRule = PLAIN_BOX_RULE, ties_at_cap: bool = False,
-        original_frame: bool = False,
+        original_frame: bool = False, class_agnostic_nms: bool = False,
     ) -> None:
         super().__init__()
         self.cls_score = Linear(in_dim, num_classes)
@@ -80,7 +81,7 @@ class BoxPredictor(nn.Module):
         self.bbox_reg_weights = tuple(bbox_reg_weights)
         self.score_thresh, self.nms_thresh, self.detections_per_image = score_thresh, nms_thresh, detections_per_image
         self.min_box_size, self.bg_last, self.box_rule = min_box_size, bg_last, box_rule
-        self.ties_at_cap, self.original_frame = ties_at_cap, original_frame
+        self.ties_at_cap, self.original_frame, self.class_agnostic_nms = ties_at_cap, original_frame, class_agnostic_nms
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cls_score(x), self.bbox_pred(x)
@@ -115,7 +116,8 @@ class BoxPredictor(nn.Module):
             if self.min_box_size is not None:
                 keep = torch.where(rule.nonempty(boxes, self.min_box_size))[0]
                 boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-            keep = rule.nms(boxes, scores, labels, self.nms_thresh, topk=topk, tv_tie_order=True)
+            keep = rule.nms(boxes, scores, labels, self.nms_thresh, topk=topk, tv_tie_order=True,
+                            class_agnostic=self.class_agnostic_nms)
             at_cap = self.ties_at_cap and len(keep) > topk
             keep = keep[scores[keep] >= scores[keep][topk - 1]] if at_cap else keep[:topk]
             results.append(Detections(boxes[keep], scores[keep], labels[keep], frame))

@@ -214,7 +214,10 @@ class NetworkGraph(nn.Module):
         if p.min_box_size is not None:
             keep = rule.nonempty(boxes, p.min_box_size)
             boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-        keep = self.nms(rule, boxes, scores, labels, p.nms_thresh, num_classes)
+        if p.class_agnostic_nms:  # one NMS over every class's boxes: one group
+            keep = self.nms(rule, boxes, scores, labels * 0, p.nms_thresh, 1)
+        else:
+            keep = self.nms(rule, boxes, scores, labels, p.nms_thresh, num_classes)
         if p.ties_at_cap:  # every detection scoring at least the cap-th
             s = scores[keep]
             keep = keep[s >= torch.cat([s[:cap], s.new_full((1,), float("inf"))]).min()]

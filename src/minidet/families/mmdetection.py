@@ -8,7 +8,7 @@ import urllib.parse
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from ..categories import names_problem
+from ..categories import COCO_CATEGORIES, names_problem
 from ..errors import CheckpointError
 from . import torchvision
 from .architectures import set_aside
@@ -153,14 +153,18 @@ def class_names(meta: Mapping[str, Any] | None) -> list[str] | None:
     holds beside the weights (``readers.StateDict.meta``, ``{"meta": {...}}``); 3.x files name them in
     ``meta["dataset_meta"]["classes"]`` (its keys in any case: mmdetection lowercases them), 2.x files in
     ``meta["CLASSES"]``; a list or tuple, or a single string for one class (``classes = ('balloon')``, which
-    mmdetection's datasets match as one category name). None when the file names none. ValueError (one line, naming
-    the entry and ``names_problem``'s reason) when they are no list of distinct, non-empty strings."""
+    mmdetection's datasets match as one category name). A Panoptic FPN's instances are of its thing classes: 3.x
+    ``dataset_meta["thing_classes"]``, 2.x the first 80 of COCO panoptic's 133. None when the file names none.
+    ValueError (one line, naming the entry and ``names_problem``'s reason) when they are no list of distinct, non-empty
+    strings."""
     inner = (meta or {}).get("meta")
     if not isinstance(inner, Mapping):
         return None
     dataset = inner.get("dataset_meta")
     found = None
-    if isinstance(dataset, Mapping):
+    if isinstance(dataset, Mapping) and dataset.get("thing_classes") is not None:  # a panoptic dataset's: its
+        found = ("dataset_meta.thing_classes", dataset["thing_classes"])  # instances are of its thing classes
+    elif isinstance(dataset, Mapping):
         found = next(((f"dataset_meta.{k}", v) for k, v in dataset.items() if str(k).lower() == "classes"), None)
     if (found is None or found[1] is None) and inner.get("CLASSES") is not None:
         found = ("CLASSES", inner["CLASSES"])
@@ -171,10 +175,17 @@ def class_names(meta: Mapping[str, Any] | None) -> list[str] | None:
     if (problem := names_problem(names)) or not names:
         problem = problem or f"an empty {type(names).__name__}, no names"
         raise ValueError(f"its class names (meta {key}): {problem}")
+    if len(names) == _COCO_PANOPTIC and [n.replace("_", " ") for n in names[:80]] == _COCO_THINGS:
+        return list(names[:80])  # a 2.x Panoptic FPN's: COCO panoptic's things (COCO's 80), then its stuff
     return list(names)
 
 
+_COCO_PANOPTIC = 133  # COCO panoptic's categories: its 80 things (COCO's instance classes) first, then 53 stuff
+_COCO_THINGS = [name for _, name in COCO_CATEGORIES]
+
+
 _README = "README.md"
+_PQ_ONLY = "metafile.yml, which gives the panoptic PQ only, no box or mask AP"
 # zoo config (mmdetection 3.3.0's configs/<folder>/<name>.py), published file, box AP, mask AP (None: not published)[,
 # where the folder publishes them when not in its metafile.yml]; the file lies under _URL in the folder its name begins
 # with (up to its date, its ``_bbox_mAP`` part or its hash), inside the config's folder (or _URL_FOLDER's)
@@ -297,6 +308,14 @@ _ZOO: list[tuple] = [
      "mask_rcnn_r50_fpn_syncbn-all_rpn-2conv_ssj_scp_32x2_270k_coco_20220324_201229-80ee90b7.pth", 45.1, 40.3),
     ("simple_copy_paste/mask-rcnn_r50_fpn_rpn-2conv_4conv1fc_syncbn-all_32xb2-ssj-scp-90k_coco",
      "mask_rcnn_r50_fpn_syncbn-all_rpn-2conv_ssj_scp_32x2_90k_coco_20220316_181307-6bc5726f.pth", 43.8, 39.2),
+    ("panoptic_fpn/panoptic-fpn_r50_fpn_1x_coco",
+     "panoptic_fpn_r50_fpn_1x_coco_20210821_101153-9668fd13.pth", None, None, _PQ_ONLY),
+    ("panoptic_fpn/panoptic-fpn_r50_fpn_ms-3x_coco",
+     "panoptic_fpn_r50_fpn_mstrain_3x_coco_20210824_171155-5650f98b.pth", None, None, _PQ_ONLY),
+    ("panoptic_fpn/panoptic-fpn_r101_fpn_1x_coco",
+     "panoptic_fpn_r101_fpn_1x_coco_20210820_193950-ab9157a2.pth", None, None, _PQ_ONLY),
+    ("panoptic_fpn/panoptic-fpn_r101_fpn_ms-3x_coco",
+     "panoptic_fpn_r101_fpn_mstrain_3x_coco_20210823_114712-9c99acc4.pth", None, None, _PQ_ONLY),
 ]
 _URL = "https://download.openmmlab.com/mmdetection/v2.0/"
 _URL_FOLDER = {  # where the file's folder is not named as above
