@@ -72,10 +72,17 @@ def predictor(cfg, weights: str | Path):
             tensor = torch.as_tensor(image.astype("float32").transpose(2, 0, 1))
             return model([{"image": tensor, "height": bgr.shape[0], "width": bgr.shape[1]}])[0]
 
+        run.model = model  # as DefaultPredictor holds it
         return run
     cfg = cfg.clone()
     cfg.MODEL.WEIGHTS = str(weights)
     return DefaultPredictor(cfg)
+
+
+def state_shapes(pred) -> dict[str, tuple[int, ...]]:
+    """The names and shapes of the state dict of the model ``predictor`` built (detectron2's module tree), without
+    the pixel statistics buffers its files do not hold."""
+    return {k: tuple(v.shape) for k, v in pred.model.state_dict().items() if not k.startswith("pixel_")}
 
 
 def detect(pred, bgr) -> dict[str, torch.Tensor]:

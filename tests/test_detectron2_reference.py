@@ -165,7 +165,8 @@ NORMED_HEADS = {"fpn_norm": True, "head_norm": True, "box_convs": 4}
 CASES = {
     "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_3x.yaml": ({"depth": 50}, None),
     "COCO-InstanceSegmentation/mask_rcnn_X_101_32x8d_FPN_3x.yaml": ({"depth": 101, "groups": 32, "width": 8}, None),
-    "new_baselines/mask_rcnn_R_50_FPN_100ep_LSJ.py": ({"depth": 50, "rpn_convs": 2, **NORMED_HEADS}, None),
+    "new_baselines/mask_rcnn_R_50_FPN_100ep_LSJ.py": ({"depth": 50, "rpn_convs": 2, "counters": True, **NORMED_HEADS},
+                                                      None),
     "Misc/mask_rcnn_R_50_FPN_3x_gn.yaml": ({"depth": 50, "norm": "gn", **NORMED_HEADS}, None),
     "COCO-PanopticSegmentation/panoptic_fpn_R_50_1x.yaml": ({"depth": 50}, None),
     "LVISv0.5-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml": ({"depth": 50, "num_classes": 1230}, 50),
@@ -192,6 +193,7 @@ def test_detections_are_detectron2s_bit_for_bit(d2, zoo, tmp_path):
     with open(path, "wb") as f:
         pickle.dump({"model": weights, "__author__": "test"}, f)
     reference = d2.predictor(zoo_cfg, path)
+    assert {k: tuple(v.shape) for k, v in weights.items()} == d2.state_shapes(reference), zoo  # its module tree
     name = next(n for n, z in ZOO_CONFIGS.items() if z == zoo)
     ours = minidet.Predictor(config(f"configs/{name}.yaml", *opts, weights=path))
     image = structured_image(230, 311, 0)

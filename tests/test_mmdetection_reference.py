@@ -161,6 +161,8 @@ def test_detections_are_mmdetections_bit_for_bit(zoo, tmp_path):
         zoo_cfg.model.test_cfg.rpn.max_per_img = proposals
         opts += ["MODEL.RPN.POST_NMS_TOPK_TEST", proposals]
     reference = detector(zoo_cfg, path)
+    assert {k: tuple(v.shape) for k, v in state.items()} == {k: tuple(v.shape) for k, v in
+                                                               reference.state_dict().items()}, zoo  # its module tree
     name = next(n for n, z in ZOO_CONFIGS.items() if z == zoo)
     ours = minidet.Predictor(config(f"configs/{name}.yaml", *opts, weights=path))
     shapes = [(230, 311), (300, 200)] if zoo == next(iter(CASES)) else [(230, 311)]  # a second image on the first

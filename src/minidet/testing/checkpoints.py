@@ -118,8 +118,8 @@ def write_detectron_pkl(path: str, blobs: dict, cfg_yaml: str = "MODEL:\n  TYPE:
 
 
 def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "bn", fpn_norm: bool = False,
-                    head_norm: bool = False, box_convs: int = 0, rpn_convs: int = 1,
-                    num_classes: int = 80) -> dict[str, tuple]:
+                    head_norm: bool = False, box_convs: int = 0, rpn_convs: int = 1, num_classes: int = 80,
+                    counters: bool = False) -> dict[str, tuple]:
     """Names and shapes of detectron2's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from its
     module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, each conv's
     `norm`), backbone.fpn_lateral/output{2..5}, proposal_generator.rpn_head (conv,
@@ -130,7 +130,8 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
     weight, bias and running statistics) or ``gn`` (GroupNorm: weight and bias), in the ResNet and, with
     ``fpn_norm`` / ``head_norm``, after the FPN's convs / the heads' convs (which then have no bias);
     ``box_convs``: the box head's 3x3 convs (``conv1``..; one fc then); ``rpn_convs`` > 1: the RPN head's
-    ``conv.conv0``, ``conv.conv1``...; ``num_classes``: K."""
+    ``conv.conv0``, ``conv.conv1``...; ``num_classes``: K; ``counters``: each batch norm's ``num_batches_tracked``
+    (trained BatchNorm / SyncBN layers have one; FrozenBatchNorm2d has none)."""
     out = {}
 
     def conv(name, cout, cin, k, norm=True, bias=False, groups=1):
@@ -140,6 +141,8 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
         if norm:
             for s in ("weight", "bias") if norm_kind == "gn" else ("weight", "bias", "running_mean", "running_var"):
                 out[f"{name}.norm.{s}"] = (cout,)
+            if counters and norm_kind != "gn":
+                out[f"{name}.norm.num_batches_tracked"] = ()
 
     norm_kind = norm
     conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
@@ -184,6 +187,9 @@ def d2_weights(depth: int, seed: int = 0, groups: int = 1, width: int = 64, **la
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in d2_state_shapes(depth, groups, width, **layout).items():
+        if name.endswith("num_batches_tracked"):
+            out[name] = np.array(0, dtype=np.int64)
+            continue
         role = next((r for r in ("norm.weight", "norm.bias", "running_mean", "running_var") if name.endswith(r)), "")
         role = role or ("weight" if name.endswith("weight") else "bias")
         fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
