@@ -123,6 +123,17 @@ def call_tool(
     return subprocess.CompletedProcess([str(tool), *args], rc, out.getvalue(), err.getvalue())
 
 
+def assert_bit_identical(out: dict, ref: dict, what: str) -> None:
+    """A Predictor's detections (``out``) are the reference's bit for bit: ``ref``'s boxes, scores and labels
+    tensors and its masks (bool, the image's size); the reference detects something. ``what`` names the case."""
+    import torch
+
+    assert len(ref["boxes"]) > 0, what
+    assert torch.equal(out["boxes"], ref["boxes"]) and torch.equal(out["scores"], ref["scores"]), what
+    assert torch.equal(out["labels"], ref["labels"]), what
+    assert torch.equal(torch.as_tensor(out["masks"].dense()).bool(), ref["masks"]), what
+
+
 def needs_extra(module: str, extra: str):
     """A skip marker for tests of an optional extra (``minidet[extra]``) that is not installed; where
     ``MINIDET_REQUIRE_EXTRAS`` is set (CI), a missing extra is an error instead: its tests must run."""

@@ -187,8 +187,9 @@ def mmcv_batched_nms(boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Te
     ``class_agnostic``, as mmcv does) and the kept boxes are ranked by another unstable sort of their scores."""
     if len(boxes) == 0:
         return groups.new_zeros(0)
-    shift = groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes))
-    shifted = boxes if class_agnostic else boxes + shift[:, None]
+    shifted = boxes
+    if not class_agnostic:  # each group apart by the largest coordinate + 1
+        shifted = boxes + (groups.to(boxes) * (boxes.max() + torch.tensor(1).to(boxes)))[:, None]
     if len(boxes) < MMCV_SPLIT_THR:
         return mmcv_nms(shifted, scores, thresh)
     kept = torch.zeros(len(boxes), dtype=torch.bool, device=boxes.device)
