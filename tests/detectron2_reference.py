@@ -1,7 +1,8 @@
 """detectron2 itself as a test reference: its sources at commit 02b5c4e2 (``../shared/reference/``, as ``git archive``
 wrote them; not on the package registry) extracted once per process into a temporary folder and put on
 ``sys.path``, with the pure-python packages they import from the ``reference`` extra (fvcore, iopath, omegaconf,
-...). Its compiled ``detectron2._C`` is not built: Mask R-CNN inference on CPU calls torchvision's RoIAlign and NMS.
+...). Its compiled ``detectron2._C`` is not built (a stand-in that fails by name takes its place): Mask R-CNN inference
+on CPU calls torchvision's RoIAlign, NMS and (v1) deformable convolution.
 Import this module only where the extra is installed and :data:`SOURCES` exists."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+
+from helpers import compiled_stand_in
 
 SOURCES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "detectron2-02b5c4e2.tar.gz"
 _ROOT: Path | None = None
@@ -25,8 +28,18 @@ def root() -> Path:
         with tarfile.open(SOURCES) as tar:
             tar.extractall(folder, filter="data")
         sys.path.insert(0, str(folder))
+        _install_compiled_stand_in()
         _ROOT = folder
     return _ROOT
+
+
+def _install_compiled_stand_in() -> None:
+    """A ``detectron2._C`` whose every op fails by name, in place of the unbuilt extension: with it importable,
+    ``detectron2.layers.deform_conv`` defines its real ``DeformConv`` (not the dummy that refuses to be built), whose
+    CPU forward (v1, one deformable group) is ``torchvision.ops.deform_conv2d``; its modulated (v2) convolution refuses
+    CPUs itself. Nothing else on the CPU inference path reaches ``_C``."""
+    module = compiled_stand_in("detectron2._C", "detectron2's compiled op {op} is not built here")
+    sys.modules.setdefault("detectron2._C", module)
 
 
 def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = None):

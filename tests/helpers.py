@@ -8,10 +8,12 @@ the session-scoped checkpoint files are fixtures in ``conftest.py``; ``procs`` r
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +145,23 @@ def needs_extra(module: str, extra: str):
     if missing and os.environ.get("MINIDET_REQUIRE_EXTRAS"):
         raise RuntimeError(f"MINIDET_REQUIRE_EXTRAS is set but {module} (pip install 'minidet[{extra}]') is missing")
     return pytest.mark.skipif(missing, reason=f"needs the minidet[{extra}] extra")
+
+
+def compiled_stand_in(name: str, refusal: str, **ops) -> types.ModuleType:
+    """A module ``name`` standing in for a reference's unbuilt compiled extension: ``ops`` are its pure-PyTorch
+    stand-ins; any other op it is asked for fails when called, ``refusal`` (with ``{op}``) naming it."""
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+
+    def missing(op: str):
+        if op.startswith("__"):
+            raise AttributeError(op)
+
+        def refuse(*args, **kwargs):
+            raise NotImplementedError(refusal.format(op=op))
+
+        return refuse
+
+    module.__getattr__ = missing
+    module.__dict__.update(ops)
+    return module

@@ -1,18 +1,20 @@
 """mmdetection 3.3.0 itself as a test reference (the ``reference`` extra: mmdetection, mmengine and mmcv-lite, which
-is mmcv without its compiled ops). Its Mask R-CNN calls two of mmcv's compiled kernels on CPU, RoIAlign and NMS;
-:func:`install_stand_ins` gives it pure-PyTorch ones, written here from mmcv 2.1's CPU kernels (``roi_align.cpp``:
-torchvision's aligned RoIAlign computes the same samples, weights and sums; ``nms.cpp``: below). Any other compiled
+is mmcv without its compiled ops). Its Mask R-CNN calls two of mmcv's compiled kernels on CPU, RoIAlign and NMS,
+and its deformable convolutions two more; :func:`install_stand_ins` gives it pure-PyTorch ones, written here from mmcv
+2.1's CPU kernels (``roi_align.cpp``: torchvision's aligned RoIAlign computes the same samples, weights and sums;
+``nms.cpp``: below; ``deform_conv.cpp``, ``modulated_deform_conv.cpp``: torchvision's ``deform_conv2d`` samples the
+same offsets, in the same layout, bilinearly). Any other compiled
 op mmcv asks for fails by name. Import this module only where the extra is installed."""
 
 from __future__ import annotations
 
-import importlib.machinery
 import sys
-import types
 from pathlib import Path
 
 import torch
 import torchvision
+
+from helpers import compiled_stand_in
 
 
 def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset: int) -> torch.Tensor:
@@ -48,24 +50,33 @@ def _roi_align_forward(features, rois, output, argmax_y, argmax_x, aligned_heigh
                                            sampling_ratio, aligned))
 
 
+def _deform_conv_forward(input, weight, offset, output, columns, ones, kW, kH, dW, dH, padW, padH, dilationW,
+                         dilationH, group, deformable_group, im2col_step) -> None:
+    """mmcv's ``deform_conv_forward`` (v1): ``output`` filled in place by torchvision's ``deform_conv2d``, which takes
+    the offsets in mmcv's layout (per deformable group and kernel tap a (dy, dx) pair) and infers the groups from
+    the shapes of ``weight`` and ``offset``."""
+    assert input.shape[1] // weight.shape[1] == group and offset.shape[1] // (2 * kH * kW) == deformable_group
+    output.copy_(torchvision.ops.deform_conv2d(input, offset, weight, None, (dH, dW), (padH, padW),
+                                               (dilationH, dilationW)))
+
+
+def _modulated_deform_conv_forward(input, weight, bias, ones, offset, mask, output, columns, kernel_h, kernel_w,
+                                   stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, group, deformable_group,
+                                   with_bias) -> None:
+    """mmcv's ``modulated_deform_conv_forward`` (v2): as v1 with each tap's sample weighted by ``mask`` (mmcv's
+    layout: per deformable group, one weight per kernel tap) and the bias where ``with_bias``."""
+    assert input.shape[1] // weight.shape[1] == group and mask.shape[1] // (kernel_h * kernel_w) == deformable_group
+    output.copy_(torchvision.ops.deform_conv2d(input, offset, weight, bias if with_bias else None,
+                                               (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w), mask))
+
+
 def install_stand_ins() -> None:
-    """Put a ``mmcv._ext`` module with the two stand-ins where mmcv's ``ext_loader`` looks for its compiled ops."""
+    """Put a ``mmcv._ext`` module with the stand-ins where mmcv's ``ext_loader`` looks for its compiled ops."""
     if "mmcv._ext" in sys.modules:
         return
-    ext = types.ModuleType("mmcv._ext")
-    ext.__spec__ = importlib.machinery.ModuleSpec("mmcv._ext", None)
-
-    def missing(name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def refuse(*args, **kwargs):
-            raise NotImplementedError(f"mmcv's compiled op {name} has no stand-in here")
-
-        return refuse
-
-    ext.__getattr__ = missing
-    ext.nms, ext.roi_align_forward = _nms, _roi_align_forward
+    ext = compiled_stand_in("mmcv._ext", "mmcv's compiled op {op} has no stand-in here", nms=_nms,
+                            roi_align_forward=_roi_align_forward, deform_conv_forward=_deform_conv_forward,
+                            modulated_deform_conv_forward=_modulated_deform_conv_forward)
     sys.modules["mmcv._ext"] = ext
 
 

@@ -36,21 +36,28 @@ def _expected(cfg) -> dict:
     m = cfg.MODEL
     assert m.META_ARCHITECTURE in ("GeneralizedRCNN", "PanopticFPN") and m.MASK_ON and not m.KEYPOINT_ON
     assert m.BACKBONE.NAME == "build_resnet_fpn_backbone" and m.RESNETS.OUT_FEATURES == ["res2", "res3", "res4", "res5"]
-    assert not any(m.RESNETS.DEFORM_ON_PER_STAGE) and m.RESNETS.RES5_DILATION == 1 and m.RESNETS.STEM_OUT_CHANNELS == 64
-    assert (m.RPN.HEAD_NAME, m.ROI_HEADS.NAME) == ("StandardRPNHead", "StandardROIHeads")
+    assert m.RESNETS.RES5_DILATION == 1 and m.RESNETS.STEM_OUT_CHANNELS == 64
+    assert m.RPN.HEAD_NAME == "StandardRPNHead" and m.ROI_HEADS.NAME in ("StandardROIHeads", "CascadeROIHeads")
+    cascade = m.ROI_HEADS.NAME == "CascadeROIHeads"  # one box head and predictor per entry of its regression weights
+    stages = [list(w) for w in m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS] if cascade else []
+    assert not cascade or (m.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG and len(stages) == len(m.ROI_BOX_CASCADE_HEAD.IOUS))
     assert (m.ROI_BOX_HEAD.NAME, m.ROI_MASK_HEAD.NAME) == ("FastRCNNConvFCHead", "MaskRCNNConvUpsampleHead")
     assert m.ROI_BOX_HEAD.POOLER_TYPE == m.ROI_MASK_HEAD.POOLER_TYPE == "ROIAlignV2"  # aligned
     assert m.FPN.FUSE_TYPE == "sum" and m.ANCHOR_GENERATOR.OFFSET == 0.0 and m.ANCHOR_GENERATOR.ANGLES == [[-90, 0, 90]]
-    norms = {m.RESNETS.NORM, m.FPN.NORM or None, m.ROI_BOX_HEAD.NORM or None, m.ROI_MASK_HEAD.NORM or None} - {None}
-    kinds = {_NORMS[n] for n in norms}
-    assert len(kinds) == 1, norms
+    # MODEL.NORM: the ResNet's and FPN's; MODEL.HEAD_NORM: the heads' where another kind (the X-152 cascade's GN)
+    body = {_NORMS[n] for n in (m.RESNETS.NORM, m.FPN.NORM) if n}
+    heads = {_NORMS[n] for n in (m.ROI_BOX_HEAD.NORM, m.ROI_MASK_HEAD.NORM) if n}
+    assert len(body) == 1 and len(heads) <= 1, (body, heads)
+    norm = body.pop()
+    head_norm = heads.pop() if heads else norm
     sizes = [s for level in m.ANCHOR_GENERATOR.SIZES for s in level]
     assert len(m.ANCHOR_GENERATOR.SIZES) == 5 and len(m.ANCHOR_GENERATOR.ASPECT_RATIOS) == 1
     assert all(d == -1 for d in m.RPN.CONV_DIMS)
     assert len(cfg.INPUT.MIN_SIZE_TEST if isinstance(cfg.INPUT.MIN_SIZE_TEST, list) else [0]) <= 1
     return {
         "MODEL.CONVENTION": "detectron2",
-        "MODEL.NORM": kinds.pop(),
+        "MODEL.NORM": norm,
+        "MODEL.HEAD_NORM": "" if head_norm == norm else head_norm,
         "MODEL.FROZEN_BN_EPS": 1e-5,
         "MODEL.GN_NUM_GROUPS": 32,
         "MODEL.GN_EPS": 1e-5,
@@ -64,6 +71,9 @@ def _expected(cfg) -> dict:
         "MODEL.RESNETS.STRIDE_IN_1X1": m.RESNETS.STRIDE_IN_1X1,
         "MODEL.RESNETS.NUM_GROUPS": m.RESNETS.NUM_GROUPS,
         "MODEL.RESNETS.WIDTH_PER_GROUP": m.RESNETS.WIDTH_PER_GROUP,
+        "MODEL.RESNETS.DEFORM_ON_PER_STAGE": list(m.RESNETS.DEFORM_ON_PER_STAGE),
+        "MODEL.RESNETS.DEFORM_MODULATED": m.RESNETS.DEFORM_MODULATED,
+        "MODEL.RESNETS.DEFORM_NUM_GROUPS": m.RESNETS.DEFORM_NUM_GROUPS,
         "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS,
         "MODEL.FPN.USE_NORM": bool(m.FPN.NORM),
         "MODEL.ANCHOR_GENERATOR.SIZES": sizes,
@@ -86,6 +96,7 @@ def _expected(cfg) -> dict:
         "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": m.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO,
         "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": list(m.ROI_BOX_HEAD.BBOX_REG_WEIGHTS),
         "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": m.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG,
+        "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS": stages,
         "MODEL.ROI_MASK_HEAD.NUM_CONV": m.ROI_MASK_HEAD.NUM_CONV,
         "MODEL.ROI_MASK_HEAD.CONV_DIM": m.ROI_MASK_HEAD.CONV_DIM,
         "MODEL.ROI_MASK_HEAD.USE_NORM": bool(m.ROI_MASK_HEAD.NORM),

@@ -404,7 +404,7 @@ def test_class_names_from_meta(mm_files):
 
 def test_configs_and_registry():
     names = [n for n in minidet.config.config_names() if n.startswith("mmdetection/")]
-    assert len(names) == 66 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
+    assert len(names) == 95 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
     for name in names:
         assert name in REGISTRY and REGISTRY[name].config == name
         e = REGISTRY[name]

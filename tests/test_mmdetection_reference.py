@@ -18,6 +18,23 @@ pytestmark = [needs_extra("mmdet", "reference"), needs_extra("mmengine", "refere
 
 _NORMS = {"BN": "BN", "SyncBN": "BN", "MMSyncBN": "BN", "GN": "GN"}  # mmcv's norm kinds -> MODEL.NORM at test time
 _BOX_HEADS = {"Shared2FCBBoxHead": (0, 2), "Shared4Conv1FCBBoxHead": (4, 1)}  # -> (convs, fcs)
+_DCN = {"DCN": False, "DCNv2": True}  # mmcv's deformable convs -> MODEL.RESNETS.DEFORM_MODULATED
+
+
+def _stages(roi) -> tuple[list, object]:
+    """A CascadeRoIHead's box heads, one per stage, and its mask head (a list of identical heads, or one config that
+    mmdetection builds once per stage); a StandardRoIHead's one box head and its mask head."""
+    if roi.type != "CascadeRoIHead":
+        return [roi.bbox_head], roi.mask_head
+    boxes, masks = roi.bbox_head, roi.mask_head
+    assert isinstance(boxes, list) and len(boxes) == roi.num_stages >= 2
+    assert isinstance(roi.bbox_roi_extractor, dict) and isinstance(roi.mask_roi_extractor, dict)  # shared
+    assert all(b.get("reg_class_agnostic", False) for b in boxes)  # minidet's cascade: class-agnostic boxes only
+    without_coder = [{k: v for k, v in b.items() if k != "bbox_coder"} for b in boxes]
+    assert all(b == without_coder[0] for b in without_coder), boxes  # the stages differ in their box coders only
+    masks = masks if isinstance(masks, list) else [masks]
+    assert len(masks) in (1, roi.num_stages) and all(mk == masks[0] for mk in masks), masks
+    return boxes, masks[0]
 
 
 def _expected(zoo_cfg) -> dict:
@@ -25,10 +42,15 @@ def _expected(zoo_cfg) -> dict:
     its network that these keys cannot describe (another head, a plugin, norms of two kinds ...)."""
     m = zoo_cfg.model
     bb, dp, neck, rpn, roi = m.backbone, m.data_preprocessor, m.neck, m.rpn_head, m.roi_head
-    box, mask, test = roi.bbox_head, roi.mask_head, m.test_cfg
-    assert m.type in ("MaskRCNN", "PanopticFPN") and (neck.type, rpn.type) == ("FPN", "RPNHead")
-    assert roi.type in ("StandardRoIHead", "PISARoIHead")  # PISA's changes only its training loss
-    assert bb.type in ("ResNet", "ResNeXt") and not bb.get("dcn") and not bb.get("plugins")
+    stages, mask = _stages(roi)
+    box, test = stages[0], m.test_cfg
+    assert m.type in ("MaskRCNN", "PanopticFPN", "CascadeRCNN") and (neck.type, rpn.type) == ("FPN", "RPNHead")
+    assert roi.type in ("StandardRoIHead", "PISARoIHead", "CascadeRoIHead")  # PISA's changes only its training loss
+    assert (m.type == "CascadeRCNN") == (roi.type == "CascadeRoIHead")
+    assert bb.type in ("ResNet", "ResNeXt") and not bb.get("plugins")
+    dcn = bb.get("dcn")  # deformable 3x3 convs in the stages of stage_with_dcn, strided ones too
+    assert dcn is None or (dcn.type in _DCN and not dcn.get("fallback_on_stride", False)
+                           and set(dcn) <= {"type", "deform_groups", "fallback_on_stride"}), dcn
     assert box.type in _BOX_HEADS and mask.type == "FCNMaskHead"
     assert neck.num_outs == 5 and neck.out_channels == rpn.in_channels == 256
     normed = {"backbone": bb.norm_cfg, "neck": neck.get("norm_cfg"), "box": box.get("norm_cfg"),
@@ -46,7 +68,9 @@ def _expected(zoo_cfg) -> dict:
     assert box_convs == 0 or (box.conv_out_channels == 256 and box.get("conv_cfg") == bb.get("conv_cfg"))
     anchors, rpn_coder, box_coder = rpn.anchor_generator, rpn.bbox_coder, box.bbox_coder
     assert anchors.type == "AnchorGenerator" and len(anchors.scales) == 1
-    assert list(rpn_coder.target_means) == list(box_coder.target_means) == [0.0] * 4
+    assert list(rpn_coder.target_means) == [0.0] * 4
+    assert all(b.bbox_coder.type == "DeltaXYWHBBoxCoder" and list(b.bbox_coder.target_means) == [0.0] * 4
+               for b in stages)
     assert list(rpn_coder.target_stds) == [1.0] * 4
     resize = [t for t in zoo_cfg.test_dataloader.dataset.pipeline if t["type"] == "Resize"]
     assert len(resize) == 1 and resize[0]["keep_ratio"]
@@ -60,6 +84,7 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.FROZEN_BN_EPS": 1e-5,
         "MODEL.GN_NUM_GROUPS": groups.pop() if norm == "GN" else 32,
         "MODEL.GN_EPS": 1e-5,
+        "MODEL.HEAD_NORM": "",  # one norm kind throughout (asserted above)
         "MODEL.WEIGHT_STANDARDIZATION": convs == {"ConvWS"},
         "MODEL.PIXEL_MEAN": list(dp.mean),
         "MODEL.PIXEL_STD": list(dp.std),
@@ -71,6 +96,9 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.RESNETS.STRIDE_IN_1X1": bb.get("style", "pytorch") == "caffe",
         "MODEL.RESNETS.NUM_GROUPS": bb.groups if resnext else 1,
         "MODEL.RESNETS.WIDTH_PER_GROUP": bb.base_width if resnext else 64,
+        "MODEL.RESNETS.DEFORM_ON_PER_STAGE": list(bb.get("stage_with_dcn", [False] * 4)) if dcn else [False] * 4,
+        "MODEL.RESNETS.DEFORM_MODULATED": _DCN[dcn.type] if dcn else False,
+        "MODEL.RESNETS.DEFORM_NUM_GROUPS": dcn.get("deform_groups", 1) if dcn else 1,
         "MODEL.FPN.OUT_CHANNELS": neck.out_channels,
         "MODEL.FPN.USE_NORM": normed["neck"] is not None,
         "MODEL.ANCHOR_GENERATOR.SIZES": [anchors.scales[0] * s for s in anchors.strides],
@@ -94,6 +122,8 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": roi.bbox_roi_extractor.roi_layer.sampling_ratio,
         "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": [1 / s for s in box_coder.target_stds],
         "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": box.get("reg_class_agnostic", False),
+        "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS":
+            [[1 / s for s in b.bbox_coder.target_stds] for b in stages] if len(stages) > 1 else [],
         "MODEL.ROI_MASK_HEAD.NUM_CONV": mask.num_convs,
         "MODEL.ROI_MASK_HEAD.CONV_DIM": mask.conv_out_channels,
         "MODEL.ROI_MASK_HEAD.USE_NORM": normed["mask"] is not None,

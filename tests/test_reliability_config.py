@@ -140,9 +140,11 @@ def test_every_key_has_a_rule():
     """A new key cannot be added without saying what it may hold (booleans: True or False)."""
     keys = leaves(minidet.get_cfg())
     free = {k for k, v in keys.items() if k not in RULES and not isinstance(v, bool)}
-    # CLASS_NAMES: distinct non-empty names, GRAPH_SHA256: 64 hex digits or empty (validate_cfg); WEIGHTS and GRAPH:
-    # files, checked where they are opened
-    assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES", "MODEL.GRAPH", "MODEL.GRAPH_SHA256"}
+    # CLASS_NAMES: distinct non-empty names, GRAPH_SHA256: 64 hex digits or empty, DEFORM_ON_PER_STAGE: 4 booleans,
+    # the cascade's weights: 4 numbers > 0 per stage (validate_cfg); WEIGHTS and GRAPH: files, checked where they are
+    # opened
+    assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES", "MODEL.GRAPH", "MODEL.GRAPH_SHA256",
+                    "MODEL.RESNETS.DEFORM_ON_PER_STAGE", "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS"}
     bad = minidet.get_cfg()
     bad.merge_from_list(["MODEL.GRAPH_SHA256", "abc"])
     with pytest.raises(ConfigError, match="MODEL.GRAPH_SHA256 must be a SHA-256"):
@@ -251,3 +253,37 @@ def test_legitimate_yaml_still_loads(tmp_path):
     cfg.merge_from_file(str(path))
     assert cfg.MODEL.NORM == "Affine" and cfg.MODEL.FROZEN_BN_EPS == 0.0
     validate_cfg(cfg)
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        (["MODEL.RESNETS.DEFORM_ON_PER_STAGE", [False, True, True]], "DEFORM_ON_PER_STAGE must be 4 booleans"),
+        (["MODEL.RESNETS.DEFORM_ON_PER_STAGE", [0, 1, 1, 1]], "DEFORM_ON_PER_STAGE must be 4 booleans"),
+        (["MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS", [[10.0, 10.0, 5.0], [20.0, 20.0, 10.0]]],
+         "a list of 4 numbers > 0 per cascade stage"),
+        (["MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS", [[10.0, 10.0, 5.0, 0.0], [20.0, 20.0, 10.0, 10.0]]],
+         "a list of 4 numbers > 0 per cascade stage"),
+        (["MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS", [[10.0, 10.0, 5.0, 5.0]], "MODEL.ROI_BOX_HEAD."
+          "CLS_AGNOSTIC_BBOX_REG", True], "a cascade has 2 or more stages"),
+        (["MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS", [[10.0, 10.0, 5.0, 5.0], [20.0, 20.0, 10.0, 10.0]]],
+         "needs MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG True"),
+        (["MODEL.HEAD_NORM", "GN", "MODEL.ROI_BOX_HEAD.USE_NORM", True, "MODEL.ROI_BOX_HEAD.NUM_CONV", 2,
+          "MODEL.ROI_BOX_HEAD.CONV_DIM", 100], "MODEL.ROI_BOX_HEAD.CONV_DIM is 100"),
+    ],
+)
+def test_cascade_and_deformable_keys_are_checked(opts, message):
+    """The keys of the cascade and the deformable convs, and the heads' own norm, fail naming the key."""
+    cfg = minidet.get_cfg()
+    cfg.merge_from_list(opts)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate_cfg(cfg)
+
+
+def test_a_cascade_needs_a_family_that_has_one():
+    """Cascade R-CNN's stages combine by its family's rule; a family without one refuses it when the model is built."""
+    cfg = minidet.get_cfg()  # torchvision's convention
+    cfg.merge_from_list(["MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS", [[10.0, 10.0, 5.0, 5.0], [20.0, 20.0, 10.0,
+                         10.0]], "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True])
+    with pytest.raises(ConfigError, match="MODEL.CONVENTION torchvision has no Cascade R-CNN"):
+        minidet.build_model(cfg)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -285,15 +286,19 @@ def head_config(ckpt: Checkpoint, background_last: bool) -> dict[str, object]:
     background where it comes first, as the configs of those families do), class-agnostic box regression (4 deltas,
     or Detectron's 8: background and foreground) and class-agnostic masks (one channel). Empty for a file without
     a box predictor."""
-    logits = ckpt.shape("box_predictor.cls_score.weight")
+    predictor = "box_predictor."
+    if (logits := ckpt.shape(f"{predictor}cls_score.weight")) is None:  # a cascade: its first stage's
+        predictor = "cascade.predictors.0."
+        logits = ckpt.shape(f"{predictor}cls_score.weight")
     if logits is None:
         return {}
     rows = logits[0]  # the classes and the background
     specific = rows - 1 if background_last else rows  # class-specific deltas and masks: one per class (and bg)
     out: dict[str, object] = {"MODEL.ROI_HEADS.NUM_CLASSES": specific}
-    if (deltas := ckpt.shape("box_predictor.bbox_pred.weight")) is not None:
+    if (deltas := ckpt.shape(f"{predictor}bbox_pred.weight")) is not None:
         out["MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG"] = deltas[0] // 4 in (1, 2) and deltas[0] // 4 != specific
-    if (masks := ckpt.shape("mask_head.predictor.weight")) is not None:
+    masks = ckpt.shape("mask_head.predictor.weight") or ckpt.shape("mask_head.0.predictor.weight")
+    if masks is not None:
         out["MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK"] = masks[0] == 1 and specific != 1
     return out
 
@@ -339,7 +344,7 @@ def load_checkpoint(
         more = f" (and {len(report.mismatched) - 1} more)" if len(report.mismatched) > 1 else ""
         hint = (
             f"; the checkpoint has {a[0]} class logits: MODEL.ROI_HEADS.NUM_CLASSES and MODEL.CATEGORY_LAYOUT "
-            "belong to the weights" if name.startswith("box_predictor.cls_score.") else ""
+            "belong to the weights" if re.match(r"(box_predictor|cascade\.predictors\.\d+)\.cls_score\.", name) else ""
         )
         raise CheckpointError(f"{path}: shape mismatch for {name}: checkpoint {a} vs model {b}{more}{hint}")
     if report.missing and not allow_missing:

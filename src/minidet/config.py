@@ -227,6 +227,8 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.DEVICE": ("cpu", ("cpu", "cuda", "cuda:N")),
     "MODEL.MASK_ON": (True, None),
     "MODEL.NORM": ("FrozenBN", ("FrozenBN", "BN", "Affine", "GN")),  # wherever the architecture normalizes
+    # the RoI heads' norm where they normalize ('': MODEL.NORM; detectron2's X-152 cascade: frozen BN, GN heads)
+    "MODEL.HEAD_NORM": ("", ("", "FrozenBN", "BN", "Affine", "GN")),
     "MODEL.FOLD_NORM": (False, None),  # fold FrozenBN/BN/Affine into the preceding conv at load time
     # every conv followed by a norm standardizes its kernel, as mmcv's ConvWS (mmdetection's gn+ws), once at load time
     "MODEL.WEIGHT_STANDARDIZATION": (False, None),
@@ -250,10 +252,14 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     # what the runtime of MODEL.GRAPH computes in (runtimes.py): fp32 whatever the CPU; bf16 (OpenVINO, CPUs
     # with bf16) on request; int8 (OpenVINO, the model.xml of `minidet export --precision int8`)
     "MODEL.RUNTIME_PRECISION": ("fp32", tuple(PRECISIONS)),
-    "MODEL.RESNETS.DEPTH": (50, (50, 101)),
+    "MODEL.RESNETS.DEPTH": (50, (50, 101, 152)),
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
     "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),
     "MODEL.RESNETS.WIDTH_PER_GROUP": (64, "[1, 1024]"),
+    # deformable 3x3 convs in the blocks of res2..res5 where True (four booleans); v2 (modulated) or v1; their groups
+    "MODEL.RESNETS.DEFORM_ON_PER_STAGE": ([False, False, False, False], None),
+    "MODEL.RESNETS.DEFORM_MODULATED": (False, None),
+    "MODEL.RESNETS.DEFORM_NUM_GROUPS": (1, "[1, 64]"),
     "MODEL.FPN.OUT_CHANNELS": (256, "[1, 4096]"),
     "MODEL.FPN.USE_NORM": (False, None),
     "MODEL.ANCHOR_GENERATOR.SIZES": ([32, 64, 128, 256, 512], "5 x (0, 16384]"),  # one per level, P2 to P6
@@ -280,6 +286,9 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": (2, "[0, 64]"),  # 0: adaptive
     "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": ([10.0, 10.0, 5.0, 5.0], "4 x (0, inf)"),
     "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": (False, None),  # one set of deltas for every class (from the weights)
+    # Cascade R-CNN: one box stage per entry, each its box regression weights (4 numbers > 0, as BBOX_REG_WEIGHTS,
+    # which it replaces); empty: one stage, plain Mask R-CNN. Class-agnostic box regression only
+    "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS": ([], None),
     "MODEL.ROI_MASK_HEAD.NUM_CONV": (4, "[0, 16]"),
     "MODEL.ROI_MASK_HEAD.CONV_DIM": (256, "[1, 4096]"),
     "MODEL.ROI_MASK_HEAD.USE_NORM": (False, None),
@@ -447,25 +456,43 @@ def validate_cfg(cfg: CfgNode) -> None:
                           f"{_short(m.GRAPH_SHA256)}")
     if problem := precision_problem(m.RUNTIME_PRECISION, m.RUNTIME):
         raise ConfigError(problem)
+    deform = m.RESNETS.DEFORM_ON_PER_STAGE
+    if not isinstance(deform, (list, tuple)) or len(deform) != 4 or not all(isinstance(d, bool) for d in deform):
+        raise ConfigError(f"MODEL.RESNETS.DEFORM_ON_PER_STAGE must be 4 booleans (res2 to res5); got {_short(deform)}")
+    stages = m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS
+    if not isinstance(stages, (list, tuple)) or not all(_allows("4 x (0, inf)", w, []) for w in stages):
+        raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS must be a list of 4 numbers > 0 per cascade "
+                          f"stage, or empty; got {_short(stages)}")
+    if len(stages) == 1:
+        raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS: a cascade has 2 or more stages (empty: none, "
+                          f"MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS applies); got {_short(stages)}")
+    if stages and not m.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG:
+        raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS needs MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG "
+                          "True: the cascade's stages regress class-agnostic boxes")
     if m.ROI_BOX_HEAD.NUM_CONV == 0 and m.ROI_BOX_HEAD.NUM_FC == 0:
         raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
-    if m.ROI_BOX_HEAD.NORM_FC and m.NORM != "GN":
-        raise ConfigError(f"MODEL.ROI_BOX_HEAD.NORM_FC needs MODEL.NORM GN (a norm after an fc); got {m.NORM}")
+    head_norm = m.HEAD_NORM or m.NORM
+    if m.ROI_BOX_HEAD.NORM_FC and head_norm != "GN":
+        raise ConfigError(f"MODEL.ROI_BOX_HEAD.NORM_FC needs GN (a norm after an fc) as MODEL.NORM or MODEL.HEAD_NORM; "
+                          f"got {head_norm}")
     if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:
         raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CONVENTION "
                           f"{m.CONVENTION}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
     if m.CLASS_NAMES and (problem := names_problem(m.CLASS_NAMES)):  # set in Python, a string: not its letters
         shown = _short(list(m.CLASS_NAMES) if isinstance(m.CLASS_NAMES, (list, tuple)) else m.CLASS_NAMES)
         raise ConfigError(f"MODEL.CLASS_NAMES must be distinct, non-empty names: {problem}; got {shown}")
-    if m.NORM == "GN":  # GroupNorm splits the channels of every normalized layer into equal groups
-        normalized = {
-            "the ResNet stem": 64,
-            "MODEL.RESNETS.NUM_GROUPS x WIDTH_PER_GROUP": m.RESNETS.NUM_GROUPS * m.RESNETS.WIDTH_PER_GROUP,
-            "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0,
-        }
-        for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD"):
+    if "GN" in (m.NORM, head_norm):  # GroupNorm splits the channels of every normalized layer into equal groups
+        normalized = {}
+        if m.NORM == "GN":
+            normalized = {
+                "the ResNet stem": 64,
+                "MODEL.RESNETS.NUM_GROUPS x WIDTH_PER_GROUP": m.RESNETS.NUM_GROUPS * m.RESNETS.WIDTH_PER_GROUP,
+                "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0,
+            }
+        for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD") if head_norm == "GN" else ():
             normalized[f"MODEL.{h}.CONV_DIM"] = m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
-        normalized["MODEL.ROI_BOX_HEAD.FC_DIM"] = m.ROI_BOX_HEAD.FC_DIM if m.ROI_BOX_HEAD.NORM_FC else 0
+        if head_norm == "GN":
+            normalized["MODEL.ROI_BOX_HEAD.FC_DIM"] = m.ROI_BOX_HEAD.FC_DIM if m.ROI_BOX_HEAD.NORM_FC else 0
         for what, channels in normalized.items():
             if channels % m.GN_NUM_GROUPS:
                 raise ConfigError(f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm "

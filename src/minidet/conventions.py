@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from . import rpn, transform
 from .boxes import PLAIN_BOX_RULE, BoxRule
+from .roi_heads import CascadeRule
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,4 @@ class Convention:
     ties_at_cap: bool = False  # every detection scoring >= the DETECTIONS_PER_IMAGE-th best is kept
     rescale: Callable = transform.rescale_per_axis  # boxes in the resized frame -> original pixels (rescale_*)
     paste: Callable = transform.paste_masks  # (D, M, M) mask probabilities -> D box-cropped masks (paste_*)
+    cascade: CascadeRule | None = None  # how Cascade R-CNN's stages combine (None: the family has no cascade)

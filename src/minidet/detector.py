@@ -10,13 +10,13 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .config import CfgNode, check_cfg
+from .config import CfgNode, ConfigError, check_cfg
 from .families import FAMILIES, convention
 from .fpn import FPN
 from .norm import NormFn, get_norm
 from .poolers import MultiScaleRoIAlign
 from .resnet import ResNet
-from .roi_heads import BoxHead, BoxPredictor, Detections, MaskHead
+from .roi_heads import BoxHead, BoxPredictor, Cascade, Detections, MaskHead
 from .rpn import RPN
 from .timing import StageTimer
 from .transform import ImageBatch, Transform
@@ -35,17 +35,20 @@ class Network(Protocol):
 
 class MaskRCNN(nn.Module):
     """ResNet-FPN Mask R-CNN, inference only. ``amp_dtype``: autocast for the network layers (box math
-    stays float32); ``chunk_images``: images per network run (``chunk_size``)."""
+    stays float32); ``chunk_images``: images per network run (``chunk_size``). A Cascade Mask R-CNN has ``cascade``
+    (its box stages) in place of ``box_head`` and ``box_predictor`` (None), and ``mask_head`` may be a list of
+    per-stage heads (``CascadeRule.mask_per_stage``)."""
 
     def __init__(
         self, transform: Transform, backbone: ResNet, fpn: FPN, rpn: RPN, box_pooler: MultiScaleRoIAlign,
-        box_head: BoxHead, box_predictor: BoxPredictor, mask_pooler: MultiScaleRoIAlign | None = None,
-        mask_head: MaskHead | None = None, *, amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
+        box_head: BoxHead | None, box_predictor: BoxPredictor | None, mask_pooler: MultiScaleRoIAlign | None = None,
+        mask_head: MaskHead | nn.ModuleList | None = None, *, cascade: Cascade | None = None,
+        amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
     ) -> None:
         super().__init__()
         self.transform, self.backbone, self.fpn, self.rpn = transform, backbone, fpn, rpn
         self.box_pooler, self.box_head, self.box_predictor = box_pooler, box_head, box_predictor
-        self.mask_pooler, self.mask_head = mask_pooler, mask_head
+        self.mask_pooler, self.mask_head, self.cascade = mask_pooler, mask_head, cascade
         self.amp_dtype, self.chunk_images = amp_dtype, chunk_images
         self.channels_last, self.timer = False, StageTimer(enabled=False)
         self._network = None  # runs in place of ``_detect`` when set (``use_network``, ``running``)
@@ -86,6 +89,11 @@ class MaskRCNN(nn.Module):
             yield self
         finally:
             self._network = saved
+
+    @property
+    def final_predictor(self) -> BoxPredictor:
+        """The box predictor whose post-processing gives the detections (a cascade's last stage's)."""
+        return self.box_predictor if self.cascade is None else self.cascade.predictors[-1]
 
     @property
     def device(self) -> torch.device:
@@ -161,12 +169,22 @@ class MaskRCNN(nn.Module):
                     proposals.extend(selected)
         with t.stage("box_head"):
             levels = self.box_pooler.layout(pyramid)  # converted once for both heads
-            with self._amp():
-                with t.detail("box_roi_align"):
-                    pooled = self._to_layout(self.box_pooler(levels, selected))
-                logits, deltas = self.box_predictor(self.box_head(pooled))
-            with t.detail("box_postprocess"):
-                dets = self.box_predictor.inference(logits.float(), deltas.float(), selected, images)
+            if self.cascade is not None:
+                def pool(boxes: list[torch.Tensor]) -> torch.Tensor:
+                    with t.detail("box_roi_align"), self._amp():
+                        return self._to_layout(self.box_pooler(levels, boxes))
+
+                scores, deltas, boxes = self.cascade(pool, selected, images.sizes, self._amp)
+                with t.detail("box_postprocess"):
+                    dets = self.cascade.predictors[-1].inference(
+                        scores, deltas, boxes, images, probabilities=not self.cascade.rule.mean_logits)
+            else:
+                with self._amp():
+                    with t.detail("box_roi_align"):
+                        pooled = self._to_layout(self.box_pooler(levels, selected))
+                    logits, deltas = self.box_predictor(self.box_head(pooled))
+                with t.detail("box_postprocess"):
+                    dets = self.box_predictor.inference(logits.float(), deltas.float(), selected, images)
         if self.mask_head is None:
             return dets
         with t.stage("mask_head"):
@@ -176,8 +194,11 @@ class MaskRCNN(nn.Module):
                 with self._amp():
                     with t.detail("mask_roi_align"):
                         pooled = self._to_layout(self.mask_pooler(levels, rois))
-                    mask_logits = self.mask_head(pooled, labels)
-                probs = self.mask_head.select(mask_logits.float(), labels)
+                    heads = self.mask_head if isinstance(self.mask_head, nn.ModuleList) else [self.mask_head]
+                    mask_logits = [h(pooled, labels) for h in heads]
+                probs = [MaskHead.select(m.float(), labels) for m in mask_logits]
+                # a cascade's mask heads, one per stage (mmdetection's): the mean of their probabilities
+                probs = probs[0] if len(probs) == 1 else torch.stack(probs).mean(0)
             else:  # the mask head's output: twice the pooled size
                 m = 2 * self.mask_pooler.output_size[0]
                 probs = images.tensor.new_zeros((0, m, m))
@@ -191,8 +212,9 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     m = cfg.MODEL
     conv = convention(m.CONVENTION)
 
-    def norm(on: bool = True) -> NormFn:  # MODEL.NORM, or no norm where not ``on``
-        return partial(get_norm, m.NORM if on else "", eps=m.FROZEN_BN_EPS, num_groups=m.GN_NUM_GROUPS, gn_eps=m.GN_EPS)
+    def norm(on: bool = True, kind: str = "") -> NormFn:  # ``kind`` or MODEL.NORM, or no norm where not ``on``
+        kind = (kind or m.NORM) if on else ""
+        return partial(get_norm, kind, eps=m.FROZEN_BN_EPS, num_groups=m.GN_NUM_GROUPS, gn_eps=m.GN_EPS)
 
     inp = cfg.INPUT
     transform = Transform(
@@ -200,7 +222,9 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         list(m.PIXEL_STD), inp.PIXEL_RANGE, flip_channels=inp.FORMAT != "BGR",  # the input is BGR
         rescale=conv.rescale, paste=conv.paste, mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
     )
-    backbone = ResNet(m.RESNETS.DEPTH, norm(), m.RESNETS.STRIDE_IN_1X1, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP)
+    rn = m.RESNETS
+    backbone = ResNet(rn.DEPTH, norm(), rn.STRIDE_IN_1X1, rn.NUM_GROUPS, rn.WIDTH_PER_GROUP,
+                      tuple(rn.DEFORM_ON_PER_STAGE), (rn.DEFORM_MODULATED, rn.DEFORM_NUM_GROUPS))
     ch = m.FPN.OUT_CHANNELS
     fpn = FPN(backbone.out_channels, ch, norm(m.FPN.USE_NORM))
     r = m.RPN
@@ -215,29 +239,45 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
     pool = {"aligned": conv.aligned_roi, "level_rule": conv.fpn_levels, "impl": m.ROI_ALIGN_IMPL}
     bh, rh = m.ROI_BOX_HEAD, m.ROI_HEADS
     box_pooler = MultiScaleRoIAlign(bh.POOLER_RESOLUTION, scales, bh.POOLER_SAMPLING_RATIO, **pool)
-    box_head = BoxHead(
-        ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM,
-        norm(bh.USE_NORM), norm() if bh.NORM_FC else None,
-    )
+
+    def box_head() -> BoxHead:
+        return BoxHead(ch, bh.POOLER_RESOLUTION, bh.NUM_CONV, bh.CONV_DIM, bh.NUM_FC, bh.FC_DIM,
+                       norm(bh.USE_NORM, m.HEAD_NORM), norm(True, m.HEAD_NORM) if bh.NORM_FC else None)
+
     num_classes = rh.NUM_CLASSES
     bg_last = FAMILIES[m.CONVENTION].background_last
     # a family with the background last counts the classes without it: its logits have one more column. One set
     # of class-agnostic deltas (background-last families), or two (background and foreground: Detectron's)
     reg_classes = (1 if bg_last else 2) if bh.CLS_AGNOSTIC_BBOX_REG else num_classes
-    predictor = BoxPredictor(
-        box_head.out_dim, num_classes + 1 if bg_last else num_classes, reg_classes,
-        bbox_reg_weights=tuple(bh.BBOX_REG_WEIGHTS), score_thresh=rh.SCORE_THRESH_TEST,
-        nms_thresh=rh.NMS_THRESH_TEST, detections_per_image=rh.DETECTIONS_PER_IMAGE,
-        min_box_size=rh.MIN_BOX_SIZE if conv.small_box_filter else None, bg_last=bg_last,
-        box_rule=conv.box_rule, ties_at_cap=conv.ties_at_cap, original_frame=conv.original_frame,
-        class_agnostic_nms=rh.NMS_CLASS_AGNOSTIC,
-    )
+    def predictor(in_dim: int, weights: list[float]) -> BoxPredictor:
+        return BoxPredictor(
+            in_dim, num_classes + 1 if bg_last else num_classes, reg_classes,
+            bbox_reg_weights=tuple(weights), score_thresh=rh.SCORE_THRESH_TEST,
+            nms_thresh=rh.NMS_THRESH_TEST, detections_per_image=rh.DETECTIONS_PER_IMAGE,
+            min_box_size=rh.MIN_BOX_SIZE if conv.small_box_filter else None, bg_last=bg_last,
+            box_rule=conv.box_rule, ties_at_cap=conv.ties_at_cap, original_frame=conv.original_frame,
+            class_agnostic_nms=rh.NMS_CLASS_AGNOSTIC,
+        )
+
+    stages = [list(w) for w in m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS]
+    cascade = single_head = single_predictor = None
+    if stages:  # Cascade R-CNN: its family's way of combining the stages (validate_cfg checked the rest)
+        if conv.cascade is None:
+            raise ConfigError(f"MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS: MODEL.CONVENTION {m.CONVENTION} has no "
+                              "Cascade R-CNN (detectron2's and mmdetection's have)")
+        heads = [box_head() for _ in stages]
+        cascade = Cascade(heads, [predictor(h.out_dim, w) for h, w in zip(heads, stages)], conv.cascade)
+    else:
+        single_head = box_head()
+        single_predictor = predictor(single_head.out_dim, bh.BBOX_REG_WEIGHTS)
     mask_pooler = mask_head = None
     if m.MASK_ON:
         mh = m.ROI_MASK_HEAD
         mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, **pool)
         mask_classes = 1 if mh.CLS_AGNOSTIC_MASK else num_classes
-        mask_head = MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, mask_classes, norm(mh.USE_NORM))
+        heads = [MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, mask_classes, norm(mh.USE_NORM, m.HEAD_NORM))
+                 for _ in (stages if cascade is not None and conv.cascade.mask_per_stage else [0])]
+        mask_head = heads[0] if len(heads) == 1 else nn.ModuleList(heads)
     amp_dtype = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP]
-    parts = (transform, backbone, fpn, rpn, box_pooler, box_head, predictor, mask_pooler, mask_head)
-    return MaskRCNN(*parts, amp_dtype=amp_dtype, chunk_images=cfg.TEST.CHUNK_IMAGES).eval()
+    parts = (transform, backbone, fpn, rpn, box_pooler, single_head, single_predictor, mask_pooler, mask_head)
+    return MaskRCNN(*parts, cascade=cascade, amp_dtype=amp_dtype, chunk_images=cfg.TEST.CHUNK_IMAGES).eval()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torchvision.ops import deform_conv2d
 
 
 class Conv2d(nn.Conv2d):
@@ -44,6 +45,33 @@ class Conv2d(nn.Conv2d):
         return F.relu_(x) if self.relu else x
 
 
+class DeformConv2d(Conv2d):
+    """A deformable convolution (v1; ``modulated``: v2) through ``torchvision.ops.deform_conv2d``, then norm, addend
+    and ReLU as ``Conv2d`` (never fused: oneDNN has no deformable convolution). Its sampling offsets come from
+    ``self.offset``, a plain conv of the same kernel, stride and padding on the same input: per deformable group and
+    kernel tap a (dy, dx) pair, then (``modulated``) the taps' mask logits, which a sigmoid turns into their weights
+    (the layout of mmcv's, detectron2's and torchvision's kernels alike)."""
+
+    def __init__(self, *args, deform_groups: int = 1, modulated: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.modulated, self.deform_groups = modulated, deform_groups
+        taps = self.kernel_size[0] * self.kernel_size[1]
+        self.offset = nn.Conv2d(self.in_channels, (3 if modulated else 2) * deform_groups * taps, self.kernel_size,
+                                stride=self.stride, padding=self.padding, dilation=self.dilation)
+
+    def forward(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+        out, mask = self.offset(x), None
+        if self.modulated:  # the first two thirds are the offsets, the last the mask logits
+            n = out.shape[1] // 3
+            out, mask = out[:, : 2 * n], out[:, 2 * n :].sigmoid()
+        x = deform_conv2d(x, out, self.weight, self.bias, self.stride, self.padding, self.dilation, mask)
+        if self.norm is not None:
+            x = self.norm(x)
+        if add is not None:
+            x = x + add
+        return F.relu_(x) if self.relu else x
+
+
 def _onednn_backend(x: torch.Tensor, conv: nn.Conv2d) -> bool:
     """Whether PyTorch runs this convolution with oneDNN (its choice depends on sizes and threads)."""
     select = getattr(torch._C, "_select_conv_backend", None)
@@ -57,7 +85,7 @@ def fuse_convs(model: nn.Module, enabled: bool = True) -> int:
     """Let every ``Conv2d`` of ``model`` run fused (see ``Conv2d``) where it can; returns the count.
     Without oneDNN (``torch.backends.mkldnn``) nothing changes."""
     enabled = enabled and torch.backends.mkldnn.is_available()
-    convs = [m for m in model.modules() if isinstance(m, Conv2d)]
+    convs = [m for m in model.modules() if isinstance(m, Conv2d) and not isinstance(m, DeformConv2d)]
     for m in convs:
         m.fuse = enabled
     return sum(bool(enabled) and m.norm is None for m in convs)

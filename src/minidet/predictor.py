@@ -143,7 +143,7 @@ class Predictor:
         random = "none (random weights: MODEL.WEIGHTS none)"
         self.weights_summary: str = self.load_report.summary if self.load_report is not None else random
         # JSON widths as the weights' family counts them: pixel-inclusive (x2 - x1 + 1) for +1 box rules
-        self.box_offset: int = self.model.box_predictor.box_rule.offset
+        self.box_offset: int = self.model.final_predictor.box_rule.offset
         classes, self.classes_summary = checkpoint_classes(fitted, ckpt)
         if self.classes_summary:
             logger.info("%s", self.classes_summary)

@@ -1,4 +1,4 @@
-"""ResNet-50/101 bottom-up body (stem + res2..res5) with a pluggable norm."""
+"""ResNet-50/101/152 bottom-up body (stem + res2..res5) with a pluggable norm and, per stage, deformable 3x3 convs."""
 
 from __future__ import annotations
 
@@ -6,19 +6,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .layers import Conv2d
+from .layers import Conv2d, DeformConv2d
 from .norm import NormFn
 
-BLOCKS_PER_STAGE = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
+BLOCKS_PER_STAGE = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 
 
 class Bottleneck(nn.Module):
     """1x1 -> 3x3 -> 1x1 residual block, ReLU after the sum. ``stride_in_1x1`` puts the stride on the
-    first 1x1 conv (MSRA/Caffe2 models) instead of the 3x3 (torchvision, "ResNet v1.5")."""
+    first 1x1 conv (MSRA/Caffe2 models) instead of the 3x3 (torchvision, "ResNet v1.5"). ``deform``: the 3x3 conv is
+    deformable (``DeformConv2d``), given as (modulated, deformable groups)."""
 
     def __init__(
         self, in_channels: int, bottleneck_channels: int, out_channels: int, stride: int, norm: NormFn,
-        stride_in_1x1: bool = False, num_groups: int = 1,
+        stride_in_1x1: bool = False, num_groups: int = 1, deform: tuple[bool, int] | None = None,
     ) -> None:
         super().__init__()
         s1, s3 = (stride, 1) if stride_in_1x1 else (1, stride)
@@ -27,7 +28,10 @@ class Bottleneck(nn.Module):
             self.shortcut = Conv2d(in_channels, out_channels, 1, stride=stride, bias=False, norm=norm(out_channels))
         bc = bottleneck_channels
         self.conv1 = Conv2d(in_channels, bc, 1, stride=s1, bias=False, norm=norm(bc), relu=True)
-        self.conv2 = Conv2d(bc, bc, 3, stride=s3, padding=1, groups=num_groups, bias=False, norm=norm(bc), relu=True)
+        conv, more = (Conv2d, {}) if deform is None else (DeformConv2d, {"modulated": deform[0],
+                                                                         "deform_groups": deform[1]})
+        self.conv2 = conv(bc, bc, 3, stride=s3, padding=1, groups=num_groups, bias=False, norm=norm(bc), relu=True,
+                          **more)
         # conv3's ReLU comes after the residual sum: relu(norm(conv3(.)) + identity)
         self.conv3 = Conv2d(bc, out_channels, 1, bias=False, norm=norm(out_channels), relu=True)
 
@@ -48,10 +52,13 @@ class Stem(nn.Module):
 
 
 class ResNet(nn.Module):
-    """Returns ``{"res2": C2, ..., "res5": C5}`` at strides 4, 8, 16, 32, with 256, 512, 1024, 2048 channels."""
+    """Returns ``{"res2": C2, ..., "res5": C5}`` at strides 4, 8, 16, 32, with 256, 512, 1024, 2048 channels.
+    ``deform_stages``: per stage (res2..res5) whether its blocks' 3x3 convs are deformable; ``deform``: their
+    (modulated, deformable groups)."""
 
     def __init__(
-        self, depth: int, norm: NormFn, stride_in_1x1: bool = False, num_groups: int = 1, width_per_group: int = 64
+        self, depth: int, norm: NormFn, stride_in_1x1: bool = False, num_groups: int = 1, width_per_group: int = 64,
+        deform_stages: tuple[bool, ...] = (False,) * 4, deform: tuple[bool, int] = (False, 1),
     ) -> None:
         super().__init__()
         if depth not in BLOCKS_PER_STAGE:
@@ -61,8 +68,9 @@ class ResNet(nn.Module):
         self.out_channels = {}  # stage name -> channels, in order
         for i, n in enumerate(BLOCKS_PER_STAGE[depth]):
             name = f"res{i + 2}"
-            first = Bottleneck(in_ch, bott, out_ch, 2 if i > 0 else 1, norm, stride_in_1x1, num_groups)
-            rest = [Bottleneck(out_ch, bott, out_ch, 1, norm, stride_in_1x1, num_groups) for _ in range(n - 1)]
+            dcn = deform if deform_stages[i] else None
+            first = Bottleneck(in_ch, bott, out_ch, 2 if i > 0 else 1, norm, stride_in_1x1, num_groups, dcn)
+            rest = [Bottleneck(out_ch, bott, out_ch, 1, norm, stride_in_1x1, num_groups, dcn) for _ in range(n - 1)]
             self.add_module(name, nn.Sequential(first, *rest))
             self.out_channels[name] = out_ch
             in_ch, bott, out_ch = out_ch, bott * 2, out_ch * 2

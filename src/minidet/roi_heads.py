@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -86,15 +87,25 @@ class BoxPredictor(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cls_score(x), self.bbox_pred(x)
 
-    def inference(self, logits: torch.Tensor, deltas: torch.Tensor, proposals: list[torch.Tensor], images) -> list:
+    def refine(self, deltas: torch.Tensor, proposals: list[torch.Tensor], sizes: list[tuple[int, int]]) -> list:
+        """A cascade stage's boxes for the next: class-agnostic ``deltas`` (R, 4) float32 applied to the concatenated
+        ``proposals`` (R_i, 4) of the resized frame, clipped to each image's ``sizes`` (h, w); per image (R_i, 4)."""
+        counts = [len(p) for p in proposals]
+        rule, weights = self.box_rule, self.bbox_reg_weights
+        parts = zip(proposals, deltas.split(counts), sizes)
+        return [rule.clip(rule.decode(d, p, weights), h, w) for p, d, (h, w) in parts]
+
+    def inference(self, logits: torch.Tensor, deltas: torch.Tensor, proposals: list[torch.Tensor], images, *,
+                  probabilities: bool = False) -> list:
         """Softmax, threshold, class-specific decode, clip, per-class NMS, cap -> one ``Detections`` per
-        image, from ``logits`` (R, K), ``deltas`` (R, 4K') float32 for the concatenated ``proposals``
-        (R_i, 4) in the resized frame; ``images`` is the chunk's ``transform.ImageBatch``."""
+        image, from ``logits`` (R, K) (``probabilities``: already the class probabilities), ``deltas`` (R, 4K') float32
+        for the concatenated ``proposals`` (R_i, 4) in the resized frame; ``images`` is the chunk's
+        ``transform.ImageBatch``."""
         sizes, frame = (images.orig_sizes, "original") if self.original_frame else (images.sizes, "resized")
         if self.original_frame:  # proposals to original-image pixels
             proposals = [b / s for b, s in zip(proposals, images.scales)]
         num_classes, rule, topk = logits.shape[1], self.box_rule, self.detections_per_image
-        scores_all = F.softmax(logits, -1)
+        scores_all = logits if probabilities else F.softmax(logits, -1)
         fg = slice(0, num_classes - 1) if self.bg_last else slice(1, num_classes)
         reg_classes = deltas.shape[1] // 4
         counts = [len(p) for p in proposals]
@@ -122,6 +133,45 @@ class BoxPredictor(nn.Module):
             keep = keep[scores[keep] >= scores[keep][topk - 1]] if at_cap else keep[:topk]
             results.append(Detections(boxes[keep], scores[keep], labels[keep], frame))
         return results
+
+
+@dataclass(frozen=True)
+class CascadeRule:
+    """How a family's Cascade R-CNN (a ``Cascade`` of box stages) combines its stages at test time.
+    ``mean_logits``: the final class scores are the softmax of the stages' mean logits (mmdetection), else the mean
+    of the stages' softmax probabilities, summed and times 1 / stages (detectron2); ``mask_per_stage``: every stage
+    has a mask head and the mask is the mean of their probabilities on the final boxes (mmdetection), else one mask
+    head (detectron2)."""
+
+    mean_logits: bool
+    mask_per_stage: bool
+
+
+class Cascade(nn.Module):
+    """Cascade R-CNN's box stages: stage k pools the boxes that stage k - 1 regressed (class-agnostic, with its own
+    ``bbox_reg_weights``, clipped to the image), from the RPN's proposals for the first; ``heads.k``, ``predictors.k``
+    are each stage's ``BoxHead`` and ``BoxPredictor``. The last stage's predictor turns the combined scores
+    (``rule``) and its deltas into detections."""
+
+    def __init__(self, heads: list[BoxHead], predictors: list[BoxPredictor], rule: CascadeRule) -> None:
+        super().__init__()
+        self.heads, self.predictors, self.rule = nn.ModuleList(heads), nn.ModuleList(predictors), rule
+
+    def forward(self, pool, proposals: list[torch.Tensor], sizes: list[tuple[int, int]], amp) -> tuple:
+        """Run the stages: ``pool(boxes)`` gives the pooled features of per-image ``boxes``, ``amp()`` the network
+        layers' autocast. -> (scores (R, K) float32: the mean logits, or the mean probabilities (``rule``), the last
+        stage's deltas (R, 4) float32, the last stage's per-image boxes)."""
+        outputs, deltas = [], None
+        for k, (head, predictor) in enumerate(zip(self.heads, self.predictors)):
+            if deltas is not None:  # the previous stage's boxes
+                proposals = self.predictors[k - 1].refine(deltas, proposals, sizes)
+            with amp():
+                logits, deltas = predictor(head(pool(proposals)))
+            logits, deltas = logits.float(), deltas.float()
+            outputs.append(logits if self.rule.mean_logits else F.softmax(logits, -1))
+        total = sum(outputs)  # 0 + the first + ...: the sources' Python sum
+        scores = total / float(len(outputs)) if self.rule.mean_logits else total * (1.0 / len(outputs))
+        return scores, deltas, proposals
 
 
 class MaskHead(nn.Module):

@@ -97,8 +97,8 @@ class NetworkGraph(nn.Module):
         m = copy.deepcopy(model).cpu().float().to(memory_format=torch.contiguous_format)
         fuse_convs(m, False)  # oneDNN's private ops have no ONNX form; the plain ops compute the same
         fuse_linears(m, False)
-        if m.mask_head is not None:
-            m.mask_head.predictor.__class__ = _AllClasses
+        for head in self._mask_heads(m.mask_head):
+            head.predictor.__class__ = _AllClasses
         for parent in list(m.modules()):
             for name, child in parent.named_children():
                 if type(child) is FrozenBN:  # a BatchNorm stays: torch's batch-norm op (ONNX BatchNormalization)
@@ -107,9 +107,15 @@ class NetworkGraph(nn.Module):
                     setattr(parent, name, _GroupNorm64(child))
         self.backbone, self.fpn, self.rpn = m.backbone, m.fpn, m.rpn
         self.box_pooler, self.box_head, self.box_predictor = m.box_pooler, m.box_head, m.box_predictor
+        self.cascade, self.final_predictor = m.cascade, m.final_predictor
         self.mask_pooler, self.mask_head = m.mask_pooler, m.mask_head
-        self.frame = "original" if m.box_predictor.original_frame else "resized"
+        self.frame = "original" if m.final_predictor.original_frame else "resized"
         self.outputs = OUTPUTS if m.mask_head is not None else OUTPUTS[:-1]
+
+    @staticmethod
+    def _mask_heads(mask_head: nn.Module | None) -> list[nn.Module]:
+        """The mask heads: none, one, or a cascade's one per stage (their probabilities' mean is the mask)."""
+        return list(mask_head) if isinstance(mask_head, nn.ModuleList) else [mask_head] * (mask_head is not None)
 
     def forward(self, image: torch.Tensor, image_size: torch.Tensor, original_size: torch.Tensor,
                 scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -120,15 +126,32 @@ class NetworkGraph(nn.Module):
         logits, deltas = self.rpn.head(pyramid)
         proposals = self.proposals(logits, deltas, tuple(image.shape[-2:]), size, s)
         levels = pyramid[: len(self.box_pooler.scales)]
-        cls, reg = self.box_predictor(self.box_head(self.pool(self.box_pooler, levels, proposals)))
-        boxes, scores, labels = self.detections(cls, reg, proposals, orig if self.frame == "original" else size, s)
+        rois = proposals
+        if self.cascade is None:
+            cls, reg = self.box_predictor(self.box_head(self.pool(self.box_pooler, levels, rois)))
+            probs = F.softmax(cls, -1)
+        else:  # ``Cascade.forward`` for one image
+            outputs = []
+            for k, (head, predictor) in enumerate(zip(self.cascade.heads, self.cascade.predictors)):
+                if k:
+                    p = self.cascade.predictors[k - 1]
+                    rois = p.box_rule.clip(p.box_rule.decode(reg, rois, p.bbox_reg_weights), *size)
+                cls, reg = predictor(head(self.pool(self.box_pooler, levels, rois)))
+                outputs.append(cls if self.cascade.rule.mean_logits else F.softmax(cls, -1))
+            total = sum(outputs)
+            probs = F.softmax(total / float(len(outputs)), -1) if self.cascade.rule.mean_logits else \
+                total * (1.0 / len(outputs))
+        boxes, scores, labels = self.detections(probs, reg, rois, orig if self.frame == "original" else size, s)
         if self.mask_head is None:
             return proposals, boxes, scores, labels
         rois = boxes * s if self.frame == "original" else boxes
-        logits = self.mask_head(self.pool(self.mask_pooler, levels, rois))
-        if logits.shape[1] > 1:  # ``MaskHead.select``: each box's class (a gather: any count of boxes)
-            logits = logits.gather(1, labels.view(-1, 1, 1, 1).expand(-1, 1, *logits.shape[2:]))
-        return proposals, boxes, scores, labels, logits[:, 0].sigmoid()
+        pooled, masks = self.pool(self.mask_pooler, levels, rois), []
+        for head in self._mask_heads(self.mask_head):
+            logits = head(pooled)
+            if logits.shape[1] > 1:  # ``MaskHead.select``: each box's class (a gather: any count of boxes)
+                logits = logits.gather(1, labels.view(-1, 1, 1, 1).expand(-1, 1, *logits.shape[2:]))
+            masks.append(logits[:, 0].sigmoid())
+        return proposals, boxes, scores, labels, masks[0] if len(masks) == 1 else torch.stack(masks).mean(0)
 
     def proposals(self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded: tuple, size: tuple,
                   scale) -> torch.Tensor:
@@ -192,14 +215,14 @@ class NetworkGraph(nn.Module):
                                                         pooler.aligned))
         return torch.cat(outs)[torch.argsort(torch.cat(sels))]
 
-    def detections(self, logits: torch.Tensor, deltas: torch.Tensor, proposals: torch.Tensor, size: tuple,
+    def detections(self, probs: torch.Tensor, deltas: torch.Tensor, proposals: torch.Tensor, size: tuple,
                    scale) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``BoxPredictor.inference`` for one image -> boxes (D, 4), scores (D,), labels (D,)."""
-        p = self.box_predictor
+        """``BoxPredictor.inference`` for one image, from the class probabilities -> boxes (D, 4), scores (D,),
+        labels (D,)."""
+        p = self.final_predictor
         if p.original_frame:
             proposals = proposals / scale
-        num_classes, rule, cap = logits.shape[1], p.box_rule, p.detections_per_image
-        probs = F.softmax(logits, -1)
+        num_classes, rule, cap = probs.shape[1], p.box_rule, p.detections_per_image
         first = 0 if p.bg_last else 1
         scores = probs[:, first : first + num_classes - 1]
         rows, cols = torch.where(scores > p.score_thresh)

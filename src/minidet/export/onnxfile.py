@@ -80,8 +80,33 @@ Runner = Callable[[dict], dict]  # the graph's inputs by name (``graph_inputs``)
 GraphBytes = bytes | tuple[bytes, bytes]  # an ONNX model's bytes, or an OpenVINO model's (model.xml, model.bin)
 
 
-class PrecisionError(ExportError):
+class RuntimeCannot(ExportError):
+    """What a runtime cannot do with a graph, in one line (``open_graph`` names the graph before it)."""
+
+
+class PrecisionError(RuntimeCannot):
     """A runtime that cannot compute, or did not compute, in the precision asked (``MODEL.RUNTIME_PRECISION``)."""
+
+
+# ONNX operators of minidet's graphs that a runtime has no kernel or conversion for: runtime -> {op: what it is}
+UNSUPPORTED = {"openvino": {"DeformConv": "deformable convolution"}}
+
+
+def graph_ops(model: MaskRCNN) -> set[str]:
+    """The ONNX operators of ``model``'s graph that not every runtime runs (``UNSUPPORTED``'s)."""
+    from ..layers import DeformConv2d
+
+    return {"DeformConv"} if any(isinstance(m, DeformConv2d) for m in model.modules()) else set()
+
+
+def runtime_lacks(runtime: str, ops: set[str]) -> str:
+    """'' when ``runtime`` runs every operator of ``ops``, else one line naming the runtime and what it cannot run."""
+    missing = sorted(set(UNSUPPORTED.get(runtime, {})) & ops)
+    if not missing:
+        return ""
+    what = ", ".join(f"{UNSUPPORTED[runtime][op]} (ONNX's {op}, opset 19)" for op in missing)
+    return (f"{RUNTIMES[runtime]} cannot run {what}: it has no conversion for it; ONNX Runtime runs it (export with "
+            "--runtime onnxruntime, run with MODEL.RUNTIME onnxruntime)")
 
 
 @dataclass
@@ -207,7 +232,12 @@ def _openvino(source: GraphBytes, threads: int, precision: str) -> tuple[Runner,
     core = ov.Core()
     if problem := cpu_lacks(precision, core):
         raise PrecisionError(problem)
-    model = _read_openvino(core, source)
+    try:
+        model = _read_openvino(core, source)
+    except Exception as e:  # noqa: BLE001 - OpenVINO's frontends raise their own types
+        if problem := runtime_lacks("openvino", {op for op in UNSUPPORTED["openvino"] if op in str(e)}):
+            raise RuntimeCannot(problem) from None
+        raise
     info = model.get_rt_info()
     framework = info["framework"] if "framework" in info.keys() else {}
     meta = {k: framework[k].astype(str) for k in framework.keys()} if framework else {}
@@ -322,7 +352,7 @@ def open_graph(path: str, weights_sha256: str | None = None, threads: int | None
     load = OPENERS[runtime]
     try:
         run, meta, facts = load(data, threads or torch.get_num_threads(), precision)
-    except PrecisionError as e:
+    except RuntimeCannot as e:
         raise ExportError(f"exported graph {path}: {e}") from None
     except ExportError:
         raise

@@ -1,4 +1,5 @@
-"""The graph's one operator of its own, ``minidet::batched_nms``, and how it becomes ONNX.
+"""The graph's one operator of its own, ``minidet::batched_nms``, and how it becomes ONNX (and torchvision's
+``deform_conv2d``: ONNX's ``DeformConv``, ``deform_conv_to_onnx``).
 
 In PyTorch it is ``torchvision.ops.batched_nms`` (what the eager engine's ``boxes.batched_nms`` runs,
 including torchvision's choice between one NMS over group-shifted boxes and one NMS per group), its kept
@@ -72,4 +73,19 @@ def to_onnx(boxes, scores, groups, iou_threshold: float, num_groups: int):
     return op.Cast(op.Gather(kept, order), to=INT64.dtype)
 
 
-TRANSLATIONS = {torch.ops.minidet.batched_nms.default: to_onnx}
+def deform_conv_to_onnx(input, weight, offset, mask, bias, stride_h: int, stride_w: int, pad_h: int, pad_w: int,
+                        dilation_h: int, dilation_w: int, groups: int, offset_groups: int, use_mask: bool):
+    """torchvision's ``deform_conv2d`` (``layers.DeformConv2d``) as ONNX's ``DeformConv`` (opset 19): the same offset
+    layout (per offset group and kernel tap a (dy, dx) pair) and mask (one weight per tap, v2 only), the bias that
+    torchvision always adds (zeros where the layer has none)."""
+    from onnxscript import opset19 as op
+
+    attrs = {"dilations": [dilation_h, dilation_w], "group": groups, "offset_group": offset_groups,
+             "pads": [pad_h, pad_w, pad_h, pad_w], "strides": [stride_h, stride_w]}
+    if use_mask:
+        return op.DeformConv(input, weight, offset, bias, mask, **attrs)
+    return op.DeformConv(input, weight, offset, bias, **attrs)
+
+
+TRANSLATIONS = {torch.ops.minidet.batched_nms.default: to_onnx,
+                torch.ops.torchvision.deform_conv2d.default: deform_conv_to_onnx}

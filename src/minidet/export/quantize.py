@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from . import require
 
-QUANTIZED = ("backbone", "fpn", "box_head")  # modules whose weighted layers compute in int8
+QUANTIZED = ("backbone", "fpn", "box_head", "cascade.heads")  # modules whose weighted layers compute in int8
 # what stays float32, and why (the modules inside QUANTIZED first; everything outside QUANTIZED is float too)
 KEPT_FLOAT = {
     "backbone.stem": "the first convolution: it sees the normalized image itself, and its three input channels "

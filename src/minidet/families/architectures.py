@@ -4,8 +4,8 @@ as each family spells them (family name -> a pattern that ``re.match``es the fil
 - ``NOT_RUN``: architectures minidet does not run (yet). A file with such keys that the model takes none of is
   refused in one line naming the architecture, an example key, the count and the config that runs it
   (:func:`refuse_other_architecture`). To run one: build its layers, map its keys in the family's rename rules
-  (then the model takes them and nothing here fires) and put the config's name in ``config``, which the message
-  then offers to those who load such a file with another config.
+  (then the model takes them and nothing here fires) and put the config's name in ``config`` under the family,
+  which the message then offers to those who load such a file with another config.
 - ``SET_ASIDE``: keys known to play no part at inference (training state, copies of the weights, heads no
   detection reads). The families' renamers drop them (:func:`set_aside`) and the load report names each with its
   reason.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import CheckpointError
 
@@ -28,12 +28,13 @@ _ANY = "*"  # a SetAside key for every family
 @dataclass(frozen=True)
 class Architecture:
     """An architecture minidet does not run (yet). ``name``: as its users know it; ``keys``: family name -> pattern
-    of the key names only its files have; ``config``: the config that runs it (``""``: none yet); ``includes``: the
+    of the key names only its files have; ``config``: family name -> the shipped config that runs it (a family
+    without one: none yet); ``includes``: the
     names of the entries whose keys its files hold too (a Hybrid Task Cascade is a cascade), not named apart."""
 
     name: str
     keys: Mapping[str, str]
-    config: str = ""
+    config: Mapping[str, str] = field(default_factory=dict)
     includes: tuple[str, ...] = ()
 
 
@@ -57,7 +58,8 @@ NOT_RUN: tuple[Architecture, ...] = (
         "mmdetection": _BLOCK["mmdetection"] + r"conv2(?:\.conv_offset|_offset)\.",  # mmcv's *Pack; 1.x's name
         "detectron2": _BLOCK["detectron2"] + r"conv2_offset\.",  # DeformBottleneckBlock
         "maskrcnn_benchmark": _BLOCK["maskrcnn_benchmark"] + r"conv2\.(?:offset|conv)\.",  # DFConv2d
-    }),
+    }, config={"mmdetection": "mmdetection/mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco",
+               "detectron2": "detectron2/mask_rcnn_R_50_FPN_1x_dconv_c3-c5"}),
     Architecture("global context blocks (GCNet)", {"mmdetection": _BLOCK["mmdetection"] + r"context_block\w*\."}),
     Architecture("generalized attention blocks (empirical attention)",
                  {"mmdetection": _BLOCK["mmdetection"] + r"gen_attention_block\w*\."}),
@@ -70,7 +72,8 @@ NOT_RUN: tuple[Architecture, ...] = (
         "mmdetection": r"roi_head\.(?:bbox|mask)_head\.\d+\.",
         "detectron2": r"roi_heads\.box_(?:head|predictor)\.\d+\.",
         "detectron": r".+_(?:2nd|3rd)_[wb]$",  # Detectron-Cascade-RCNN's second and third stages
-    }),
+    }, config={"mmdetection": "mmdetection/cascade-mask-rcnn_r50_fpn_1x_coco",
+               "detectron2": "detectron2/cascade_mask_rcnn_R_50_FPN_1x"}),
     Architecture("Mask Scoring R-CNN (mask IoU head)", {
         "mmdetection": r"roi_head\.mask_iou_head\.",
         "maskrcnn_benchmark": r"roi_heads\.maskiou\.",
@@ -144,13 +147,15 @@ def refuse_other_architecture(family: str, keys: Iterable[str], path: str) -> No
 
     parts = [part(a, k) for a, k in found]
     what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    configs = [a.config.get(family, "") for a, _ in found]
     if len(found) == 1:
-        config = found[0][0].config
-        tail = f"minidet runs it with the config {config}" if config else \
+        tail = f"minidet runs it with the config {configs[0]}" if configs[0] else \
             "an architecture minidet does not run yet; no shipped config runs it"
-    elif any(a.config for a, _ in found):
-        configs = "; ".join(f"{a.name}: {a.config or 'none yet'}" for a, _ in found)
-        tail = f"no shipped config runs them all (the configs: {configs})"
+    elif any(configs):
+        each = "; ".join(f"{a.name}: {c or 'none yet'}" for (a, _), c in zip(found, configs))
+        tail = (f"each runs with its own config ({each}); a file with them all needs a config with them all "
+                f"(`minidet configs` lists the shipped ones)" if all(configs) else
+                f"no shipped config runs them all (the configs: {each})")
     else:
         tail = "architectures minidet does not run yet; no shipped config runs them"
     raise CheckpointError(f"{path}: the checkpoint holds {what}: {tail}")

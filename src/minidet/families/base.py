@@ -104,7 +104,7 @@ def check_depth(model, names: Collection[str], pattern: str, path: str) -> None:
     of blocks than the model's."""
     blocks = 1 + max((int(m[1]) for k in names if (m := re.match(pattern, k))), default=-1)
     if blocks and blocks != len(model.backbone.res4):
-        depth = {6: 50, 23: 101}.get(blocks, "?")
+        depth = {6: 50, 23: 101, 36: 152}.get(blocks, "?")
         raise CheckpointError(
             f"{path}: ResNet-{depth} (res4 has {blocks} blocks) but the model has {len(model.backbone.res4)}; "
             f"set MODEL.RESNETS.DEPTH {depth}"

@@ -10,23 +10,29 @@ from .base import Family, WeightsEntry, rename_by_rules
 
 def arithmetic():
     """PIL resizing, exact-area anchors at fixed strides, proposals ranked by logit, aligned RoIAlign, boxes
-    clipped and empty ones dropped after rescaling, grid-sample mask paste."""
+    clipped and empty ones dropped after rescaling, grid-sample mask paste; a cascade's score the mean of its stages'
+    probabilities, one mask head."""
     from .. import poolers, rpn, transform
     from ..conventions import Convention
+    from ..roi_heads import CascadeRule
 
     return Convention(
         resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, proposal_filter=rpn.keep_above_min_size,
         fpn_levels=poolers.detectron2_levels, rank_by_logit=True, aligned_roi=True,
         rescale=transform.rescale_clip_nonempty, paste=transform.paste_masks_aligned,
+        cascade=CascadeRule(mean_logits=False, mask_per_stage=False),  # CascadeROIHeads
     )
 
 
 RULES: list[tuple[str, str]] = [
+    (r"^backbone\.bottom_up\.(res\d\.\d+\.conv2)_offset\.", r"backbone.\1.offset."),  # DeformBottleneckBlock
     (r"^backbone\.bottom_up\.", "backbone."),
     (r"^backbone\.fpn_(lateral|output)(\d)\.", r"fpn.\1\2."),
     (r"^proposal_generator\.rpn_head\.conv\.conv(\d)\.", r"rpn.head.convs.\1."),  # conv_dims [-1, -1]: conv0, conv1
     (r"^proposal_generator\.rpn_head\.conv\.", "rpn.head.convs.0."),
     (r"^proposal_generator\.rpn_head\.", "rpn.head."),
+    (r"^roi_heads\.box_head\.(\d)\.", r"cascade.heads.\1."),  # CascadeROIHeads: a list of box heads
+    (r"^roi_heads\.box_predictor\.(\d)\.", r"cascade.predictors.\1."),
     (r"^roi_heads\.(box_head|box_predictor|mask_head)\.", r"\1."),
 ]
 
@@ -71,6 +77,12 @@ _ZOO = [  # zoo config (under detectron2's configs/), model id, published file, 
     ("Misc/scratch_mask_rcnn_R_50_FPN_3x_gn.yaml", 138602908, "model_final_01ca85.pkl", 39.9, 36.6),
     ("Misc/scratch_mask_rcnn_R_50_FPN_9x_gn.yaml", 183808979, "model_final_da7b4c.pkl", 43.7, 39.6),
     ("Misc/scratch_mask_rcnn_R_50_FPN_9x_syncbn.yaml", 184226666, "model_final_5ce33e.pkl", 43.6, 39.3),
+    ("Misc/mask_rcnn_R_50_FPN_1x_dconv_c3-c5.yaml", 138602867, "model_final_65c703.pkl", 41.5, 37.5),
+    ("Misc/mask_rcnn_R_50_FPN_3x_dconv_c3-c5.yaml", 144998336, "model_final_821d0b.pkl", 42.7, 38.5),
+    ("Misc/cascade_mask_rcnn_R_50_FPN_1x.yaml", 138602847, "model_final_e9d89b.pkl", 42.1, 36.4),
+    ("Misc/cascade_mask_rcnn_R_50_FPN_3x.yaml", 144998488, "model_final_480dd8.pkl", 44.3, 38.5),
+    ("Misc/panoptic_fpn_R_101_dconv_cascade_gn_3x.yaml", 139797668, "model_final_be35db.pkl", 47.4, 41.3),
+    ("Misc/cascade_mask_rcnn_X_152_32x8d_FPN_IN5k_gn_dconv.yaml", 18131413, "model_0039999_e76410.pkl", 50.2, 44.0),
 ]
 _PREFIX = {"LVISv0.5-InstanceSegmentation": "lvis_v0.5_", "Cityscapes": "cityscapes_"}  # their names repeat COCO's
 

@@ -20,16 +20,19 @@ def arithmetic():
     half up, as mmcv's ``Resize`` does), unrounded anchors at fixed strides, the RPN's per-level sort of sigmoid
     scores, its own box decoder (dw, dh clamped on both sides), mmcv's NMS (unstable score sort, float32 threshold,
     group-shifted boxes), no small-box filter, its RoI level rule, aligned RoIAlign, boxes divided by the resize
-    factors and kept unclipped and when empty, detectron2's paste with an empty box's grid set to its centre."""
+    factors and kept unclipped and when empty, detectron2's paste with an empty box's grid set to its centre; a
+    cascade's scores the softmax of its stages' mean logits, its masks the mean of every stage's mask head's."""
     from .. import poolers, rpn, transform
     from ..boxes import MMDET_BOX_RULE
     from ..conventions import Convention
+    from ..roi_heads import CascadeRule
 
     return Convention(
         resize=transform.resize_mmdet, anchors=rpn.mmdet_cell_anchors, proposal_filter=rpn.keep_above_min_size,
         fpn_levels=poolers.mmdet_levels, level_topk=rpn.sorted_sigmoid,
         rank_by_logit=True,  # level_topk's scores are already mmdetection's sigmoid scores
         box_rule=MMDET_BOX_RULE, aligned_roi=True, rescale=transform.rescale_divide, paste=transform.paste_masks_mmdet,
+        cascade=CascadeRule(mean_logits=True, mask_per_stage=True),  # CascadeRoIHead
     )
 
 
@@ -38,19 +41,32 @@ _BOX_OUT = {"cls": "cls_score", "reg": "bbox_pred"}
 _MASK_OUT = {"upsample": "deconv", "conv_logits": "predictor"}
 _FPN = {"lateral": "lateral", "fpn": "output"}
 _IN_MODULE = {"conv": "", "gn": "norm.", "bn": "norm."}  # a ConvModule's conv, and its norm named by its kind
+_CASCADE = {"box_head": "cascade.heads", "box_predictor": "cascade.predictors", "mask_head": "mask_head"}
+
+
+def _stage(m: re.Match, part: str) -> str:
+    """minidet's name of the head ``part`` of the rule's match: a cascade's stage ``m[1]`` in its list, else the
+    one head."""
+    return part if m[1] is None else f"{_CASCADE[part]}.{m[1]}"
+
+
 RULES: list[tuple[str, str | Callable]] = [
     (r"^neck\.(lateral|fpn)_convs\.(\d)\.(conv|gn|bn)\.",
      lambda m: f"fpn.{_FPN[m[1]]}{int(m[2]) + 2}.{_IN_MODULE[m[3]]}"),
     (r"^rpn_head\.rpn_conv\.(\d)\.conv\.", lambda m: f"rpn.head.convs.{m[1]}."),  # num_convs > 1: ConvModules
     (r"^rpn_head\.rpn_conv\.", "rpn.head.convs.0."),
     (r"^rpn_head\.rpn_(cls|reg)\.", lambda m: f"rpn.head.{_RPN_OUT[m[1]]}."),
-    (r"^roi_head\.bbox_head\.shared_convs\.(\d)\.(conv|gn|bn)\.",  # Shared4Conv1FCBBoxHead
-     lambda m: f"box_head.conv{int(m[1]) + 1}.{_IN_MODULE[m[2]]}"),
-    (r"^roi_head\.bbox_head\.shared_fcs\.(\d)\.", lambda m: f"box_head.fc{int(m[1]) + 1}."),
-    (r"^roi_head\.bbox_head\.fc_(cls|reg)\.", lambda m: f"box_predictor.{_BOX_OUT[m[1]]}."),
-    (r"^roi_head\.mask_head\.convs\.(\d)\.(conv|gn|bn)\.",
-     lambda m: f"mask_head.mask_fcn{int(m[1]) + 1}.{_IN_MODULE[m[2]]}"),
-    (r"^roi_head\.mask_head\.(upsample|conv_logits)\.", lambda m: f"mask_head.{_MASK_OUT[m[1]]}."),
+    # a head's stage (``(\d)\.``, named ``s`` below) where a Cascade R-CNN (CascadeRoIHead) lists its heads
+    (r"^roi_head\.bbox_head\.(?:(\d)\.)?shared_convs\.(\d)\.(conv|gn|bn)\.",  # Shared4Conv1FCBBoxHead
+     lambda m: f"{_stage(m, 'box_head')}.conv{int(m[2]) + 1}.{_IN_MODULE[m[3]]}"),
+    (r"^roi_head\.bbox_head\.(?:(\d)\.)?shared_fcs\.(\d)\.",
+     lambda m: f"{_stage(m, 'box_head')}.fc{int(m[2]) + 1}."),
+    (r"^roi_head\.bbox_head\.(?:(\d)\.)?fc_(cls|reg)\.",
+     lambda m: f"{_stage(m, 'box_predictor')}.{_BOX_OUT[m[2]]}."),
+    (r"^roi_head\.mask_head\.(?:(\d)\.)?convs\.(\d)\.(conv|gn|bn)\.",
+     lambda m: f"{_stage(m, 'mask_head')}.mask_fcn{int(m[2]) + 1}.{_IN_MODULE[m[3]]}"),
+    (r"^roi_head\.mask_head\.(?:(\d)\.)?(upsample|conv_logits)\.",
+     lambda m: f"{_stage(m, 'mask_head')}.{_MASK_OUT[m[2]]}."),
 ]
 _BACKBONE_GN = re.compile(r"(^|\.)gn(\d)\.")  # its ResNet's GroupNorms: gn1 where a BatchNorm is bn1
 
@@ -64,7 +80,9 @@ def rename(name: str) -> str | None:
     if set_aside("mmdetection", name):
         return None
     if name.startswith("backbone."):
-        as_tv = "backbone.body." + _BACKBONE_GN.sub(r"\1bn\2.", name[len("backbone.") :])
+        # a deformable conv2 (mmcv's DeformConv2dPack, ModulatedDeformConv2dPack) holds its offset conv
+        as_tv = "backbone.body." + _BACKBONE_GN.sub(r"\1bn\2.", name[len("backbone.") :]).replace(
+            ".conv2.conv_offset.", ".conv2.offset.")
         new = rename_by_rules(torchvision.RULES[:6], as_tv)
         return name if new == as_tv else new
     return rename_by_rules(RULES, name)
@@ -316,11 +334,73 @@ _ZOO: list[tuple] = [
      "panoptic_fpn_r101_fpn_1x_coco_20210820_193950-ab9157a2.pth", None, None, _PQ_ONLY),
     ("panoptic_fpn/panoptic-fpn_r101_fpn_ms-3x_coco",
      "panoptic_fpn_r101_fpn_mstrain_3x_coco_20210823_114712-9c99acc4.pth", None, None, _PQ_ONLY),
+    ("cascade_rcnn/cascade-mask-rcnn_r50-caffe_fpn_1x_coco",
+     "cascade_mask_rcnn_r50_caffe_fpn_1x_coco_bbox_mAP-0.412__segm_mAP-0.36_20200504_174659-5004b251.pth", 41.2, 36.0),
+    ("cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco",
+     "cascade_mask_rcnn_r50_fpn_1x_coco_20200203-9d4dcb24.pth", 41.2, 35.9),
+    ("cascade_rcnn/cascade-mask-rcnn_r50_fpn_20e_coco",
+     "cascade_mask_rcnn_r50_fpn_20e_coco_bbox_mAP-0.419__segm_mAP-0.365_20200504_174711-4af8e66e.pth", 41.9, 36.5),
+    ("cascade_rcnn/cascade-mask-rcnn_r101-caffe_fpn_1x_coco",
+     "cascade_mask_rcnn_r101_caffe_fpn_1x_coco_bbox_mAP-0.432__segm_mAP-0.376_20200504_174813-5c1e9599.pth",
+     43.2, 37.6),
+    ("cascade_rcnn/cascade-mask-rcnn_r101_fpn_1x_coco",
+     "cascade_mask_rcnn_r101_fpn_1x_coco_20200203-befdf6ee.pth", 42.9, 37.3),
+    ("cascade_rcnn/cascade-mask-rcnn_r101_fpn_20e_coco",
+     "cascade_mask_rcnn_r101_fpn_20e_coco_bbox_mAP-0.434__segm_mAP-0.378_20200504_174836-005947da.pth", 43.4, 37.8),
+    ("cascade_rcnn/cascade-mask-rcnn_x101-32x4d_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_1x_coco_20200201-0f411b1f.pth", 44.3, 38.3),
+    ("cascade_rcnn/cascade-mask-rcnn_x101-32x4d_fpn_20e_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_20e_coco_20200528_083917-ed1f4751.pth", 45.0, 39.0),
+    ("cascade_rcnn/cascade-mask-rcnn_x101-64x4d_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_64x4d_fpn_1x_coco_20200203-9a2db89d.pth", 45.3, 39.2),
+    ("cascade_rcnn/cascade-mask-rcnn_x101-64x4d_fpn_20e_coco",
+     "cascade_mask_rcnn_x101_64x4d_fpn_20e_coco_20200512_161033-bdb5126a.pth", 45.6, 39.5),
+    ("cascade_rcnn/cascade-mask-rcnn_r50-caffe_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_r50_caffe_fpn_mstrain_3x_coco_20210707_002651-6e29b3a6.pth", 44.0, 38.1),
+    ("cascade_rcnn/cascade-mask-rcnn_r50_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_r50_fpn_mstrain_3x_coco_20210628_164719-5bdc3824.pth", 44.3, 38.5),
+    ("cascade_rcnn/cascade-mask-rcnn_r101-caffe_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_r101_caffe_fpn_mstrain_3x_coco_20210707_002620-a5bd2389.pth", 45.4, 39.5),
+    ("cascade_rcnn/cascade-mask-rcnn_r101_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_r101_fpn_mstrain_3x_coco_20210628_165236-51a2d363.pth", 45.5, 39.6),
+    ("cascade_rcnn/cascade-mask-rcnn_x101-32x4d_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_mstrain_3x_coco_20210706_225234-40773067.pth", 46.3, 40.1),
+    ("cascade_rcnn/cascade-mask-rcnn_x101-32x8d_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_x101_32x8d_fpn_mstrain_3x_coco_20210719_180640-9ff7e76f.pth", 46.1, 39.9),
+    ("cascade_rcnn/cascade-mask-rcnn_x101-64x4d_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_x101_64x4d_fpn_mstrain_3x_coco_20210719_210311-d3e64ba0.pth", 46.6, 40.3),
+    ("dcn/mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_dconv_c3-c5_1x_coco_20200203-4d9ad43b.pth", 41.8, 37.4),
+    ("dcn/mask-rcnn_r50-dconv-c3-c5_fpn_amp-1x_coco",
+     "mask_rcnn_r50_fpn_fp16_dconv_c3-c5_1x_coco_20210520_180247-c06429d2.pth", 41.9, 37.5),
+    ("dcn/mask-rcnn_r101-dconv-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r101_fpn_dconv_c3-c5_1x_coco_20200216-a71f5bce.pth", 43.5, 38.9),
+    ("dcn/cascade-mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_r50_fpn_dconv_c3-c5_1x_coco_20200202-42e767a2.pth", 44.4, 38.6),
+    ("dcn/cascade-mask-rcnn_r101-dconv-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_r101_fpn_dconv_c3-c5_1x_coco_20200204-df0c5f10.pth", 45.8, 39.7),
+    ("dcn/cascade-mask-rcnn_x101-32x4d-dconv-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_dconv_c3-c5_1x_coco-e75f90c8.pth", 47.3, 41.1),
+    ("dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_mdconv_c3-c5_1x_coco_20200203-ad97591f.pth", 41.5, 37.1),
+    ("dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_amp-1x_coco",
+     "mask_rcnn_r50_fpn_fp16_mdconv_c3-c5_1x_coco_20210520_180434-cf8fefa5.pth", 42.0, 37.6),
+    ("gcnet/cascade-mask-rcnn_x101-32x4d-syncbn_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_syncbn-backbone_1x_coco_20200310-d5ad2a5e.pth", 44.7, 38.6),
+    ("gcnet/cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_syncbn-backbone_dconv_c3-c5_1x_coco_20210615_211019-abbc39ea.pth", 47.5, 40.9),
+    ("instaboost/cascade-mask-rcnn_r50_fpn_instaboost-4x_coco",
+     "cascade_mask_rcnn_r50_fpn_instaboost_4x_coco_20200307-c19d98d9.pth", 43.7, 38.0),
+    ("resnet_strikes_back/cascade-mask-rcnn_r50-rsb-pre_fpn_1x_coco",
+     "cascade_mask_rcnn_r50_fpn_rsb-pretrain_1x_coco_20220113_193636-8b9ad50f.pth", 44.8, 39.9),
 ]
 _URL = "https://download.openmmlab.com/mmdetection/v2.0/"
 _URL_FOLDER = {  # where the file's folder is not named as above
     "mask_rcnn/mask-rcnn_r50_fpn_amp-1x_coco": "fp16/mask_rcnn_r50_fpn_fp16_1x_coco",  # 2.x's mixed precision
     "scratch/mask-rcnn_r50-scratch_fpn_gn-all_6x_coco": "scratch/mask_rcnn_r50_fpn_gn-all_scratch_6x_coco",
+    "dcn/mask-rcnn_r50-dconv-c3-c5_fpn_amp-1x_coco": "fp16/mask_rcnn_r50_fpn_fp16_dconv_c3-c5_1x_coco",
+    "dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco": "dcn/mask_rcnn_r50_fpn_mdconv_c3-c5_1x_coco",  # dcn's folder
+    "dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_amp-1x_coco": "fp16/mask_rcnn_r50_fpn_fp16_mdconv_c3-c5_1x_coco",
 }
 
 

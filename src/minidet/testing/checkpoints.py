@@ -119,7 +119,7 @@ def write_detectron_pkl(path: str, blobs: dict, cfg_yaml: str = "MODEL:\n  TYPE:
 
 def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "bn", fpn_norm: bool = False,
                     head_norm: bool = False, box_convs: int = 0, rpn_convs: int = 1, num_classes: int = 80,
-                    counters: bool = False) -> dict[str, tuple]:
+                    counters: bool = False, stages: int = 0, deform: bool = False) -> dict[str, tuple]:
     """Names and shapes of detectron2's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from its
     module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, each conv's
     `norm`), backbone.fpn_lateral/output{2..5}, proposal_generator.rpn_head (conv,
@@ -131,7 +131,9 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
     ``fpn_norm`` / ``head_norm``, after the FPN's convs / the heads' convs (which then have no bias);
     ``box_convs``: the box head's 3x3 convs (``conv1``..; one fc then); ``rpn_convs`` > 1: the RPN head's
     ``conv.conv0``, ``conv.conv1``...; ``num_classes``: K; ``counters``: each batch norm's ``num_batches_tracked``
-    (trained BatchNorm / SyncBN layers have one; FrozenBatchNorm2d has none)."""
+    (trained BatchNorm / SyncBN layers have one; FrozenBatchNorm2d has none); ``stages``: ``CascadeROIHeads`` of
+    that many stages (``box_head.k``, ``box_predictor.k`` with class-agnostic ``bbox_pred``; one mask head);
+    ``deform``: ``DeformBottleneckBlock`` (v1) in res3..res5, each ``conv2_offset`` beside its ``conv2``."""
     out = {}
 
     def conv(name, cout, cin, k, norm=True, bias=False, groups=1):
@@ -146,7 +148,7 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
 
     norm_kind = norm
     conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
-    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}[depth]
     cin, bott, cout = 64, groups * width, 256
     for stage, n in enumerate(blocks, start=2):
         for i in range(n):
@@ -155,6 +157,8 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
                 conv(f"{pre}.shortcut", cout, cin, 1)
             conv(f"{pre}.conv1", bott, cin if i == 0 else cout, 1)
             conv(f"{pre}.conv2", bott, bott, 3, groups=groups)
+            if deform and stage > 2:
+                conv(f"{pre}.conv2_offset", 18, bott, 3, norm=False, bias=True)
             conv(f"{pre}.conv3", cout, bott, 1)
         cin, bott, cout = cout, bott * 2, cout * 2
     for lvl, c in zip(range(2, 6), (256, 512, 1024, 2048)):
@@ -165,15 +169,16 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
              bias=True)
     conv("proposal_generator.rpn_head.objectness_logits", 3, 256, 1, norm=False, bias=True)
     conv("proposal_generator.rpn_head.anchor_deltas", 12, 256, 1, norm=False, bias=True)
-    for j in range(1, box_convs + 1):
-        conv(f"roi_heads.box_head.conv{j}", 256, 256, 3, norm=head_norm, bias=not head_norm)
-    fcs = [("box_head.fc1", (1024, 12544))] + ([] if box_convs else [("box_head.fc2", (1024, 1024))])
-    for name, shape in [
-        *fcs,
-        ("box_predictor.cls_score", (num_classes + 1, 1024)),
-        ("box_predictor.bbox_pred", (4 * num_classes, 1024)),
-    ]:
-        out[f"roi_heads.{name}.weight"], out[f"roi_heads.{name}.bias"] = shape, shape[:1]
+    for k in [f".{k}" for k in range(stages)] or [""]:
+        for j in range(1, box_convs + 1):
+            conv(f"roi_heads.box_head{k}.conv{j}", 256, 256, 3, norm=head_norm, bias=not head_norm)
+        fcs = [(f"box_head{k}.fc1", (1024, 12544))] + ([] if box_convs else [(f"box_head{k}.fc2", (1024, 1024))])
+        for name, shape in [
+            *fcs,
+            (f"box_predictor{k}.cls_score", (num_classes + 1, 1024)),
+            (f"box_predictor{k}.bbox_pred", (4 if stages else 4 * num_classes, 1024)),
+        ]:
+            out[f"roi_heads.{name}.weight"], out[f"roi_heads.{name}.bias"] = shape, shape[:1]
     for j in range(1, 5):
         conv(f"roi_heads.mask_head.mask_fcn{j}", 256, 256, 3, norm=head_norm, bias=not head_norm)
     out["roi_heads.mask_head.deconv.weight"], out["roi_heads.mask_head.deconv.bias"] = (256, 256, 2, 2), (256,)
@@ -184,9 +189,15 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
 def d2_weights(depth: int, seed: int = 0, groups: int = 1, width: int = 64, **layout) -> dict[str, np.ndarray]:
     """Random but sane values; non-trivial norm statistics (``groups`` x ``width`` and ``layout``:
     ``d2_state_shapes``)."""
+    return d2_random_weights(d2_state_shapes(depth, groups, width, **layout), seed)
+
+
+def d2_random_weights(shapes: dict[str, tuple], seed: int = 0) -> dict[str, np.ndarray]:
+    """``d2_weights``'s values for any detectron2 module tree's names and ``shapes`` (a cascade's per-stage heads
+    ``box_head.<k>.``, a deformable block's ``conv2_offset``: He-scaled, offsets of about a pixel)."""
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in d2_state_shapes(depth, groups, width, **layout).items():
+    for name, shape in shapes.items():
         if name.endswith("num_batches_tracked"):
             out[name] = np.array(0, dtype=np.int64)
             continue
@@ -275,7 +286,7 @@ def mb_state_shapes(
     body = "backbone.body"
     conv(f"{body}.stem.conv1", 64, 3, 7, bias=False)
     norm(f"{body}.stem.bn1", 64)
-    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}[depth]
     cin, bott, cout = 64, num_groups * width_per_group, 256
     for stage, n in enumerate(blocks, start=1):
         for i in range(n):

@@ -18,7 +18,7 @@ COCO_CLASSES = tuple(name for _, name in COCO_CATEGORIES)
 
 def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, num_classes: int = 80, norm: str = "bn",
                        neck_norm: str | None = None, head_norm: str | None = None, box_convs: int = 0,
-                       rpn_convs: int = 1) -> dict:
+                       rpn_convs: int = 1, stages: int = 0, dcn: str = "") -> dict:
     """Names and shapes of mmdetection's ``MaskRCNN`` state dict (R-50/101, or ResNeXt with ``groups`` > 1), from its
     module tree: ``backbone`` (``ResNet``/``ResNeXt``: ``conv1``, ``bn1``, ``layer1..4`` of ``Bottleneck``s with
     ``conv1..3``, ``bn1..3``, ``downsample`` = (conv, BN); BN with ``num_batches_tracked``; a ResNeXt block is
@@ -30,7 +30,9 @@ def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, nu
     (GroupNorm: ``gn1``..., weight and bias only); ``neck_norm``/``head_norm``: a norm in each ConvModule of the FPN /
     of the box and mask heads (``.bn`` or ``.gn``, the conv then bias-free); ``box_convs``: 4 for
     ``Shared4Conv1FCBBoxHead`` (``shared_convs.i`` ConvModules, one fc); ``rpn_convs`` > 1: ``rpn_conv.i``
-    ConvModules."""
+    ConvModules; ``stages``: a ``CascadeRoIHead`` of that many stages (``bbox_head.k``, class-agnostic ``fc_reg``,
+    and ``mask_head.k``); ``dcn``: ``DCN`` or ``DCNv2`` in layer2..4 (each ``conv2`` an mmcv ``DeformConv2dPack`` /
+    ``ModulatedDeformConv2dPack`` holding its ``conv_offset``, 18 or 27 outputs)."""
     out: dict[str, tuple] = {}
 
     def conv(name: str, cout: int, cin: int, k: int, bias: bool = True, g: int = 1) -> None:
@@ -64,6 +66,8 @@ def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, nu
             conv(f"{pre}.conv1", width, cin, 1, bias=False)
             bn(f"{pre}.bn1", width)
             conv(f"{pre}.conv2", width, width, 3, bias=False, g=groups)
+            if dcn and stage > 0:
+                conv(f"{pre}.conv2.conv_offset", {"DCN": 18, "DCNv2": 27}[dcn], width, 3)
             bn(f"{pre}.bn2", width)
             conv(f"{pre}.conv3", planes * 4, width, 1, bias=False)
             bn(f"{pre}.bn3", planes * 4)
@@ -80,16 +84,18 @@ def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, nu
         module(f"rpn_head.rpn_conv.{i}", 256, 256, 3, None)
     conv("rpn_head.rpn_cls", 3, 256, 1)
     conv("rpn_head.rpn_reg", 12, 256, 1)
-    bh = "roi_head.bbox_head"
-    for i in range(box_convs):
-        module(f"{bh}.shared_convs.{i}", 256, 256, 3, head_norm)
-    fcs = [(f"{bh}.shared_fcs.0", (1024, 256 * 49))] + ([(f"{bh}.shared_fcs.1", (1024, 1024))] if not box_convs else [])
-    for name, shape in (*fcs, (f"{bh}.fc_cls", (num_classes + 1, 1024)), (f"{bh}.fc_reg", (4 * num_classes, 1024))):
-        out[f"{name}.weight"], out[f"{name}.bias"] = shape, shape[:1]
-    for i in range(4):
-        module(f"roi_head.mask_head.convs.{i}", 256, 256, 3, head_norm)
-    out["roi_head.mask_head.upsample.weight"], out["roi_head.mask_head.upsample.bias"] = (256, 256, 2, 2), (256,)
-    conv("roi_head.mask_head.conv_logits", num_classes, 256, 1)
+    for k in [f".{k}" for k in range(stages)] or [""]:
+        bh, mh = f"roi_head.bbox_head{k}", f"roi_head.mask_head{k}"
+        for i in range(box_convs):
+            module(f"{bh}.shared_convs.{i}", 256, 256, 3, head_norm)
+        fcs = [(f"{bh}.shared_fcs.0", (1024, 256 * 49))] + ([(f"{bh}.shared_fcs.1", (1024, 1024))] * (not box_convs))
+        deltas = 4 if stages else 4 * num_classes
+        for name, shape in (*fcs, (f"{bh}.fc_cls", (num_classes + 1, 1024)), (f"{bh}.fc_reg", (deltas, 1024))):
+            out[f"{name}.weight"], out[f"{name}.bias"] = shape, shape[:1]
+        for i in range(4):
+            module(f"{mh}.convs.{i}", 256, 256, 3, head_norm)
+        out[f"{mh}.upsample.weight"], out[f"{mh}.upsample.bias"] = (256, 256, 2, 2), (256,)
+        conv(f"{mh}.conv_logits", num_classes, 256, 1)
     return out
 
 

@@ -265,7 +265,7 @@ def near_tie(stage: str, ours: Outputs, ref: Outputs, model: MaskRCNN, tol: Tole
         return ""
     if stage != "box_head":
         return ""
-    head, a, b = model.box_predictor, ref.head, ours.head
+    head, a, b = model.final_predictor, ref.head, ours.head
     same = a.labels[:, None] == b.labels[None, :]
     in_b, in_a = _counterparts(a.boxes, b.boxes, tol.box, same), _counterparts(b.boxes, a.boxes, tol.box, same.T)
     i, j = _first_unmatched(in_b), _first_unmatched(in_a)

@@ -284,7 +284,15 @@ def gate(model, network, images: list[tuple[str, np.ndarray]], repeats: int, rep
 def export(args: argparse.Namespace) -> int:
     from minidet.export import require
     from minidet.export.graph import FLOAT_ORDER, inexact_steps
-    from minidet.export.onnxfile import cpu_lacks, export_onnx, graph_files, graph_sha256, open_graph
+    from minidet.export.onnxfile import (
+        cpu_lacks,
+        export_onnx,
+        graph_files,
+        graph_ops,
+        graph_sha256,
+        open_graph,
+        runtime_lacks,
+    )
     from minidet.export.runtime import ExportedNetwork
     from minidet.hub import file_sha256
 
@@ -297,6 +305,8 @@ def export(args: argparse.Namespace) -> int:
     weights = weights_path(cfg.MODEL.WEIGHTS)  # None: MODEL.WEIGHTS none
     predictor = minidet.Predictor(cfg, weights)  # its config fitted to the checkpoint (class count, agnostic heads)
     model, load, cfg = predictor.model, predictor.load_report, predictor.cfg
+    if problem := runtime_lacks(args.runtime, graph_ops(model)):  # before the export and its minute
+        raise ConfigError(f"--runtime {args.runtime}: {problem}")
     digest = NO_WEIGHTS if weights is None else file_sha256(weights)
     precision = PRECISIONS[args.precision]
     graph_path = os.path.abspath(os.path.join(args.output, precision.graph))
