@@ -312,6 +312,26 @@ def test_the_exported_graph_runs_in_the_benchmark_like_any_variant(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_cascade_and_deformable_convs_cost_stage_by_stage_beside_the_plain_model(tmp_path):
+    """``--norms FrozenBN,cascade,dcnv2`` on a detectron2 config: the config's plain Mask R-CNN, its Cascade R-CNN and
+    its deformable-convolution variant timed in one run, each printed as its ratio to the plain one per stage; the
+    cascade's FLOPs are the plain model's but for its box head, the deformable convs' counted in the backbone."""
+    out_json = tmp_path / "bench.json"
+    proc = _run("--config-file", "detectron2/mask_rcnn_R_50_FPN_1x", "--size", "160", "--image", "120x160", "--iters",
+                "1", "--warmup", "0", "--no-memory", "--norms", "FrozenBN,cascade,dcnv2", "--peak-seconds", "0.05",
+                "--json", str(out_json), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["variant"]: r for r in json.loads(out_json.read_text())["runs"]}
+    plain, cascade, dcn = (rows[v]["flops"]["stages"] for v in ("FrozenBN", "cascade", "dcnv2"))
+    assert cascade["box_head"] > 2.5 * plain["box_head"] and cascade["backbone"] == plain["backbone"]
+    assert dcn["backbone"] > plain["backbone"] and dcn["box_head"] == plain["box_head"]  # and the offset convs
+    for variant in ("cascade", "dcnv2"):
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(f"{variant} / FrozenBN"))
+        assert "(the plain Mask R-CNN): end to end " in line and " backbone " in line and " box_head " in line
+        assert rows[variant]["vs_frozenbn"]["stages"]["box_head"] > 0
+
+
+@pytest.mark.slow
 @needs_extra("openvino", "openvino")
 @needs_extra("nncf", "int8")
 def test_the_int8_graph_runs_beside_the_float32_graph_with_its_facts_and_the_int8_peak(tmp_path):

@@ -600,6 +600,22 @@ def test_wrong_nms_threshold_fails_the_gate(checkpoints, exports):
     assert any(c["verdict"] == "DIFFERS" and c["first"] == "box_head" for c in report["images"])
 
 
+def test_a_runtime_without_deformable_convolution_is_one_line_before_the_export(checkpoints, tmp_path, capfd):
+    """``minidet export --runtime openvino`` of a model with deformable convs: OpenVINO has no conversion for ONNX's
+    DeformConv, so the program says so in one line (status 2) before it spends a minute exporting; nothing written."""
+    pytest.importorskip("openvino", reason="the openvino extra")
+    weights = checkpoints("mmdetection_dcnv2")
+    r = call_tool(ROOT / "tools" / "export.py", "--config-file", FAMILIES["mmdetection_dcnv2"][0], "--output",
+                  str(tmp_path / "export"), "--runtime", "openvino", "MODEL.WEIGHTS", str(weights), *map(str, SIZE),
+                  capture=capfd)
+    assert r.returncode == 2, r.stderr
+    assert one_error_line(r.stderr) == (
+        "error: --runtime openvino: OpenVINO cannot run deformable convolution (ONNX's DeformConv, opset 19): it has "
+        "no conversion for it; ONNX Runtime runs it (export with --runtime onnxruntime, run with MODEL.RUNTIME "
+        "onnxruntime)")
+    assert not (tmp_path / "export" / "model.onnx").exists()
+
+
 @pytest.mark.slow
 def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_path, capfd):
     """``minidet export`` writes one self-checked folder: moved with its weights it runs from anywhere (infer, the

@@ -141,7 +141,7 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
     """Save a minidet state dict of ``cfg``'s architecture with realistic random weights.
 
     Frozen batch norms (GN is left as randomized) take the statistics of their own input on
-    ``calib_image``; in the same forward the class logits are measured and ``cls_score`` is
+    ``calib_image``; in the same forward the class logits are measured and ``cls_score`` (each cascade stage's) is
     rescaled so that, per proposal, they spread with standard deviation ``logit_std`` over the
     classes (a trained model's confidence: about 100 detections per image). With ``without_norms``
     (no norm layers, which no config describes: the benchmark's ``none``), each frozen norm is calibrated
@@ -157,8 +157,10 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
         base.merge_from_list(["MODEL.NORM", "FrozenBN"])
     model = minidet.build_model(base)
     randomize_affine(model, gen)
-    feats = []
-    hook = model.box_predictor.register_forward_pre_hook(lambda mod, args: feats.append(args[0]))
+    predictors = [model.box_predictor] if model.cascade is None else list(model.cascade.predictors)
+    feats: dict[int, list] = {i: [] for i in range(len(predictors))}  # per (cascade stage's) predictor: its input
+    hooks = [p.register_forward_pre_hook(lambda mod, args, i=i: feats[i].append(args[0]))
+             for i, p in enumerate(predictors)]
     if without_norms:
         _calibrate_scales(model, lambda: model([calib_image]))
         for m in model.modules():
@@ -167,7 +169,8 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
         strip_norms(model)
     else:
         calibrate_norm_stats(model, lambda: model([calib_image]), gen)
-    hook.remove()
-    cls = model.box_predictor.cls_score
-    cls.weight.mul_(logit_std / (feats[0] @ cls.weight.T).std(dim=1).mean())
+    for hook in hooks:
+        hook.remove()
+    for i, p in enumerate(predictors):
+        p.cls_score.weight.mul_(logit_std / (feats[i][0] @ p.cls_score.weight.T).std(dim=1).mean())
     torch.save(model.state_dict(), path)

@@ -3,7 +3,8 @@
 Usage::
 
     python tools/benchmark.py [--config-file CFG]
-        [--norms FrozenBN,Affine,Affine+fold,GN,none,onnxruntime,openvino,openvino-bf16,openvino-int8]
+        [--norms FrozenBN,Affine,Affine+fold,GN,none,onnxruntime,openvino,openvino-bf16,openvino-int8,
+                 cascade,dcn,dcnv2,cascade+dcn]
         [--depths 50,101] [--batch 1,16] [--device cpu|cuda] [--amp bf16|fp16] [--size 800]
         [--image 480x640] [--iters N] [--warmup K] [--threads T] [--vs-torchvision] [--no-memory]
         [--keep-memory on|off] [--peak-seconds S] [--busy-load L] [--busy-cpu F]
@@ -18,7 +19,10 @@ minidet (``MODEL.RUNTIME``: minidet's pre- and post-processing around the graph,
 ``export`` / ``openvino`` extras. ``openvino-bf16`` is the same graph compiled by OpenVINO in bf16
 (``MODEL.RUNTIME_PRECISION bf16``, CPUs with bf16 instructions), ``openvino-int8`` that graph quantized by NNCF
 (``minidet.export.quantize``, calibrated on ``--calib-images`` images; the ``int8`` extra) and run in int8
-(``MODEL.RUNTIME_PRECISION int8``). Each iteration runs every model once, in turn,
+(``MODEL.RUNTIME_PRECISION int8``). ``cascade``, ``dcn``, ``dcnv2`` and ``cascade+dcn`` are other architectures
+beside the config's plain Mask R-CNN (``report.ARCHITECTURES``: Cascade R-CNN's three box stages, deformable
+convolution v1 or v2 in res3 to res5; a detectron2 or mmdetection config), randomized and calibrated as the plain
+one, each printed as its ratio to ``FrozenBN`` stage by stage. Each iteration runs every model once, in turn,
 the order rotating by one model per iteration; ``--warmup`` iterations are not recorded. This
 file holds the command line, the models (``Runner``), the interleaved timing loop, the
 torchvision channels-last baseline, the memory probe, the FLOP count per stage, the peak
@@ -59,7 +63,7 @@ from minidet import machine
 from minidet.apps import fail
 from minidet.apps.bench import report as benchreport
 from minidet.apps.bench.reference import TorchvisionStages, binarize_masks, build_tv, to_tv_input, tv_skeleton
-from minidet.apps.bench.report import FLOOR_PEAK, OWN_WEIGHTS, RUNTIMES, TV, VARIANTS, Run
+from minidet.apps.bench.report import ARCHITECTURES, FLOOR_PEAK, OWN_WEIGHTS, RUNTIMES, TV, VARIANTS, Run
 from minidet.apps.compare import compare_detections, detection_drift
 from minidet.apps.outputs.fileio import atomic_write, write_json
 from minidet.apps.synthetic import random_minidet_weights, strip_norms, structured_image
@@ -313,7 +317,8 @@ class Runner:
                 model, report = self._exported(args)
                 self.runtime = model.network.graph.runtime
             elif norm:
-                model, report = minidet.prepare_model(make_cfg(args, norm, fold, self.depth), weights=self.weights)
+                cfg = make_cfg(args, norm, fold, self.depth, ARCHITECTURES.get(self.variant, ()))
+                model, report = minidet.prepare_model(cfg, weights=self.weights)
             else:
                 model, report = prepare_without_norm(make_cfg(args, depth=self.depth), self.weights)
             if report is not None and (report.missing or report.unexpected):
@@ -478,10 +483,18 @@ def _linear_flops(x, *_, out_shape=None, **__) -> int:
     return 2 * math.prod(out_shape) * x[-1]
 
 
+def _deform_conv_flops(x, weight, *_, out_shape=None, **__) -> int:
+    """torchvision's ``deform_conv2d`` (``minidet.layers.DeformConv2d``) counted as the convolution it is, 2 x output
+    elements x C_in / groups x kh x kw; its bilinear sampling (4 reads and weights per tap) is not counted."""
+    return 2 * math.prod(out_shape) * math.prod(weight[1:])
+
+
 def _flop_formulas() -> dict:
-    """FLOP formulas for ``FlopCounterMode`` of the fused CPU ops it does not know (those this PyTorch has)."""
+    """FLOP formulas for ``FlopCounterMode`` of the fused CPU ops it does not know (those this PyTorch has), and of
+    torchvision's deformable convolution."""
     formulas = {}
     for ns, name, f in (
+        ("torchvision", "deform_conv2d", _deform_conv_flops),
         ("mkldnn", "_convolution_pointwise", _conv_pointwise_flops),
         ("mkldnn", "_linear_pointwise", _linear_flops),
         ("mkl", "_mkl_linear", _linear_flops),
@@ -817,6 +830,10 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
             path = os.path.join(tmp, f"gn_r{depth}.pth")
             random_minidet_weights(make_cfg(args, "GN", depth=depth), calib_image, path)
             paths["GN"] = (path, f"minidet GN R-{depth}, randomized")
+        for v in [v for v in args.variants if v in ARCHITECTURES]:
+            path = os.path.join(tmp, f"{v}_r{depth}.pth")
+            random_minidet_weights(make_cfg(args, depth=depth, then=ARCHITECTURES[v]), calib_image, path)
+            paths[v] = (path, f"minidet {v} R-{depth}, randomized (FrozenBN calibrated)")
         if "none" in args.variants:
             path = os.path.join(tmp, f"none_r{depth}.pth")
             random_minidet_weights(make_cfg(args, depth=depth), calib_image, path, without_norms=True)

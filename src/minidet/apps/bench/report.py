@@ -36,6 +36,17 @@ from minidet.timing import DETAILS, STAGES, format_table, summarize
 # model exported (minidet export's graph, the same weights), the float32 graph compiled by OpenVINO in bf16, and
 # quantized to int8 by NNCF (minidet.export.quantize)
 RUNTIMES = {rt if pr == DEFAULT else f"{rt}-{pr}": (rt, pr) for pr, p in PRECISIONS.items() for rt in p.runtimes}
+# the architectures beside the plain Mask R-CNN of the config (its FrozenBN variant), each the config with these
+# KEY VALUE pairs (a config of a family with a cascade: detectron2's or mmdetection's); randomized weights of their own
+_CASCADE = ["MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True, "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS",
+            [[10.0, 10.0, 5.0, 5.0], [20.0, 20.0, 10.0, 10.0], [30.0, 30.0, 15.0, 15.0]]]
+_DCN = ["MODEL.RESNETS.DEFORM_ON_PER_STAGE", [False, True, True, True]]
+ARCHITECTURES = {
+    "cascade": _CASCADE,
+    "dcn": _DCN,
+    "dcnv2": [*_DCN, "MODEL.RESNETS.DEFORM_MODULATED", True],
+    "cascade+dcn": [*_CASCADE, *_DCN],
+}
 VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "FrozenBN": ("FrozenBN", False),
     "FrozenBN+fold": ("FrozenBN", True),
@@ -44,6 +55,7 @@ VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "GN": ("GN", False),
     "none": ("", False),  # no norm layer at all (see strip_norms)
     **dict.fromkeys(RUNTIMES, ("FrozenBN", False)),
+    **dict.fromkeys(ARCHITECTURES, ("FrozenBN", False)),
 }
 # the conv peaks of ``peaks`` (the benchmark's micro-benchmarks), as the report names them
 PEAKS = {
@@ -67,7 +79,7 @@ def inexact(variant: str) -> str:
     return "" if precision == "fp32" else precision
 # the stage columns: an exported graph's network is one stage between preprocess and paste
 COLUMNS = (STAGES[0], "network", *STAGES[1:])
-OWN_WEIGHTS = ("GN", "none")  # variants that cannot load the frozen-BN weights: randomized minidet models
+OWN_WEIGHTS = ("GN", "none", *ARCHITECTURES)  # variants that cannot load the frozen-BN weights: randomized models
 TV = "torchvision"
 # the steps where torchvision does avoidable work (timed steps inside stages, and the paste stage):
 # the target is that minidet takes at most 1 / STEP_TARGET of torchvision's time in each
@@ -427,6 +439,10 @@ def report(
             )
         out += _vs_none_lines(row)
         fb = row["vs_frozenbn"]
+        if row["variant"] in ARCHITECTURES and fb:  # what the architecture costs, stage by stage
+            ratios = "  ".join(f"{s} {_fmt(v, '.2f')}x" for s, v in fb["stages"].items() if s != "total")
+            out.append(f"{row['label']} / FrozenBN{row['label'][len(row['variant']) :]} (the plain Mask R-CNN): "
+                       f"end to end {_fmt(fb['end_to_end_increase'], '+.1%')}; per stage: {ratios}")
         if row["variant"] == "GN" and fb and fb["backbone_increase"] is not None:
             out.append(
                 f"{row['label']} over FrozenBN{row['label'][len(row['variant']) :]}: backbone "
