@@ -55,17 +55,24 @@ def _check(ours: minidet.Predictor, ref_detect, zoo: str) -> None:
     assert not hooks or min(spread) > 0.3, (zoo, min(spread))
 
 
-@pytest.mark.parametrize("zoo", MMDET)
-def test_mmdetection_cascade_and_dcn_bit_for_bit(zoo, tmp_path):
+@pytest.mark.parametrize(("zoo", "deform_groups"), [(z, 1) for z in MMDET] + [
+    ("dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco", 4)])  # no zoo file has more groups; mmcv's layout for them
+def test_mmdetection_cascade_and_dcn_bit_for_bit(zoo, deform_groups, tmp_path):
     from mmdet_reference import detect, detector, zoo_config
 
-    zoo_cfg = zoo_config(zoo, (512, 320))
-    shapes = {k: tuple(v.shape) for k, v in detector(zoo_cfg, None).state_dict().items()}  # its module tree
-    assert MMDET[zoo] is None or mmdet_state_shapes(**MMDET[zoo]) == shapes
+    def reference_config():
+        cfg = zoo_config(zoo, (512, 320))
+        if deform_groups > 1:
+            cfg.model.backbone.dcn.deform_groups = deform_groups
+        return cfg
+
+    shapes = {k: tuple(v.shape) for k, v in detector(reference_config(), None).state_dict().items()}  # its tree
+    assert MMDET[zoo] is None or deform_groups > 1 or mmdet_state_shapes(**MMDET[zoo]) == shapes
     path = tmp_path / "model.pth"
     write_mmdet_checkpoint(path, mmdet_weights(shapes, seed=3), mmdet_meta())
-    reference = detector(zoo_config(zoo, (512, 320)), path)
-    ours = minidet.Predictor(config(f"configs/{_name(mmdetection.ZOO_CONFIGS, zoo)}.yaml", *SCALE, weights=path))
+    reference = detector(reference_config(), path)
+    ours = minidet.Predictor(config(f"configs/{_name(mmdetection.ZOO_CONFIGS, zoo)}.yaml", *SCALE,
+                                    "MODEL.RESNETS.DEFORM_NUM_GROUPS", deform_groups, weights=path))
     _check(ours, lambda image: detect(reference, image), zoo)
 
 
