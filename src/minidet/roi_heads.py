@@ -90,9 +90,10 @@ class BoxPredictor(nn.Module):
     def refine(self, deltas: torch.Tensor, proposals: list[torch.Tensor], sizes: list[tuple[int, int]]) -> list:
         """A cascade stage's boxes for the next: class-agnostic ``deltas`` (R, 4) float32 applied to the concatenated
         ``proposals`` (R_i, 4) of the resized frame, clipped to each image's ``sizes`` (h, w); per image (R_i, 4)."""
-        counts = [len(p) for p in proposals]
         rule, weights = self.box_rule, self.bbox_reg_weights
-        parts = zip(proposals, deltas.split(counts), sizes)
+        # one image (the exported graph's, whose box count is data-dependent): its deltas whole, not split
+        split = (deltas,) if len(proposals) == 1 else deltas.split([len(p) for p in proposals])
+        parts = zip(proposals, split, sizes)
         return [rule.clip(rule.decode(d, p, weights), h, w) for p, d, (h, w) in parts]
 
     def inference(self, logits: torch.Tensor, deltas: torch.Tensor, proposals: list[torch.Tensor], images, *,

@@ -14,6 +14,7 @@ rules exports unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -130,17 +131,10 @@ class NetworkGraph(nn.Module):
         if self.cascade is None:
             cls, reg = self.box_predictor(self.box_head(self.pool(self.box_pooler, levels, rois)))
             probs = F.softmax(cls, -1)
-        else:  # ``Cascade.forward`` for one image
-            outputs = []
-            for k, (head, predictor) in enumerate(zip(self.cascade.heads, self.cascade.predictors)):
-                if k:
-                    p = self.cascade.predictors[k - 1]
-                    rois = p.box_rule.clip(p.box_rule.decode(reg, rois, p.bbox_reg_weights), *size)
-                cls, reg = predictor(head(self.pool(self.box_pooler, levels, rois)))
-                outputs.append(cls if self.cascade.rule.mean_logits else F.softmax(cls, -1))
-            total = sum(outputs)
-            probs = F.softmax(total / float(len(outputs)), -1) if self.cascade.rule.mean_logits else \
-                total * (1.0 / len(outputs))
+        else:  # the eager cascade's stages, on this image's boxes
+            cls, reg, (rois,) = self.cascade(lambda b: self.pool(self.box_pooler, levels, b[0]), [rois], [size],
+                                             contextlib.nullcontext)
+            probs = F.softmax(cls, -1) if self.cascade.rule.mean_logits else cls
         boxes, scores, labels = self.detections(probs, reg, rois, orig if self.frame == "original" else size, s)
         if self.mask_head is None:
             return proposals, boxes, scores, labels
