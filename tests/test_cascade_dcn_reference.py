@@ -55,8 +55,16 @@ def _check(ours: minidet.Predictor, ref_detect, zoo: str) -> None:
     assert not hooks or min(spread) > 0.3, (zoo, min(spread))
 
 
-@pytest.mark.parametrize(("zoo", "deform_groups"), [(z, 1) for z in MMDET] + [
-    ("dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco", 4)])  # no zoo file has more groups; mmcv's layout for them
+# the first check (-m "not slow") keeps one quick case of each source: v1 deformable convolution, 5 s to 10 s
+QUICK = {"dcn/mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco", "Misc/mask_rcnn_R_50_FPN_1x_dconv_c3-c5.yaml"}
+
+
+def _cases(zoos) -> list:
+    return [pytest.param(*z, marks=() if z[0] in QUICK else pytest.mark.slow) for z in zoos]
+
+
+@pytest.mark.parametrize(("zoo", "deform_groups"), _cases([(z, 1) for z in MMDET] + [
+    ("dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco", 4)]))  # no zoo file has more groups; mmcv's layout for them
 def test_mmdetection_cascade_and_dcn_bit_for_bit(zoo, deform_groups, tmp_path):
     from mmdet_reference import detect, detector, zoo_config
 
@@ -76,7 +84,7 @@ def test_mmdetection_cascade_and_dcn_bit_for_bit(zoo, deform_groups, tmp_path):
     _check(ours, lambda image: detect(reference, image), zoo)
 
 
-@pytest.mark.parametrize("zoo", DETECTRON2)
+@pytest.mark.parametrize("zoo", _cases([(z,) for z in DETECTRON2]))
 def test_detectron2_cascade_and_dcn_bit_for_bit(zoo, tmp_path):
     d2 = pytest.importorskip("detectron2_reference")
     if not d2.SOURCES.is_file():
