@@ -235,7 +235,7 @@ def test_config_errors_one_line_each(tmp_path, capsys):
         rc, err = _infer_in_process(capsys, tmp_path, path, "MODEL.WEIGHTS", "")
         assert rc == 2 and message in one_error_line(err), (name, err)
     rc, err = _infer_in_process(capsys, tmp_path, TV_CONFIG, "MODEL.WEIGHTS", "", "MODEL.RESNETS.DEPTH", "34")
-    assert rc == 2 and "MODEL.RESNETS.DEPTH must be 50 or 101; got 34" in one_error_line(err)
+    assert rc == 2 and "MODEL.RESNETS.DEPTH must be one of 50, 101, 152; got 34" in one_error_line(err)
     rc, err = _infer_in_process(capsys, tmp_path, tmp_path / "absent.yaml")
     assert rc == 2 and one_error_line(err) == f"error: config file not found: {tmp_path / 'absent.yaml'}"
     rc, err = _infer_in_process(capsys, tmp_path, tmp_path / "unknown_key.yaml", debug=True)

@@ -34,7 +34,7 @@ def _model(cap: int = 100) -> SimpleNamespace:
     """The thresholds the judgement reads, as torchvision's model has them."""
     rpn = SimpleNamespace(nms_thresh=0.7, box_rule=PLAIN_BOX_RULE, post_nms_topk=1000)
     head = SimpleNamespace(nms_thresh=0.5, score_thresh=0.05, detections_per_image=cap, box_rule=PLAIN_BOX_RULE)
-    return SimpleNamespace(rpn=rpn, box_predictor=head)
+    return SimpleNamespace(rpn=rpn, final_predictor=head)  # the predictor whose rules give the detections
 
 
 def _outputs(proposals, boxes, scores, labels) -> Outputs:
