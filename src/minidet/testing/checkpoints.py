@@ -22,6 +22,9 @@ REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 4
 CLASS_SPREAD = 3.0  # logit scale: scores spread over (0.05, 1)
 
 
+# blocks of res2..res5 per ResNet depth (minidet.resnet.BLOCKS_PER_STAGE, here without importing torch)
+RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
 def blob_list(variant: str) -> list[tuple[str, tuple[int, ...]]]:
     """[(name, shape)] of ``detectron_e2e_mask_rcnn_<variant>.blobs.txt`` (e.g. ``R-50-FPN_gn``)."""
     path = os.path.join(REFERENCE, f"detectron_e2e_mask_rcnn_{variant}.blobs.txt")
@@ -148,7 +151,7 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
 
     norm_kind = norm
     conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
-    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}[depth]
+    blocks = RESNET_BLOCKS[depth]
     cin, bott, cout = 64, groups * width, 256
     for stage, n in enumerate(blocks, start=2):
         for i in range(n):
@@ -286,7 +289,7 @@ def mb_state_shapes(
     body = "backbone.body"
     conv(f"{body}.stem.conv1", 64, 3, 7, bias=False)
     norm(f"{body}.stem.bn1", 64)
-    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}[depth]
+    blocks = RESNET_BLOCKS[depth]
     cin, bott, cout = 64, num_groups * width_per_group, 256
     for stage, n in enumerate(blocks, start=1):
         for i in range(n):

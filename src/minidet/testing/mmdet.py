@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from ..categories import COCO_CATEGORIES
-from .checkpoints import _sane_value
+from .checkpoints import RESNET_BLOCKS, _sane_value
 
 COCO_CLASSES = tuple(name for _, name in COCO_CATEGORIES)
 
@@ -56,7 +56,7 @@ def mmdet_state_shapes(depth: int = 50, groups: int = 1, base_width: int = 4, nu
 
     conv("backbone.conv1", 64, 3, 7, bias=False)
     bn("backbone.bn1", 64)
-    blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}[depth]
+    blocks = RESNET_BLOCKS[depth]
     cin = 64
     for stage, n in enumerate(blocks):
         planes = 64 * 2**stage
