@@ -27,6 +27,7 @@ from minidet.apps.compare import assert_norm_forms_agree
 from minidet.apps.synthetic import structured_image
 from minidet.boxes import MMDET_BOX_RULE, decode_boxes, mmcv_batched_nms, mmcv_nms
 from minidet.checkpoint import CheckpointError
+from minidet.config import config_names
 from minidet.families import FAMILIES, recognize
 from minidet.families import mmdetection as mm_family
 from minidet.hub import REGISTRY
@@ -403,7 +404,7 @@ def test_class_names_from_meta(mm_files):
 
 
 def test_configs_and_registry():
-    names = [n for n in minidet.config.config_names() if n.startswith("mmdetection/")]
+    names = [n for n in config_names() if n.startswith("mmdetection/")]
     assert len(names) == 95 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
     for name in names:
         assert name in REGISTRY and REGISTRY[name].config == name
