@@ -136,8 +136,8 @@ def _mm_ms(state: dict) -> dict:
     """mmdetection's ``MaskScoringRoIHead``: its ``MaskIoUHead`` (4 convs, 2 fcs, ``fc_mask_iou``)."""
     out = dict(state)
     for i in range(4):
-        out[f"roi_head.mask_iou_head.convs.{i}.conv.weight"] = _zeros((256, 257 if i == 0 else 256, 3, 3))
-        out[f"roi_head.mask_iou_head.convs.{i}.conv.bias"] = _zeros(256)
+        out[f"roi_head.mask_iou_head.convs.{i}.weight"] = _zeros((256, 257 if i == 0 else 256, 3, 3))  # mmcv Conv2d
+        out[f"roi_head.mask_iou_head.convs.{i}.bias"] = _zeros(256)
     for i, cin in enumerate((256 * 49, 1024)):
         out[f"roi_head.mask_iou_head.fcs.{i}.weight"] = _zeros((1024, cin))
         out[f"roi_head.mask_iou_head.fcs.{i}.bias"] = _zeros(1024)
@@ -170,11 +170,13 @@ def test_the_dcn_file_of_the_issue_is_one_error_line_through_infer(mm_state, tmp
 
 
 @pytest.mark.parametrize("make,arch,example,count,tail", [
-    (_mm_gc, "global context blocks (GCNet)", "backbone.layer2.0.context_block.conv_mask.weight", 104, NOT_YET),
+    (_mm_gc, "global context blocks (GCNet)", "backbone.layer2.0.context_block.conv_mask.weight", 104,
+     "minidet runs it with the config mmdetection/mask-rcnn_r50-gcb-r16-c3-c5_fpn_1x_coco"),
     (_mm_cascade, "Cascade R-CNN", "roi_head.bbox_head.0.shared_fcs.0.weight", 60,
      "minidet runs it with the config mmdetection/cascade-mask-rcnn_r50_fpn_1x_coco"),
     (_mm_htc, "Hybrid Task Cascade (HTC)", "roi_head.mask_head.1.conv_res.conv.weight", 70, NOT_YET),
-    (_mm_ms, "Mask Scoring R-CNN (mask IoU head)", "roi_head.mask_iou_head.convs.0.conv.weight", 14, NOT_YET),
+    (_mm_ms, "Mask Scoring R-CNN (mask IoU head)", "roi_head.mask_iou_head.convs.0.weight", 14,
+     "minidet runs it with the config mmdetection/ms-rcnn_r50-caffe_fpn_1x_coco"),
 ])
 def test_mmdetection_architectures_are_named(mm_state, tmp_path, make, arch, example, count, tail):
     path = tmp_path / "model.pth"
@@ -274,12 +276,22 @@ def _d2_regnet(state: dict) -> dict:
     (_d2_cascade, "Cascade R-CNN", "roi_heads.box_head.0.fc1.weight", 24,
      "minidet runs it with the config detectron2/cascade_mask_rcnn_R_50_FPN_1x"),
     (_d2_keypoint, "Keypoint R-CNN (keypoint head)", "roi_heads.keypoint_head.conv_fcn1.weight", 18, NOT_YET),
-    (_d2_regnet, "RegNet backbone", "backbone.bottom_up.stem.conv.weight", 5 + 23 * 15 + 4 * 5, NOT_YET),
 ])
 def test_detectron2_architectures_are_named(d2_state, tmp_path, make, arch, example, count, tail):
     path = _save_d2(tmp_path / "model_final.pkl", make(d2_state))
     assert _refused("detectron2", path) == (
         f"{path}: the checkpoint holds {arch} ({example} and {count - 1} more keys): {tail}")
+
+
+@pytest.mark.slow
+def test_a_regnet_file_under_a_resnet_config_is_named(d2_state, tmp_path):
+    """detectron2's RegNet keys rename onto the ResNet's names (stem, resN.i.convK): the stem's kernel tells the
+    bodies apart before any shape does."""
+    path = _save_d2(tmp_path / "model_final.pkl", _d2_regnet(d2_state))
+    assert _refused("detectron2", path) == (
+        f"{path}: the checkpoint's body is a RegNet (its stem a 3x3 conv of 32 channels) but the config builds a "
+        "ResNet (a 7x7 stem): minidet runs it with a config that sets MODEL.REGNET, such as "
+        "detectron2/mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ")
 
 
 def _mb_dcn(state: dict) -> dict:
@@ -453,3 +465,13 @@ def test_the_tables_name_real_families_and_claim_no_key_of_a_valid_file():
         assert architectures.other_architectures(family, keys) == [], family
         aside = {k for k in keys if architectures.set_aside(family, k)}
         assert aside == {k for k in keys if k.endswith("num_batches_tracked") or ".cell_anchors." in k}, family
+
+
+def test_a_resnet_file_under_a_regnet_config_is_named(mm_state, tmp_path):
+    path = tmp_path / "model.pth"
+    write_mmdet_checkpoint(path, mm_state)
+    regnet_400mf = ["MODEL.REGNET.DEPTH", 22, "MODEL.REGNET.W_A", 24.48, "MODEL.REGNET.W_0", 24, "MODEL.REGNET.W_M",
+                    2.54, "MODEL.REGNET.GROUP_WIDTH", 16]
+    assert _refused("mmdetection", path, *regnet_400mf) == (
+        f"{path}: the checkpoint's body is a ResNet (its stem a 7x7 conv) but the config builds a RegNet: set "
+        "MODEL.REGNET.DEPTH 0 (a ResNet config)")

@@ -77,7 +77,7 @@ def test_configs_by_name(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main(["configs"]) == 0  # `minidet configs`
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == config_names() and TV in listed and len(listed) == 144
+    assert listed == config_names() and TV in listed and len(listed) == 187
     for name in listed:
         by_name = minidet.get_cfg(name)
         by_path = minidet.get_cfg()

@@ -11,7 +11,7 @@ import pytest
 import minidet
 from helpers import assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
-from minidet.config import cfg_value, config_names
+from minidet.config import body_of, cfg_value, config_names
 from minidet.families.detectron2 import ZOO_CONFIGS
 from minidet.testing.checkpoints import d2_weights
 
@@ -54,7 +54,17 @@ def _expected(cfg) -> dict:
     assert len(m.ANCHOR_GENERATOR.SIZES) == 5 and len(m.ANCHOR_GENERATOR.ASPECT_RATIOS) == 1
     assert all(d == -1 for d in m.RPN.CONV_DIMS)
     assert len(cfg.INPUT.MIN_SIZE_TEST if isinstance(cfg.INPUT.MIN_SIZE_TEST, list) else [0]) <= 1
+    regnet = m.get("REGNET")  # a RegNet bottom-up body (_lazy_as_yacs), else the ResNet of MODEL.RESNETS
+    body = {  # a RegNet's body is MODEL.REGNET's
+        f"MODEL.REGNET.{k}": regnet[k] for k in ("DEPTH", "W_A", "W_0", "W_M", "GROUP_WIDTH", "SE_RATIO", "STEM_WIDTH")
+    } if regnet else {
+        "MODEL.REGNET.DEPTH": 0,
+        "MODEL.RESNETS.DEPTH": m.RESNETS.DEPTH,
+        "MODEL.RESNETS.NUM_GROUPS": m.RESNETS.NUM_GROUPS,
+        "MODEL.RESNETS.WIDTH_PER_GROUP": m.RESNETS.WIDTH_PER_GROUP,
+    }
     return {
+        **body,
         "MODEL.CONVENTION": "detectron2",
         "MODEL.NORM": norm,
         "MODEL.HEAD_NORM": "" if head_norm == norm else head_norm,
@@ -67,13 +77,11 @@ def _expected(cfg) -> dict:
         "INPUT.MIN_SIZE_TEST": cfg.INPUT.MIN_SIZE_TEST,
         "INPUT.MAX_SIZE_TEST": cfg.INPUT.MAX_SIZE_TEST,
         "INPUT.SIZE_DIVISIBILITY": 32,  # the FPN backbone's size_divisibility
-        "MODEL.RESNETS.DEPTH": m.RESNETS.DEPTH,
         "MODEL.RESNETS.STRIDE_IN_1X1": m.RESNETS.STRIDE_IN_1X1,
-        "MODEL.RESNETS.NUM_GROUPS": m.RESNETS.NUM_GROUPS,
-        "MODEL.RESNETS.WIDTH_PER_GROUP": m.RESNETS.WIDTH_PER_GROUP,
         "MODEL.RESNETS.DEFORM_ON_PER_STAGE": list(m.RESNETS.DEFORM_ON_PER_STAGE),
         "MODEL.RESNETS.DEFORM_MODULATED": m.RESNETS.DEFORM_MODULATED,
         "MODEL.RESNETS.DEFORM_NUM_GROUPS": m.RESNETS.DEFORM_NUM_GROUPS,
+        "MODEL.RESNETS.CONTEXT_ON_PER_STAGE": [False] * 4,  # detectron2 has no GC blocks
         "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS,
         "MODEL.FPN.USE_NORM": bool(m.FPN.NORM),
         "MODEL.ANCHOR_GENERATOR.SIZES": sizes,
@@ -104,7 +112,39 @@ def _expected(cfg) -> dict:
         "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": m.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO,
         "MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK": m.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK,
         "MODEL.ROI_MASK_HEAD.THRESHOLD": 0.5,  # detectron2's paste_masks_in_image threshold
+        "MODEL.MASKIOU_ON": False,  # nor a mask IoU head
     }
+
+
+def _body_widths(cfg) -> list[int]:
+    """The output channels of the bottom-up body of detectron2's config ``cfg`` (res2..res5 / s1..s4): a RegNet's
+    as _lazy_as_yacs read them off the built body, a ResNet's from RES2_OUT_CHANNELS."""
+    regnet = cfg.MODEL.get("REGNET")
+    return list(regnet.OUT_CHANNELS) if regnet else [cfg.MODEL.RESNETS.RES2_OUT_CHANNELS << i for i in range(4)]
+
+
+def _regnet_as_yacs(c, bottom_up) -> None:
+    """Describe the LazyCall of detectron2's ``RegNet`` ``bottom_up`` in yaml config ``MODEL`` ``c``: its arguments in a
+    new ``REGNET`` node (with ``OUT_CHANNELS``, read off the body it builds), its norm as the ResNet's. It must be what
+    MODEL.REGNET describes: SimpleStem, ResBottleneckBlock with bottleneck ratio 1 (the stride in its 3x3 conv), stride
+    2 per stage, ReLU, its four stages out."""
+    import inspect
+
+    from detectron2.config import CfgNode, instantiate
+    from detectron2.modeling.backbone import RegNet
+    from detectron2.modeling.backbone.regnet import ResBottleneckBlock, SimpleStem
+
+    def arg(name):
+        return bottom_up.get(name, inspect.signature(RegNet).parameters[name].default)
+
+    assert (arg("stem_class"), arg("block_class")) == (SimpleStem, ResBottleneckBlock)
+    assert arg("stride") == 2 and arg("bottleneck_ratio") == 1.0 and arg("activation_class") is None
+    assert list(arg("out_features")) == ["s1", "s2", "s3", "s4"]
+    body = instantiate(bottom_up)
+    c.REGNET = CfgNode({"DEPTH": arg("depth"), "W_A": arg("w_a"), "W_0": arg("w_0"), "W_M": arg("w_m"),
+                        "GROUP_WIDTH": arg("group_width"), "SE_RATIO": arg("se_ratio"), "STEM_WIDTH": arg("stem_width"),
+                        "OUT_CHANNELS": [body.output_shape()[f"s{i}"].channels for i in range(1, 5)]})
+    c.RESNETS.NORM, c.RESNETS.STRIDE_IN_1X1 = arg("norm"), False  # ResBottleneckBlock strides its 3x3 conv
 
 
 def _lazy_as_yacs(d2, lazy):
@@ -113,6 +153,7 @@ def _lazy_as_yacs(d2, lazy):
     import inspect
 
     from detectron2.config import get_cfg, instantiate
+    from detectron2.modeling.backbone import RegNet
     from detectron2.modeling.roi_heads import FastRCNNOutputLayers
 
     def default(cls, arg):
@@ -127,9 +168,13 @@ def _lazy_as_yacs(d2, lazy):
     c.MASK_ON = True
     c.PIXEL_MEAN, c.PIXEL_STD, cfg.INPUT.FORMAT = list(m.pixel_mean), list(m.pixel_std), m.input_format
     bottom_up = m.backbone.bottom_up
-    assert bottom_up.stem.norm == bottom_up.stages.norm and bottom_up.stages.get("num_groups", 1) == 1
-    c.RESNETS.DEPTH, c.RESNETS.STRIDE_IN_1X1 = bottom_up.stages.depth, bottom_up.stages.stride_in_1x1
-    c.RESNETS.NORM, c.FPN.NORM, c.FPN.OUT_CHANNELS = bottom_up.stages.norm, m.backbone.norm, m.backbone.out_channels
+    if bottom_up._target_ is RegNet:
+        _regnet_as_yacs(c, bottom_up)
+    else:
+        assert bottom_up.stem.norm == bottom_up.stages.norm and bottom_up.stages.get("num_groups", 1) == 1
+        c.RESNETS.DEPTH, c.RESNETS.STRIDE_IN_1X1 = bottom_up.stages.depth, bottom_up.stages.stride_in_1x1
+        c.RESNETS.NORM = bottom_up.stages.norm
+    c.FPN.NORM, c.FPN.OUT_CHANNELS = m.backbone.norm, m.backbone.out_channels
     rpn = m.proposal_generator
     c.RPN.CONV_DIMS = list(rpn.head.get("conv_dims", [-1]))
     c.RPN.PRE_NMS_TOPK_TEST, c.RPN.POST_NMS_TOPK_TEST = rpn.pre_nms_topk[1], rpn.post_nms_topk[1]
@@ -163,7 +208,9 @@ def test_each_config_computes_what_its_zoo_config_computes(d2):
     for name, zoo in ZOO_CONFIGS.items():
         cfg = minidet.get_cfg(name)
         zoo_cfg = d2.zoo_config(zoo)
-        expected = _expected(_lazy_as_yacs(d2, zoo_cfg) if zoo.endswith(".py") else zoo_cfg)
+        d2_cfg = _lazy_as_yacs(d2, zoo_cfg) if zoo.endswith(".py") else zoo_cfg
+        assert list(body_of(cfg).out_channels) == _body_widths(d2_cfg), name  # the FPN's inputs
+        expected = _expected(d2_cfg)
         got = {k: cfg_value(cfg, k) for k in expected}
         got = {k: list(v) if isinstance(v, tuple) else v for k, v in got.items()}
         assert got == expected, (name, {k: (got[k], v) for k, v in expected.items() if got[k] != v})

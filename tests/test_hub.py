@@ -450,7 +450,7 @@ NO_BOX_AP = {"detectron2/cityscapes_mask_rcnn_R_50_FPN", *PANOPTIC_PQ_ONLY}
 
 
 def test_registry_entries_match_their_configs():
-    assert len(hub.REGISTRY) == 140
+    assert len(hub.REGISTRY) == 183
     for name, e in hub.REGISTRY.items():
         assert e.name == name == e.config
         config = CONFIGS / f"{e.config}.yaml"

@@ -85,10 +85,3 @@ def test_no_source_file_is_ignored_by_git():
                              capture_output=True, text=True).stdout.split()
     assert not ignored, f"ignored by .gitignore: {ignored}"
 
-
-def test_the_synthetic_files_resnet_depths_are_the_models():
-    """minidet.testing writes ResNets of the blocks per stage the engine builds (its table, kept torch-free)."""
-    from minidet.resnet import BLOCKS_PER_STAGE
-    from minidet.testing.checkpoints import RESNET_BLOCKS
-
-    assert RESNET_BLOCKS == BLOCKS_PER_STAGE

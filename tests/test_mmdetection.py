@@ -405,7 +405,7 @@ def test_class_names_from_meta(mm_files):
 
 def test_configs_and_registry():
     names = [n for n in config_names() if n.startswith("mmdetection/")]
-    assert len(names) == 95 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
+    assert len(names) == 132 and {f"mmdetection/{c}" for c, _, _ in VARIANTS.values()} <= set(names)
     for name in names:
         assert name in REGISTRY and REGISTRY[name].config == name
         e = REGISTRY[name]
@@ -415,8 +415,10 @@ def test_configs_and_registry():
         assert cfg.MODEL.CONVENTION == "mmdetection" and os.path.basename(cfg.MODEL.WEIGHTS) == e.filename
         caffe = "-caffe" in name
         detectron_gn = mm_family.ZOO_CONFIGS[name].startswith("gn/") and "contrib" not in name  # BGR, std 1
-        mean, std, bgr_to_rgb = CAFFE_NORM if caffe or detectron_gn else D2_NORM if "x101-32x8d" in name else \
-            PYTORCH_NORM
+        # the RegNet files take their ImageNet model's BGR statistics, but the ms-poly-3x ones keep mask_rcnn's
+        bgr_regnet = "regnetx" in name and "ms-poly" not in name
+        mean, std, bgr_to_rgb = CAFFE_NORM if caffe or detectron_gn else \
+            D2_NORM if "x101-32x8d" in name or bgr_regnet else PYTORCH_NORM
         assert cfg.MODEL.RESNETS.STRIDE_IN_1X1 == caffe and (cfg.INPUT.FORMAT == "RGB") == bgr_to_rgb
         assert (list(cfg.MODEL.PIXEL_MEAN), list(cfg.MODEL.PIXEL_STD)) == (mean, std), name
 

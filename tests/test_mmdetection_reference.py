@@ -9,7 +9,7 @@ import pytest
 import minidet
 from helpers import assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
-from minidet.config import cfg_value, config_names
+from minidet.config import body_of, cfg_value, config_names
 from minidet.families.mmdetection import ZOO_CONFIGS
 from minidet.testing.mmdet import COCO_CLASSES, mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
 
@@ -19,6 +19,49 @@ pytestmark = [needs_extra("mmdet", "reference"), needs_extra("mmengine", "refere
 _NORMS = {"BN": "BN", "SyncBN": "BN", "MMSyncBN": "BN", "GN": "GN"}  # mmcv's norm kinds -> MODEL.NORM at test time
 _BOX_HEADS = {"Shared2FCBBoxHead": (0, 2), "Shared4Conv1FCBBoxHead": (4, 1)}  # -> (convs, fcs)
 _DCN = {"DCN": False, "DCNv2": True}  # mmcv's deformable convs -> MODEL.RESNETS.DEFORM_MODULATED
+# MaskIoUHead's dimensions, the ones minidet's mask IoU head has (MODEL.MASKIOU_ON)
+_MASK_IOU = {"num_convs": 4, "num_fcs": 2, "roi_feat_size": 14, "in_channels": 256, "conv_out_channels": 256,
+             "fc_out_channels": 1024}
+
+
+def _context(bb) -> tuple[list, float] | None:
+    """The backbone's GC blocks as (MODEL.RESNETS.CONTEXT_ON_PER_STAGE, CONTEXT_RATIO): one plugin, mmcv's
+    ContextBlock after conv3 with attention pooling and channel add (its defaults); None without plugins."""
+    plugins = bb.get("plugins")
+    if not plugins:
+        return None
+    (plugin,) = plugins
+    block = plugin.cfg
+    assert plugin.position == "after_conv3" and block.type == "ContextBlock", plugin
+    assert block.get("pooling_type", "att") == "att" and tuple(block.get("fusion_types", ("channel_add",))) == (
+        "channel_add",), block
+    assert set(block) <= {"type", "ratio", "pooling_type", "fusion_types"} and len(plugin.stages) == 4, block
+    return [bool(s) for s in plugin.stages], block.ratio
+
+
+def _regnet(bb) -> dict:
+    """MODEL.REGNET's keys for mmdetection's RegNet ``bb`` (its ``arch``: a name of RegNet.arch_settings or the dict
+    itself): a RegNetX of bottleneck ratio 1, its defaults elsewhere (stem of 32, stride 2 per stage, no dilation)."""
+    if bb.type != "RegNet":
+        return {"MODEL.REGNET.DEPTH": 0}
+    from mmdet_reference import install_stand_ins
+
+    install_stand_ins()  # mmdet.models imports mmcv's compiled ops
+    from mmdet.models.backbones import RegNet
+
+    arch = RegNet.arch_settings[bb.arch] if isinstance(bb.arch, str) else bb.arch
+    assert arch.get("bot_mul", 1.0) == 1.0, arch
+    assert tuple(bb.get("strides", (2,) * 4)) == (2,) * 4 and tuple(bb.get("dilations", (1,) * 4)) == (1,) * 4
+    assert not bb.get("deep_stem", False) and not bb.get("avg_down", False) and bb.get("in_channels", 3) == 3
+    return {
+        "MODEL.REGNET.DEPTH": arch["depth"],
+        "MODEL.REGNET.W_A": arch["wa"],
+        "MODEL.REGNET.W_0": arch["w0"],
+        "MODEL.REGNET.W_M": arch["wm"],
+        "MODEL.REGNET.GROUP_WIDTH": arch["group_w"],
+        "MODEL.REGNET.SE_RATIO": 0.0,  # mmdetection's RegNet is RegNetX
+        "MODEL.REGNET.STEM_WIDTH": bb.get("stem_channels", 32),
+    }
 
 
 def _stages(roi) -> tuple[list, object]:
@@ -44,10 +87,19 @@ def _expected(zoo_cfg) -> dict:
     bb, dp, neck, rpn, roi = m.backbone, m.data_preprocessor, m.neck, m.rpn_head, m.roi_head
     stages, mask = _stages(roi)
     box, test = stages[0], m.test_cfg
-    assert m.type in ("MaskRCNN", "PanopticFPN", "CascadeRCNN") and (neck.type, rpn.type) == ("FPN", "RPNHead")
-    assert roi.type in ("StandardRoIHead", "PISARoIHead", "CascadeRoIHead")  # PISA's changes only its training loss
+    assert m.type in ("MaskRCNN", "PanopticFPN", "CascadeRCNN", "MaskScoringRCNN")
+    assert (neck.type, rpn.type) == ("FPN", "RPNHead")
+    # PISA's changes only its training loss; Mask Scoring R-CNN's adds the mask IoU head
+    assert roi.type in ("StandardRoIHead", "PISARoIHead", "CascadeRoIHead", "MaskScoringRoIHead")
     assert (m.type == "CascadeRCNN") == (roi.type == "CascadeRoIHead")
-    assert bb.type in ("ResNet", "ResNeXt") and not bb.get("plugins")
+    scoring = roi.type == "MaskScoringRoIHead"
+    assert (m.type == "MaskScoringRCNN") == scoring
+    if scoring:
+        iou = roi.mask_iou_head
+        assert iou.type == "MaskIoUHead" and iou.num_classes == mask.num_classes, iou
+        assert {k: iou.get(k, v) for k, v in _MASK_IOU.items()} == _MASK_IOU, iou
+    assert bb.type in ("ResNet", "ResNeXt", "RegNet")
+    context = _context(bb)
     dcn = bb.get("dcn")  # deformable 3x3 convs in the stages of stage_with_dcn, strided ones too
     assert dcn is None or (dcn.type in _DCN and not dcn.get("fallback_on_stride", False)
                            and set(dcn) <= {"type", "deform_groups", "fallback_on_stride"}), dcn
@@ -77,8 +129,15 @@ def _expected(zoo_cfg) -> dict:
     assert box.roi_feat_size == roi.bbox_roi_extractor.roi_layer.output_size
     assert roi.bbox_roi_extractor.roi_layer.type == roi.mask_roi_extractor.roi_layer.type == "RoIAlign"
     assert box.num_classes == mask.num_classes
-    resnext = bb.type == "ResNeXt"
+    resnext, regnet = bb.type == "ResNeXt", bb.type == "RegNet"
+    body = {} if regnet else {  # a RegNet's body is MODEL.REGNET's
+        "MODEL.RESNETS.DEPTH": bb.depth,
+        "MODEL.RESNETS.NUM_GROUPS": bb.groups if resnext else 1,
+        "MODEL.RESNETS.WIDTH_PER_GROUP": bb.base_width if resnext else 64,
+    }
     return {
+        **body,
+        **_regnet(bb),
         "MODEL.CONVENTION": "mmdetection",
         "MODEL.NORM": norm,
         "MODEL.FROZEN_BN_EPS": 1e-5,
@@ -92,13 +151,12 @@ def _expected(zoo_cfg) -> dict:
         "INPUT.SIZE_DIVISIBILITY": dp.pad_size_divisor,
         "INPUT.MIN_SIZE_TEST": min(resize[0]["scale"]),
         "INPUT.MAX_SIZE_TEST": max(resize[0]["scale"]),
-        "MODEL.RESNETS.DEPTH": bb.depth,
         "MODEL.RESNETS.STRIDE_IN_1X1": bb.get("style", "pytorch") == "caffe",
-        "MODEL.RESNETS.NUM_GROUPS": bb.groups if resnext else 1,
-        "MODEL.RESNETS.WIDTH_PER_GROUP": bb.base_width if resnext else 64,
         "MODEL.RESNETS.DEFORM_ON_PER_STAGE": list(bb.get("stage_with_dcn", [False] * 4)) if dcn else [False] * 4,
         "MODEL.RESNETS.DEFORM_MODULATED": _DCN[dcn.type] if dcn else False,
         "MODEL.RESNETS.DEFORM_NUM_GROUPS": dcn.get("deform_groups", 1) if dcn else 1,
+        "MODEL.RESNETS.CONTEXT_ON_PER_STAGE": context[0] if context else [False] * 4,
+        "MODEL.RESNETS.CONTEXT_RATIO": context[1] if context else 1 / 16,
         "MODEL.FPN.OUT_CHANNELS": neck.out_channels,
         "MODEL.FPN.USE_NORM": normed["neck"] is not None,
         "MODEL.ANCHOR_GENERATOR.SIZES": [anchors.scales[0] * s for s in anchors.strides],
@@ -131,19 +189,22 @@ def _expected(zoo_cfg) -> dict:
         "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": roi.mask_roi_extractor.roi_layer.sampling_ratio,
         "MODEL.ROI_MASK_HEAD.THRESHOLD": test.rcnn.mask_thr_binary,
         "MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK": mask.get("class_agnostic", False),  # FCNMaskHead's default
+        "MODEL.MASKIOU_ON": scoring,
     }
 
 
 def test_each_config_computes_what_its_zoo_config_computes():
     """Every shipped mmdetection config (one per registry entry) against the config file of mmdetection 3.3.0 it
-    restates: the pixel statistics and order, the test scale, the backbone, anchors, RPN and head thresholds, the
-    class count."""
+    restates: the pixel statistics and order, the test scale, the backbone (its stage widths the FPN's inputs),
+    its plugins, anchors, RPN and head thresholds, the class count, the mask IoU head."""
     from mmdet_reference import zoo_config
 
     assert len(ZOO_CONFIGS) == len([n for n in config_names() if n.startswith("mmdetection/")])
     for name, zoo in ZOO_CONFIGS.items():
         cfg = minidet.get_cfg(name)
-        expected = _expected(zoo_config(zoo))
+        zoo_cfg = zoo_config(zoo)
+        assert list(body_of(cfg).out_channels) == list(zoo_cfg.model.neck.in_channels), name
+        expected = _expected(zoo_cfg)
         got = {k: cfg_value(cfg, k) for k in expected}
         got = {k: list(v) if isinstance(v, tuple) else v for k, v in got.items()}
         assert got == expected, (name, {k: (got[k], v) for k, v in expected.items() if got[k] != v})

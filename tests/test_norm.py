@@ -122,3 +122,38 @@ def test_weight_standardization_changes_the_convs_before_a_norm_only():
     flat, old = normed.weight.view(16, -1), before.view(16, -1)
     torch.testing.assert_close(flat.mean(1), torch.zeros(16), atol=1e-6, rtol=0)
     torch.testing.assert_close(flat.std(1), old.std(1) / (old.std(1) + 1e-5))
+
+
+def test_a_regnet_with_se_and_gc_blocks_folds_like_a_resnet():
+    """The norms of a RegNetY body with GC blocks (the SE and GC layers have none) fold and turn into Affine as a
+    ResNet's do: the same features up to the float order of the folded convs."""
+    from minidet.bodies import regnet_body
+    from minidet.resnet import ResNet
+
+    gen = torch.Generator().manual_seed(0)
+    body = regnet_body(8, 16.0, 16, 2.0, 8, se_ratio=0.25, stem_width=16)  # a small RegNetY: 4 stages
+    frozen = ResNet(body, lambda c: FrozenBN(c), context_stages=(False, True, True, True), context_ratio=0.25).eval()
+    affine = ResNet(body, lambda c: Affine(c), context_stages=(False, True, True, True), context_ratio=0.25).eval()
+    with torch.no_grad():
+        for p in frozen.parameters():  # convs: unit gain (fan-in scaled); biases and LayerNorm: small
+            fan_in = p[0].numel() if p.dim() == 4 else 0
+            p.copy_(torch.randn(p.shape, generator=gen) * (fan_in**-0.5 if fan_in else 0.1) + (p.dim() == 3))
+        for m in frozen.modules():
+            if isinstance(m, FrozenBN):
+                m.load_stats(*_stats(m.num_channels, gen), 1e-5)
+    state = frozen.state_dict()
+    affine.load_state_dict({k: v for k, v in state.items() if k in affine.state_dict()}, strict=False)
+    for m, a in zip(frozen.modules(), affine.modules()):
+        if isinstance(m, FrozenBN):
+            a.load_stats(m.weight, m.bias, m.running_mean, m.running_var, m.eps)
+    x = torch.randn(1, 3, 64, 96, generator=gen)
+    with torch.no_grad():
+        ref = frozen(x)
+        got_affine = affine(x)
+        assert fold_norms(frozen) == sum(isinstance(m, Conv2d) for m in frozen.modules())
+        folded = frozen(x)
+    assert list(ref) == ["res2", "res3", "res4", "res5"] and ref["res5"].shape[1] == body.stages[-1].out
+    for k in ref:
+        scale = float(ref[k].abs().max())
+        torch.testing.assert_close(got_affine[k], ref[k], rtol=1e-4, atol=1e-5 * scale)
+        torch.testing.assert_close(folded[k], ref[k], rtol=1e-4, atol=1e-5 * scale)

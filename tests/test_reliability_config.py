@@ -140,11 +140,12 @@ def test_every_key_has_a_rule():
     """A new key cannot be added without saying what it may hold (booleans: True or False)."""
     keys = leaves(minidet.get_cfg())
     free = {k for k, v in keys.items() if k not in RULES and not isinstance(v, bool)}
-    # CLASS_NAMES: distinct non-empty names, GRAPH_SHA256: 64 hex digits or empty, DEFORM_ON_PER_STAGE: 4 booleans,
-    # the cascade's weights: 4 numbers > 0 per stage (validate_cfg); WEIGHTS and GRAPH: files, checked where they are
-    # opened
+    # CLASS_NAMES: distinct non-empty names, GRAPH_SHA256: 64 hex digits or empty, DEFORM_ON_PER_STAGE and
+    # CONTEXT_ON_PER_STAGE: 4 booleans, the cascade's weights: 4 numbers > 0 per stage (validate_cfg); WEIGHTS and
+    # GRAPH: files, checked where they are opened
     assert free == {"MODEL.WEIGHTS", "MODEL.CLASS_NAMES", "MODEL.GRAPH", "MODEL.GRAPH_SHA256",
-                    "MODEL.RESNETS.DEFORM_ON_PER_STAGE", "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS"}
+                    "MODEL.RESNETS.DEFORM_ON_PER_STAGE", "MODEL.RESNETS.CONTEXT_ON_PER_STAGE",
+                    "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS"}
     bad = minidet.get_cfg()
     bad.merge_from_list(["MODEL.GRAPH_SHA256", "abc"])
     with pytest.raises(ConfigError, match="MODEL.GRAPH_SHA256 must be a SHA-256"):
@@ -270,6 +271,16 @@ def test_legitimate_yaml_still_loads(tmp_path):
          "needs MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG True"),
         (["MODEL.HEAD_NORM", "GN", "MODEL.ROI_BOX_HEAD.USE_NORM", True, "MODEL.ROI_BOX_HEAD.NUM_CONV", 2,
           "MODEL.ROI_BOX_HEAD.CONV_DIM", 100], "MODEL.ROI_BOX_HEAD.CONV_DIM is 100"),
+        # issue 45: GC blocks, RegNet bodies, mask scoring
+        (["MODEL.RESNETS.CONTEXT_ON_PER_STAGE", [False, True]], "CONTEXT_ON_PER_STAGE must be 4 booleans"),
+        (["MODEL.RESNETS.CONTEXT_RATIO", 0.0], "MODEL.RESNETS.CONTEXT_RATIO must be a number in (0, 1]"),
+        (["MODEL.REGNET.DEPTH", 6, "MODEL.REGNET.W_A", 8.0, "MODEL.REGNET.W_0", 16, "MODEL.REGNET.W_M", 2.0],
+         "MODEL.REGNET: these RegNet parameters give 3 stages; an FPN body has 4"),
+        (["MODEL.REGNET.DEPTH", 22, "MODEL.REGNET.W_0", 20], "MODEL.REGNET: RegNet parameters out of range"),
+        (["MODEL.REGNET.DEPTH", 25, "MODEL.REGNET.W_A", 26.31, "MODEL.REGNET.W_0", 88, "MODEL.REGNET.W_M", 2.25,
+          "MODEL.REGNET.GROUP_WIDTH", 48, "MODEL.NORM", "GN", "MODEL.GN_NUM_GROUPS", 64],
+         "MODEL.GN_NUM_GROUPS 64 must divide the channels GroupNorm normalizes: the RegNet stem is 32"),
+        (["MODEL.MASKIOU_ON", True, "MODEL.MASK_ON", False], "MODEL.MASKIOU_ON needs MODEL.MASK_ON"),
     ],
 )
 def test_cascade_and_deformable_keys_are_checked(opts, message):

@@ -17,6 +17,7 @@ from torchvision.ops import batched_nms as tv_batched_nms
 from torchvision.ops import roi_align
 
 import minidet
+from minidet.bodies import resnet_body
 from minidet.boxes import batched_nms
 from minidet.fpn import FPN
 from minidet.layers import ClassConv1x1, Conv2d, Deconv, Linear, fuse_convs, fuse_linears
@@ -88,7 +89,7 @@ def test_gather_roi_align_no_boxes():
 def test_fused_convs_are_bit_identical(channels_last):
     """oneDNN post-op fusion (ReLU, residual sum, FPN top-down sum) runs the same arithmetic."""
     gen = torch.Generator().manual_seed(0)
-    backbone = ResNet(50, lambda c: None).eval()
+    backbone = ResNet(resnet_body(50), lambda c: None).eval()
     fpn = FPN(backbone.out_channels, 32, lambda c: None).eval()
     with torch.no_grad():
         for m in [*backbone.modules(), *fpn.modules()]:

@@ -318,9 +318,11 @@ def load_checkpoint(
     ckpt = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     path, family, layout, src, dropped = ckpt.path, ckpt.family, ckpt.layout, ckpt.tensors, ckpt.dropped
     report = LoadReport(path=path, format=ckpt.format, layout=layout, ignored=list(dropped))
-    rename = ckpt.rename()
+    rename, regnet = ckpt.rename(), False
     if family is not None:
-        # first: another architecture makes every other check moot, and the config it needs is what to say
+        # first: another body or architecture makes every other check moot, and the config it needs is what to say
+        body = {n: v for k, v in src.items() if (n := rename(k)) is not None and n.startswith("backbone.")}
+        regnet = families.check_body(model, body, path, family.name)
         takes = model_takes(model)
         untaken = [k for k in src if (n := rename(k)) is not None and n not in takes]
         architectures.refuse_other_architecture(family.name, untaken, path)
@@ -329,9 +331,10 @@ def load_checkpoint(
         if family.check is not None:
             family.check(model, src, path)
     renamed, names = _renamed(src, rename, report)
-    families.check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
-    first = "backbone.res2.0.conv2.weight"  # res2's first 3x3 conv: a ResNeXt's groups and width
-    families.check_groups(model, renamed.get(first), names.get(first, first), path)
+    if not regnet:  # a ResNet (a RegNet's stages: families.check_body)
+        families.check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
+        first = "backbone.res2.0.conv2.weight"  # res2's first 3x3 conv: a ResNeXt's groups and width
+        families.check_groups(model, renamed.get(first), names.get(first, first), path)
     match_state(model, renamed, report, bn_eps, names)
     if getattr(model, "mask_head", True) is None:  # MODEL.MASK_ON False: a mask head that the config leaves out
         off = [k for k in report.unexpected if k.startswith("mask_head.")]

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from yacs.config import CfgNode as _YacsNode
 
+from .bodies import Body, regnet_body, resnet_body
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
 from .categories import names_problem
 from .errors import ConfigError
@@ -226,6 +227,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.WEIGHTS": ("", None),
     "MODEL.DEVICE": ("cpu", ("cpu", "cuda", "cuda:N")),
     "MODEL.MASK_ON": (True, None),
+    "MODEL.MASKIOU_ON": (False, None),  # Mask Scoring R-CNN: score = box score x the mask IoU head's (needs MASK_ON)
     "MODEL.NORM": ("FrozenBN", ("FrozenBN", "BN", "Affine", "GN")),  # wherever the architecture normalizes
     # the RoI heads' norm where they normalize ('': MODEL.NORM; detectron2's X-152 cascade: frozen BN, GN heads)
     "MODEL.HEAD_NORM": ("", ("", "FrozenBN", "BN", "Affine", "GN")),
@@ -260,6 +262,19 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.RESNETS.DEFORM_ON_PER_STAGE": ([False, False, False, False], None),
     "MODEL.RESNETS.DEFORM_MODULATED": (False, None),
     "MODEL.RESNETS.DEFORM_NUM_GROUPS": (1, "[1, 64]"),
+    # GC blocks (mmcv's ContextBlock) ending the blocks of res2..res5 where True (four booleans), of this ratio
+    "MODEL.RESNETS.CONTEXT_ON_PER_STAGE": ([False, False, False, False], None),
+    "MODEL.RESNETS.CONTEXT_RATIO": (1 / 16, "(0, 1]"),
+    # a RegNet body in place of the ResNet (MODEL.RESNETS.DEPTH, NUM_GROUPS, WIDTH_PER_GROUP unused; the other
+    # RESNETS keys apply): its total blocks (0: a ResNet), the generator's slope, initial width and width multiplier,
+    # the group width, RegNetY's SE ratio (0: RegNetX) and the stem's width, as detectron2's and mmdetection's RegNet
+    "MODEL.REGNET.DEPTH": (0, "[0, 100]"),
+    "MODEL.REGNET.W_A": (0.0, "[0, 1000]"),
+    "MODEL.REGNET.W_0": (8, "[8, 1024]"),
+    "MODEL.REGNET.W_M": (2.0, "(1, 100]"),
+    "MODEL.REGNET.GROUP_WIDTH": (8, "[1, 1024]"),
+    "MODEL.REGNET.SE_RATIO": (0.0, "[0, 1]"),
+    "MODEL.REGNET.STEM_WIDTH": (32, "[1, 1024]"),
     "MODEL.FPN.OUT_CHANNELS": (256, "[1, 4096]"),
     "MODEL.FPN.USE_NORM": (False, None),
     "MODEL.ANCHOR_GENERATOR.SIZES": ([32, 64, 128, 256, 512], "5 x (0, 16384]"),  # one per level, P2 to P6
@@ -439,6 +454,18 @@ def check_cfg(cfg: CfgNode) -> None:
         validate_cfg(cfg)
 
 
+def body_of(cfg: CfgNode) -> Body:
+    """The bottom-up body's shapes ``cfg`` describes (``MODEL.REGNET`` where its DEPTH is set, else
+    ``MODEL.RESNETS``); parameters that give no four-stage RegNet: ConfigError."""
+    rn, rg = cfg.MODEL.RESNETS, cfg.MODEL.REGNET
+    if not rg.DEPTH:
+        return resnet_body(rn.DEPTH, rn.NUM_GROUPS, rn.WIDTH_PER_GROUP)
+    try:
+        return regnet_body(rg.DEPTH, rg.W_A, rg.W_0, rg.W_M, rg.GROUP_WIDTH, rg.SE_RATIO, rg.STEM_WIDTH)
+    except ValueError as e:
+        raise ConfigError(f"MODEL.REGNET: {e}") from None
+
+
 def validate_cfg(cfg: CfgNode) -> None:
     """Check every key against ``RULES`` and the keys against each other; raise ConfigError naming the key.
     A config that passes carries its values (:func:`check_cfg`)."""
@@ -456,9 +483,13 @@ def validate_cfg(cfg: CfgNode) -> None:
                           f"{_short(m.GRAPH_SHA256)}")
     if problem := precision_problem(m.RUNTIME_PRECISION, m.RUNTIME):
         raise ConfigError(problem)
-    deform = m.RESNETS.DEFORM_ON_PER_STAGE
-    if not isinstance(deform, (list, tuple)) or len(deform) != 4 or not all(isinstance(d, bool) for d in deform):
-        raise ConfigError(f"MODEL.RESNETS.DEFORM_ON_PER_STAGE must be 4 booleans (res2 to res5); got {_short(deform)}")
+    for key in ("DEFORM_ON_PER_STAGE", "CONTEXT_ON_PER_STAGE"):
+        flags = m.RESNETS[key]
+        if not isinstance(flags, (list, tuple)) or len(flags) != 4 or not all(isinstance(d, bool) for d in flags):
+            raise ConfigError(f"MODEL.RESNETS.{key} must be 4 booleans (res2 to res5); got {_short(flags)}")
+    body = body_of(cfg)
+    if m.MASKIOU_ON and not m.MASK_ON:
+        raise ConfigError("MODEL.MASKIOU_ON needs MODEL.MASK_ON: the mask IoU head scores the mask head's masks")
     stages = m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS
     if not isinstance(stages, (list, tuple)) or not all(_allows("4 x (0, inf)", w, []) for w in stages):
         raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS must be a list of 4 numbers > 0 per cascade "
@@ -484,11 +515,10 @@ def validate_cfg(cfg: CfgNode) -> None:
     if "GN" in (m.NORM, head_norm):  # GroupNorm splits the channels of every normalized layer into equal groups
         normalized = {}
         if m.NORM == "GN":
-            normalized = {
-                "the ResNet stem": 64,
-                "MODEL.RESNETS.NUM_GROUPS x WIDTH_PER_GROUP": m.RESNETS.NUM_GROUPS * m.RESNETS.WIDTH_PER_GROUP,
-                "MODEL.FPN.OUT_CHANNELS": m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0,
-            }
+            kind = "RegNet" if m.REGNET.DEPTH else "ResNet"
+            normalized = {f"the {kind} stem": body.stem_channels}
+            normalized.update({f"the {kind}'s res{i + 2} width": s.width for i, s in enumerate(body.stages)})
+            normalized["MODEL.FPN.OUT_CHANNELS"] = m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0
         for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD") if head_norm == "GN" else ():
             normalized[f"MODEL.{h}.CONV_DIM"] = m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
         if head_norm == "GN":

@@ -10,13 +10,13 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .config import CfgNode, ConfigError, check_cfg
+from .config import CfgNode, ConfigError, body_of, check_cfg
 from .families import FAMILIES, convention
 from .fpn import FPN
 from .norm import NormFn, get_norm
 from .poolers import MultiScaleRoIAlign
 from .resnet import ResNet
-from .roi_heads import BoxHead, BoxPredictor, Cascade, Detections, MaskHead
+from .roi_heads import BoxHead, BoxPredictor, Cascade, Detections, MaskHead, MaskIoUHead
 from .rpn import RPN
 from .timing import StageTimer
 from .transform import ImageBatch, Transform
@@ -37,18 +37,20 @@ class MaskRCNN(nn.Module):
     """ResNet-FPN Mask R-CNN, inference only. ``amp_dtype``: autocast for the network layers (box math
     stays float32); ``chunk_images``: images per network run (``chunk_size``). A Cascade Mask R-CNN has ``cascade``
     (its box stages) in place of ``box_head`` and ``box_predictor`` (None), and ``mask_head`` may be a list of
-    per-stage heads (``CascadeRule.mask_per_stage``)."""
+    per-stage heads (``CascadeRule.mask_per_stage``). ``mask_iou_head`` (Mask Scoring R-CNN): each detection's score
+    becomes its box score times its mask's predicted IoU (the box score kept as ``Detections.box_scores``)."""
 
     def __init__(
         self, transform: Transform, backbone: ResNet, fpn: FPN, rpn: RPN, box_pooler: MultiScaleRoIAlign,
         box_head: BoxHead | None, box_predictor: BoxPredictor | None, mask_pooler: MultiScaleRoIAlign | None = None,
         mask_head: MaskHead | nn.ModuleList | None = None, *, cascade: Cascade | None = None,
-        amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
+        mask_iou_head: MaskIoUHead | None = None, amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
     ) -> None:
         super().__init__()
         self.transform, self.backbone, self.fpn, self.rpn = transform, backbone, fpn, rpn
         self.box_pooler, self.box_head, self.box_predictor = box_pooler, box_head, box_predictor
         self.mask_pooler, self.mask_head, self.cascade = mask_pooler, mask_head, cascade
+        self.mask_iou_head = mask_iou_head
         self.amp_dtype, self.chunk_images = amp_dtype, chunk_images
         self.channels_last, self.timer = False, StageTimer(enabled=False)
         self._network = None  # runs in place of ``_detect`` when set (``use_network``, ``running``)
@@ -199,9 +201,17 @@ class MaskRCNN(nn.Module):
                 probs = [MaskHead.select(m.float(), labels) for m in mask_logits]
                 # a cascade's mask heads, one per stage (mmdetection's): the mean of their probabilities
                 probs = probs[0] if len(probs) == 1 else torch.stack(probs).mean(0)
+                if self.mask_iou_head is not None:
+                    with t.detail("mask_iou"), self._amp():
+                        iou = self.mask_iou_head(pooled, probs, labels).float()
+                    counts = [len(b) for b in rois]
+                    dets = [d._replace(scores=d.scores * i, box_scores=d.scores)
+                            for d, i in zip(dets, iou.split(counts))]
             else:  # the mask head's output: twice the pooled size
                 m = 2 * self.mask_pooler.output_size[0]
                 probs = images.tensor.new_zeros((0, m, m))
+                if self.mask_iou_head is not None:
+                    dets = [d._replace(box_scores=d.scores) for d in dets]
             return [d._replace(masks=p) for d, p in zip(dets, probs.split([len(b) for b in rois]))]
 
 
@@ -223,8 +233,8 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         rescale=conv.rescale, paste=conv.paste, mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
     )
     rn = m.RESNETS
-    backbone = ResNet(rn.DEPTH, norm(), rn.STRIDE_IN_1X1, rn.NUM_GROUPS, rn.WIDTH_PER_GROUP,
-                      tuple(rn.DEFORM_ON_PER_STAGE), (rn.DEFORM_MODULATED, rn.DEFORM_NUM_GROUPS))
+    backbone = ResNet(body_of(cfg), norm(), rn.STRIDE_IN_1X1, tuple(rn.DEFORM_ON_PER_STAGE),
+                      (rn.DEFORM_MODULATED, rn.DEFORM_NUM_GROUPS), tuple(rn.CONTEXT_ON_PER_STAGE), rn.CONTEXT_RATIO)
     ch = m.FPN.OUT_CHANNELS
     fpn = FPN(backbone.out_channels, ch, norm(m.FPN.USE_NORM))
     r = m.RPN
@@ -278,6 +288,9 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         heads = [MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, mask_classes, norm(mh.USE_NORM, m.HEAD_NORM))
                  for _ in (stages if cascade is not None and conv.cascade.mask_per_stage else [0])]
         mask_head = heads[0] if len(heads) == 1 else nn.ModuleList(heads)
+    mask_iou_head = MaskIoUHead(ch, num_classes, m.ROI_MASK_HEAD.POOLER_RESOLUTION) \
+        if m.MASKIOU_ON else None
     amp_dtype = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP]
     parts = (transform, backbone, fpn, rpn, box_pooler, single_head, single_predictor, mask_pooler, mask_head)
-    return MaskRCNN(*parts, cascade=cascade, amp_dtype=amp_dtype, chunk_images=cfg.TEST.CHUNK_IMAGES).eval()
+    return MaskRCNN(*parts, cascade=cascade, mask_iou_head=mask_iou_head, amp_dtype=amp_dtype,
+                    chunk_images=cfg.TEST.CHUNK_IMAGES).eval()

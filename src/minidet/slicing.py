@@ -210,6 +210,8 @@ def merge_tiles(parts: list[tuple[tuple[int, int, int, int], dict]], size: tuple
             origins.append(origin)
     idx = torch.tensor(keep, dtype=torch.int64)
     result = {"boxes": out_boxes, "scores": scores[idx], "labels": labels[idx], "category_ids": cats[idx]}
+    if all("box_scores" in o for o in outs):  # Mask Scoring R-CNN's box scores: the kept detection's
+        result["box_scores"] = torch.cat([o["box_scores"] for o in outs])[idx]
     if masks is not None:
         result["masks"] = BoxMasks(crops, origins, size)
     return result

@@ -159,7 +159,9 @@ def rescale_clip_nonempty(det, size: tuple[int, int], orig: tuple[int, int]):
     keep = ((boxes[:, 2] - boxes[:, 0]) > 0) & ((boxes[:, 3] - boxes[:, 1]) > 0)
     masks = det.masks[keep] if det.masks is not None else None
     scores, labels = det.scores[keep], det.labels[keep]
-    return det._replace(boxes=boxes[keep], scores=scores, labels=labels, masks=masks, frame="original")
+    box_scores = det.box_scores[keep] if det.box_scores is not None else None
+    return det._replace(boxes=boxes[keep], scores=scores, labels=labels, masks=masks, box_scores=box_scores,
+                        frame="original")
 
 
 def paste_masks(
@@ -280,12 +282,14 @@ class Transform(nn.Module):
     def postprocess(self, dets: list, images: ImageBatch) -> list[dict[str, torch.Tensor]]:
         """Per image ``Detections`` -> a dict of ``boxes`` (D, 4) in original-image pixels, ``scores``,
         ``labels`` and, where the detections carry mask probabilities, ``masks`` (``BoxMasks``: D bool masks of the
-        H x W frame, each kept as its box's crop)."""
+        H x W frame, each kept as its box's crop); where a mask IoU head rescored them, ``box_scores``."""
         results = []
         for det, size, (oh, ow) in zip(dets, images.sizes, images.orig_sizes):
             if det.frame == "resized":
                 det = self.rescale(det, size, (oh, ow))
             r = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
+            if det.box_scores is not None:  # Mask Scoring R-CNN: the box head's scores beside the mask scores
+                r["box_scores"] = det.box_scores
             if det.masks is not None:
                 r["masks"] = self.paste(det.masks, det.boxes, oh, ow, self.mask_threshold)
             results.append(r)

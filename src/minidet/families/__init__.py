@@ -17,12 +17,12 @@ import importlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from .base import Family, WeightsEntry, check_depth, check_groups
+from .base import Family, WeightsEntry, check_body, check_depth, check_groups
 
 if TYPE_CHECKING:
     from ..conventions import Convention
 
-__all__ = ["FAMILIES", "Family", "WeightsEntry", "check_depth", "check_groups", "convention", "recognize"]
+__all__ = ["FAMILIES", "Family", "WeightsEntry", "check_body", "check_depth", "check_groups", "convention", "recognize"]
 
 # the family modules, in the order of MODEL.CONVENTION's choices and of the weights registry
 _MODULES = ("torchvision", "detectron", "detectron2", "maskrcnn_benchmark", "mmdetection")

@@ -60,11 +60,15 @@ NOT_RUN: tuple[Architecture, ...] = (
         "maskrcnn_benchmark": _BLOCK["maskrcnn_benchmark"] + r"conv2\.(?:offset|conv)\.",  # DFConv2d
     }, config={"mmdetection": "mmdetection/mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco",
                "detectron2": "detectron2/mask_rcnn_R_50_FPN_1x_dconv_c3-c5"}),
-    Architecture("global context blocks (GCNet)", {"mmdetection": _BLOCK["mmdetection"] + r"context_block\w*\."}),
+    Architecture("global context blocks (GCNet)", {"mmdetection": _BLOCK["mmdetection"] + r"context_block\w*\."},
+                 config={"mmdetection": "mmdetection/mask-rcnn_r50-gcb-r16-c3-c5_fpn_1x_coco"}),
     Architecture("generalized attention blocks (empirical attention)",
                  {"mmdetection": _BLOCK["mmdetection"] + r"gen_attention_block\w*\."}),
     Architecture("non-local blocks", {"mmdetection": _BLOCK["mmdetection"] + r"nonlocal_block\w*\."}),
-    Architecture("RegNet backbone", {"detectron2": r"backbone\.bottom_up\.(?:stem\.(?:conv|bn)|s\d+\.b\d+)\."}),
+    Architecture("RegNet backbone", {"detectron2": r"backbone\.bottom_up\.(?:stem\.(?:conv|bn)|s\d+\.b\d+)\."},
+                 # mmdetection's RegNet has its ResNet's key names: families.check_body tells them by the stem
+                 config={"detectron2": "detectron2/mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ",
+                         "mmdetection": "mmdetection/mask-rcnn_regnetx-3.2GF_fpn_1x_coco"}),
     Architecture("Hybrid Task Cascade (HTC)",
                  {"mmdetection": r"roi_head\.(?:semantic_head|mask_head\.\d+\.conv_res)\."},
                  includes=("Cascade R-CNN",)),
@@ -77,7 +81,7 @@ NOT_RUN: tuple[Architecture, ...] = (
     Architecture("Mask Scoring R-CNN (mask IoU head)", {
         "mmdetection": r"roi_head\.mask_iou_head\.",
         "maskrcnn_benchmark": r"roi_heads\.maskiou\.",
-    }),
+    }, config={"mmdetection": "mmdetection/ms-rcnn_r50-caffe_fpn_1x_coco"}),
     Architecture("Keypoint R-CNN (keypoint head)", {
         "torchvision": r"roi_heads\.keypoint_(?:head|predictor)\.",
         "detectron2": r"roi_heads\.keypoint_head\.",

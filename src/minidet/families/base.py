@@ -99,6 +99,54 @@ def rename_by_rules(rules: list[tuple[str, str | Callable]], name: str) -> str:
     return name
 
 
+def _stages(weights: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The body's stage widths (each stage's first block's output channels) and blocks, from minidet's names."""
+    widths, blocks = [], []
+    for i in range(2, 6):
+        first = weights.get(f"backbone.res{i}.0.conv3.weight")
+        widths.append(int(first.shape[0]) if first is not None else 0)
+        found = [int(m[1]) for k in weights if (m := re.match(rf"backbone\.res{i}\.(\d+)\.", k))]
+        blocks.append(1 + max(found, default=-1))
+    return tuple(widths), tuple(blocks)
+
+
+def check_body(model, weights: Mapping[str, Any], path: str, family: str) -> bool:
+    """Fail in one line when the checkpoint's body (``weights`` under minidet's names) is a RegNet and the model's a
+    ResNet (its stem a 3x3 conv, not a 7x7) or the other way round, or a RegNet of other stage widths or blocks than
+    the model's (``MODEL.REGNET``), naming the config that runs it; returns whether the body is a RegNet."""
+    from .architectures import NOT_RUN  # noqa: PLC0415 (the table imports this module)
+
+    stem, own = weights.get("backbone.stem.conv1.weight"), getattr(getattr(model, "backbone", None), "stem", None)
+    if own is None:  # not a minidet body
+        return False
+    conv, model_regnet = own.conv1, not own.pool
+    if stem is None or len(getattr(stem, "shape", ())) != 4:
+        return model_regnet
+    file_regnet = stem.shape[-1] == 3
+    config = next(a for a in NOT_RUN if a.name == "RegNet backbone").config.get(family)
+    if file_regnet != model_regnet:
+        if file_regnet:
+            runs = f"such as {config}" if config else "(none of this family's is shipped)"
+            raise CheckpointError(
+                f"{path}: the checkpoint's body is a RegNet (its stem a 3x3 conv of {stem.shape[0]} channels) but the "
+                f"config builds a ResNet (a {conv.kernel_size[0]}x{conv.kernel_size[1]} stem): minidet runs it with "
+                f"a config that sets MODEL.REGNET, {runs}")
+        raise CheckpointError(
+            f"{path}: the checkpoint's body is a ResNet (its stem a {stem.shape[-2]}x{stem.shape[-1]} conv) but the "
+            "config builds a RegNet: set MODEL.REGNET.DEPTH 0 (a ResNet config)")
+    if model_regnet:
+        have = _stages(weights)
+        want = tuple(model.backbone.out_channels.values()), tuple(len(getattr(model.backbone, n))
+                                                                  for n in model.backbone.out_channels)
+        if have != want:
+            raise CheckpointError(
+                f"{path}: the checkpoint's RegNet has stages of {', '.join(map(str, have[0]))} channels with "
+                f"{', '.join(map(str, have[1]))} blocks but the config's (MODEL.REGNET) has "
+                f"{', '.join(map(str, want[0]))} with {', '.join(map(str, want[1]))}: the file's own config sets "
+                "MODEL.REGNET for it (`minidet configs` lists the shipped ones)")
+    return model_regnet
+
+
 def check_depth(model, names: Collection[str], pattern: str, path: str) -> None:
     """Fail naming MODEL.RESNETS.DEPTH when the checkpoint's res4 (the ``pattern``'s block index) has another number
     of blocks than the model's."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from .architectures import set_aside
 from .base import Family, WeightsEntry, rename_by_rules
@@ -24,8 +24,17 @@ def arithmetic():
     )
 
 
-RULES: list[tuple[str, str]] = [
+# its RegNet (after pycls): stem ``conv``, ``bn``; stage ``sN``'s block ``bK``: ``proj`` + ``bn`` (the shortcut),
+# ``f.a``, ``f.b``, ``f.c`` with their ``_bn``, RegNetY's ``f.se.f_ex.0`` / ``.2``
+_REGNET = {"proj": "shortcut", "bn": "shortcut.norm", "f.a": "conv1", "f.a_bn": "conv1.norm", "f.b": "conv2",
+           "f.b_bn": "conv2.norm", "f.c": "conv3", "f.c_bn": "conv3.norm", "f.se.f_ex.0": "se.reduce",
+           "f.se.f_ex.2": "se.expand"}
+RULES: list[tuple[str, str | Callable]] = [
     (r"^backbone\.bottom_up\.(res\d\.\d+\.conv2)_offset\.", r"backbone.\1.offset."),  # DeformBottleneckBlock
+    (r"^backbone\.bottom_up\.stem\.conv\.", "backbone.stem.conv1."),
+    (r"^backbone\.bottom_up\.stem\.bn\.", "backbone.stem.conv1.norm."),
+    (r"^backbone\.bottom_up\.s(\d)\.b(\d+)\.(proj|bn|f\.[abc](?:_bn)?|f\.se\.f_ex\.[02])\.",
+     lambda m: f"backbone.res{int(m[1]) + 1}.{int(m[2]) - 1}.{_REGNET[m[3]]}."),
     (r"^backbone\.bottom_up\.", "backbone."),
     (r"^backbone\.fpn_(lateral|output)(\d)\.", r"fpn.\1\2."),
     (r"^proposal_generator\.rpn_head\.conv\.conv(\d)\.", r"rpn.head.convs.\1."),  # conv_dims [-1, -1]: conv0, conv1
@@ -83,6 +92,12 @@ _ZOO = [  # zoo config (under detectron2's configs/), model id, published file, 
     ("Misc/cascade_mask_rcnn_R_50_FPN_3x.yaml", 144998488, "model_final_480dd8.pkl", 44.3, 38.5),
     ("Misc/panoptic_fpn_R_101_dconv_cascade_gn_3x.yaml", 139797668, "model_final_be35db.pkl", 47.4, 41.3),
     ("Misc/cascade_mask_rcnn_X_152_32x8d_FPN_IN5k_gn_dconv.yaml", 18131413, "model_0039999_e76410.pkl", 50.2, 44.0),
+    ("new_baselines/mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ.py", 42047771, "model_final_b7fbab.pkl", 46.0, 41.3),
+    ("new_baselines/mask_rcnn_regnetx_4gf_dds_FPN_200ep_LSJ.py", 42132721, "model_final_5d87c1.pkl", 48.1, 43.1),
+    ("new_baselines/mask_rcnn_regnetx_4gf_dds_FPN_400ep_LSJ.py", 42025447, "model_final_f1362d.pkl", 48.6, 43.5),
+    ("new_baselines/mask_rcnn_regnety_4gf_dds_FPN_100ep_LSJ.py", 42047784, "model_final_6ba57e.pkl", 46.1, 41.6),
+    ("new_baselines/mask_rcnn_regnety_4gf_dds_FPN_200ep_LSJ.py", 42047642, "model_final_27b9c1.pkl", 47.8, 43.0),
+    ("new_baselines/mask_rcnn_regnety_4gf_dds_FPN_400ep_LSJ.py", 42045954, "model_final_ef3a80.pkl", 48.2, 43.3),
 ]
 _PREFIX = {"LVISv0.5-InstanceSegmentation": "lvis_v0.5_", "Cityscapes": "cityscapes_"}  # their names repeat COCO's
 

@@ -42,6 +42,10 @@ _MASK_OUT = {"upsample": "deconv", "conv_logits": "predictor"}
 _FPN = {"lateral": "lateral", "fpn": "output"}
 _IN_MODULE = {"conv": "", "gn": "norm.", "bn": "norm."}  # a ConvModule's conv, and its norm named by its kind
 _CASCADE = {"box_head": "cascade.heads", "box_predictor": "cascade.predictors", "mask_head": "mask_head"}
+# mmcv's ContextBlock (a GC block plugin after conv3): its attention-pooling conv and channel-add transform
+_CONTEXT = {"conv_mask": "mask", "channel_add_conv.0": "reduce", "channel_add_conv.1": "norm",
+            "channel_add_conv.3": "expand"}
+_GC_BLOCK = re.compile(r"^backbone\.layer(\d)\.(\d+)\.context_block\.(conv_mask|channel_add_conv\.[013])\.")
 
 
 def _stage(m: re.Match, part: str) -> str:
@@ -67,6 +71,9 @@ RULES: list[tuple[str, str | Callable]] = [
      lambda m: f"{_stage(m, 'mask_head')}.mask_fcn{int(m[2]) + 1}.{_IN_MODULE[m[3]]}"),
     (r"^roi_head\.mask_head\.(?:(\d)\.)?(upsample|conv_logits)\.",
      lambda m: f"{_stage(m, 'mask_head')}.{_MASK_OUT[m[2]]}."),
+    # Mask Scoring R-CNN's MaskIoUHead: plain convs and fcs
+    (r"^roi_head\.mask_iou_head\.(conv|fc)s\.(\d)\.", lambda m: f"mask_iou_head.{m[1]}{int(m[2]) + 1}."),
+    (r"^roi_head\.mask_iou_head\.fc_mask_iou\.", "mask_iou_head.iou."),
 ]
 _BACKBONE_GN = re.compile(r"(^|\.)gn(\d)\.")  # its ResNet's GroupNorms: gn1 where a BatchNorm is bn1
 
@@ -75,10 +82,13 @@ def rename(name: str) -> str | None:
     """mmdetection ``MaskRCNN`` state-dict key -> minidet name; None for what plays no part at inference
     (``architectures.SET_ASIDE``: ``num_batches_tracked``, EMA copies, ...); unknown keys come back unchanged for the
     matcher to report. Its ResNet is torchvision's module tree (``conv1``, ``bn1``,
-    ``layerK.i.{conv,bn}{1,2,3}``, ``downsample.{0,1}``; its GroupNorms ``gnN``) directly under ``backbone.``; a
+    ``layerK.i.{conv,bn}{1,2,3}``, ``downsample.{0,1}``; its GroupNorms ``gnN``; its GC blocks ``context_block``;
+    its RegNet the same tree) directly under ``backbone.``; a
     ConvModule of the neck and heads holds ``conv`` and its norm ``gn`` or ``bn``."""
     if set_aside("mmdetection", name):
         return None
+    if gc := _GC_BLOCK.match(name):
+        return f"backbone.res{int(gc[1]) + 1}.{gc[2]}.context.{_CONTEXT[gc[3]]}.{name[gc.end():]}"
     if name.startswith("backbone."):
         # a deformable conv2 (mmcv's DeformConv2dPack, ModulatedDeformConv2dPack) holds its offset conv
         as_tv = "backbone.body." + _BACKBONE_GN.sub(r"\1bn\2.", name[len("backbone.") :]).replace(
@@ -393,6 +403,78 @@ _ZOO: list[tuple] = [
      "cascade_mask_rcnn_r50_fpn_instaboost_4x_coco_20200307-c19d98d9.pth", 43.7, 38.0),
     ("resnet_strikes_back/cascade-mask-rcnn_r50-rsb-pre_fpn_1x_coco",
      "cascade_mask_rcnn_r50_fpn_rsb-pretrain_1x_coco_20220113_193636-8b9ad50f.pth", 44.8, 39.9),
+    ("gcnet/mask-rcnn_r50-gcb-r16-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_r16_gcb_c3-c5_1x_coco_20200515_211915-187da160.pth", 39.7, 35.9),
+    ("gcnet/mask-rcnn_r50-gcb-r4-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_r4_gcb_c3-c5_1x_coco_20200204-17235656.pth", 39.9, 36.0),
+    ("gcnet/mask-rcnn_r101-gcb-r16-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r101_fpn_r16_gcb_c3-c5_1x_coco_20200205-e58ae947.pth", 41.3, 37.2),
+    ("gcnet/mask-rcnn_r101-gcb-r4-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r101_fpn_r4_gcb_c3-c5_1x_coco_20200206-af22dc9d.pth", 42.2, 37.8),
+    ("gcnet/mask-rcnn_r50-syncbn-gcb-r16-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_syncbn-backbone_r16_gcb_c3-c5_1x_coco_20200202-587b99aa.pth", 40.4, 36.2),
+    ("gcnet/mask-rcnn_r50-syncbn-gcb-r4-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r50_fpn_syncbn-backbone_r4_gcb_c3-c5_1x_coco_20200202-50b90e5c.pth", 40.7, 36.5),
+    ("gcnet/mask-rcnn_r101-syncbn-gcb-r16-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r101_fpn_syncbn-backbone_r16_gcb_c3-c5_1x_coco_20200207-945e77ca.pth", 42.2, 37.8),
+    ("gcnet/mask-rcnn_r101-syncbn-gcb-r4-c3-c5_fpn_1x_coco",
+     "mask_rcnn_r101_fpn_syncbn-backbone_r4_gcb_c3-c5_1x_coco_20200206-8407a3f0.pth", 42.2, 37.8),
+    ("gcnet/mask-rcnn_x101-32x4d-syncbn-gcb-r16-c3-c5_fpn_1x_coco",
+     "mask_rcnn_x101_32x4d_fpn_syncbn-backbone_r16_gcb_c3-c5_1x_coco_20200211-cbed3d2c.pth", 43.5, 38.6),
+    ("gcnet/mask-rcnn_x101-32x4d-syncbn-gcb-r4-c3-c5_fpn_1x_coco",
+     "mask_rcnn_x101_32x4d_fpn_syncbn-backbone_r4_gcb_c3-c5_1x_coco_20200212-68164964.pth", 43.9, 39.0),
+    ("gcnet/cascade-mask-rcnn_x101-32x4d-syncbn-r16-gcb-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_syncbn-backbone_r16_gcb_c3-c5_1x_coco_20200211-10bf2463.pth", 46.2, 39.7),
+    ("gcnet/cascade-mask-rcnn_x101-32x4d-syncbn-r4-gcb-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_syncbn-backbone_r4_gcb_c3-c5_1x_coco_20200703_180653-ed035291.pth", 46.4, 40.1),
+    ("gcnet/cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5-r16-gcb-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_syncbn-backbone_dconv_c3-c5_r16_gcb_c3-c5_1x_coco_20210615_215648-44aa598a.pth",
+     48.0, 41.3),
+    ("gcnet/cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5-r4-gcb-c3-c5_fpn_1x_coco",
+     "cascade_mask_rcnn_x101_32x4d_fpn_syncbn-backbone_dconv_c3-c5_r4_gcb_c3-c5_1x_coco_20210615_161851-720338ec.pth",
+     47.9, 41.1),
+    ("ms_rcnn/ms-rcnn_r50-caffe_fpn_1x_coco", "ms_rcnn_r50_caffe_fpn_1x_coco_20200702_180848-61c9355e.pth", 38.2, 36.0),
+    ("ms_rcnn/ms-rcnn_r50-caffe_fpn_2x_coco",
+     "ms_rcnn_r50_caffe_fpn_2x_coco_bbox_mAP-0.388__segm_mAP-0.363_20200506_004738-ee87b137.pth", 38.8, 36.3),
+    ("ms_rcnn/ms-rcnn_r101-caffe_fpn_1x_coco",
+     "ms_rcnn_r101_caffe_fpn_1x_coco_bbox_mAP-0.404__segm_mAP-0.376_20200506_004755-b9b12a37.pth", 40.4, 37.6),
+    ("ms_rcnn/ms-rcnn_r101-caffe_fpn_2x_coco",
+     "ms_rcnn_r101_caffe_fpn_2x_coco_bbox_mAP-0.411__segm_mAP-0.381_20200506_011134-5f3cc74f.pth", 41.1, 38.1),
+    ("ms_rcnn/ms-rcnn_x101-32x4d_fpn_1x_coco", "ms_rcnn_x101_32x4d_fpn_1x_coco_20200206-81fd1740.pth", 41.8, 38.7),
+    ("ms_rcnn/ms-rcnn_x101-64x4d_fpn_1x_coco", "ms_rcnn_x101_64x4d_fpn_1x_coco_20200206-86ba88d2.pth", 43.0, 39.5),
+    ("ms_rcnn/ms-rcnn_x101-64x4d_fpn_2x_coco", "ms_rcnn_x101_64x4d_fpn_2x_coco_20200308-02a445e2.pth", 42.6, 39.5),
+    ("regnet/mask-rcnn_regnetx-3.2GF_fpn_1x_coco",
+     "mask_rcnn_regnetx-3.2GF_fpn_1x_coco_20200520_163141-2a9d1814.pth", 40.3, 36.6),
+    ("regnet/mask-rcnn_regnetx-4GF_fpn_1x_coco",
+     "mask_rcnn_regnetx-4GF_fpn_1x_coco_20200517_180217-32e9c92d.pth", 41.5, 37.4),
+    ("regnet/mask-rcnn_regnetx-6.4GF_fpn_1x_coco",
+     "mask_rcnn_regnetx-6.4GF_fpn_1x_coco_20200517_180439-3a7aae83.pth", 41.0, 37.1),
+    ("regnet/mask-rcnn_regnetx-8GF_fpn_1x_coco",
+     "mask_rcnn_regnetx-8GF_fpn_1x_coco_20200517_180515-09daa87e.pth", 41.7, 37.5),
+    ("regnet/mask-rcnn_regnetx-12GF_fpn_1x_coco",
+     "mask_rcnn_regnetx-12GF_fpn_1x_coco_20200517_180552-b538bd8b.pth", 42.2, 38.0),
+    ("regnet/mask-rcnn_regnetx-3.2GF-mdconv-c3-c5_fpn_1x_coco",
+     "mask_rcnn_regnetx-3.2GF_fpn_mdconv_c3-c5_1x_coco_20200520_172726-75f40794.pth", 40.3, 36.6),
+    ("regnet/mask-rcnn_regnetx-3.2GF_fpn_ms-3x_coco",
+     "mask_rcnn_regnetx-3.2GF_fpn_mstrain_3x_coco_20200521_202221-99879813.pth", 43.1, 38.7),
+    ("regnet/mask-rcnn_regnetx-400MF_fpn_ms-poly-3x_coco",
+     "mask_rcnn_regnetx-400MF_fpn_mstrain-poly_3x_coco_20210601_235443-8aac57a4.pth", 37.6, 34.4),
+    ("regnet/mask-rcnn_regnetx-800MF_fpn_ms-poly-3x_coco",
+     "mask_rcnn_regnetx-800MF_fpn_mstrain-poly_3x_coco_20210602_210641-715d51f5.pth", 39.5, 36.1),
+    ("regnet/mask-rcnn_regnetx-1.6GF_fpn_ms-poly-3x_coco",
+     "mask_rcnn_regnetx-1_20210602_210641-6764cff5.pth", 40.9, 37.5),
+    ("regnet/mask-rcnn_regnetx-4GF_fpn_ms-poly-3x_coco",
+     "mask_rcnn_regnetx-4GF_fpn_mstrain-poly_3x_coco_20210602_032621-00f0331c.pth", 43.4, 39.2),
+    ("regnet/cascade-mask-rcnn_regnetx-400MF_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_regnetx-400MF_fpn_mstrain_3x_coco_20210715_211619-5142f449.pth", 41.6, 36.4),
+    ("regnet/cascade-mask-rcnn_regnetx-800MF_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_regnetx-800MF_fpn_mstrain_3x_coco_20210715_211616-dcbd13f4.pth", 42.8, 37.6),
+    ("regnet/cascade-mask-rcnn_regnetx-1.6GF_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_regnetx-1_20210715_211616-75f29a61.pth", 44.5, 39.0),
+    ("regnet/cascade-mask-rcnn_regnetx-3.2GF_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_regnetx-3_20210715_211616-b9c2c58b.pth", 45.8, 40.0),
+    ("regnet/cascade-mask-rcnn_regnetx-4GF_fpn_ms-3x_coco",
+     "cascade_mask_rcnn_regnetx-4GF_fpn_mstrain_3x_coco_20210715_212034-cbb1be4c.pth", 45.8, 40.0),
 ]
 _URL = "https://download.openmmlab.com/mmdetection/v2.0/"
 _URL_FOLDER = {  # where the file's folder is not named as above
@@ -401,6 +483,13 @@ _URL_FOLDER = {  # where the file's folder is not named as above
     "dcn/mask-rcnn_r50-dconv-c3-c5_fpn_amp-1x_coco": "fp16/mask_rcnn_r50_fpn_fp16_dconv_c3-c5_1x_coco",
     "dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco": "dcn/mask_rcnn_r50_fpn_mdconv_c3-c5_1x_coco",  # dcn's folder
     "dcnv2/mask-rcnn_r50-mdconv-c3-c5_fpn_amp-1x_coco": "fp16/mask_rcnn_r50_fpn_fp16_mdconv_c3-c5_1x_coco",
+    # three regnet/ files whose names stop at the "." of their arch (mask_rcnn_regnetx-1_...)
+    "regnet/mask-rcnn_regnetx-1.6GF_fpn_ms-poly-3x_coco":
+        "regnet/mask_rcnn_regnetx-1.6GF_fpn_mstrain-poly_3x_coco",
+    "regnet/cascade-mask-rcnn_regnetx-1.6GF_fpn_ms-3x_coco":
+        "regnet/cascade_mask_rcnn_regnetx-1.6GF_fpn_mstrain_3x_coco",
+    "regnet/cascade-mask-rcnn_regnetx-3.2GF_fpn_ms-3x_coco":
+        "regnet/cascade_mask_rcnn_regnetx-3.2GF_fpn_mstrain_3x_coco",
 }
 
 

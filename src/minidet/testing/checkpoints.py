@@ -17,13 +17,12 @@ import struct
 
 import numpy as np
 
+from ..bodies import regnet_body, resnet_body
+
 # ../shared/reference beside the repository (this file is src/minidet/testing/checkpoints.py)
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 4, "shared", "reference")
 CLASS_SPREAD = 3.0  # logit scale: scores spread over (0.05, 1)
 
-
-# blocks of res2..res5 per ResNet depth (minidet.resnet.BLOCKS_PER_STAGE, here without importing torch)
-RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 
 def blob_list(variant: str) -> list[tuple[str, tuple[int, ...]]]:
     """[(name, shape)] of ``detectron_e2e_mask_rcnn_<variant>.blobs.txt`` (e.g. ``R-50-FPN_gn``)."""
@@ -122,7 +121,8 @@ def write_detectron_pkl(path: str, blobs: dict, cfg_yaml: str = "MODEL:\n  TYPE:
 
 def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "bn", fpn_norm: bool = False,
                     head_norm: bool = False, box_convs: int = 0, rpn_convs: int = 1, num_classes: int = 80,
-                    counters: bool = False, stages: int = 0, deform: bool = False) -> dict[str, tuple]:
+                    counters: bool = False, stages: int = 0, deform: bool = False,
+                    regnet: dict | None = None) -> dict[str, tuple]:
     """Names and shapes of detectron2's GeneralizedRCNN (R-FPN Mask R-CNN) state dict, from its
     module tree: backbone.bottom_up (ResNet: stem, res2..res5 with conv1..3, shortcut, each conv's
     `norm`), backbone.fpn_lateral/output{2..5}, proposal_generator.rpn_head (conv,
@@ -136,7 +136,11 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
     ``conv.conv0``, ``conv.conv1``...; ``num_classes``: K; ``counters``: each batch norm's ``num_batches_tracked``
     (trained BatchNorm / SyncBN layers have one; FrozenBatchNorm2d has none); ``stages``: ``CascadeROIHeads`` of
     that many stages (``box_head.k``, ``box_predictor.k`` with class-agnostic ``bbox_pred``; one mask head);
-    ``deform``: ``DeformBottleneckBlock`` (v1) in res3..res5, each ``conv2_offset`` beside its ``conv2``."""
+    ``deform``: ``DeformBottleneckBlock`` (v1) in res3..res5, each ``conv2_offset`` beside its ``conv2``; ``regnet``:
+    a ``RegNet`` body in place of the ResNet (``regnet_body``'s parameters; ``depth``, ``groups``, ``width`` unused),
+    pycls's module tree: ``stem.conv`` / ``stem.bn``, stage ``sN``'s blocks ``bK`` (from 1) of ``f.a``, ``f.b``
+    (grouped), ``f.c`` with their ``f.a_bn``..., RegNetY's ``f.se.f_ex.0`` / ``.2`` (1x1 convs with bias), the first
+    block's ``proj`` + ``bn`` shortcut; its convs bias-free."""
     out = {}
 
     def conv(name, cout, cin, k, norm=True, bias=False, groups=1):
@@ -149,22 +153,51 @@ def d2_state_shapes(depth: int, groups: int = 1, width: int = 64, norm: str = "b
             if counters and norm_kind != "gn":
                 out[f"{name}.norm.num_batches_tracked"] = ()
 
+    def bn(name, c):  # a RegNet's norm beside its conv
+        for s in ("weight", "bias") if norm_kind == "gn" else ("weight", "bias", "running_mean", "running_var"):
+            out[f"{name}.{s}"] = (c,)
+        if counters and norm_kind != "gn":
+            out[f"{name}.num_batches_tracked"] = ()
+
     norm_kind = norm
-    conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
-    blocks = RESNET_BLOCKS[depth]
-    cin, bott, cout = 64, groups * width, 256
-    for stage, n in enumerate(blocks, start=2):
-        for i in range(n):
-            pre = f"backbone.bottom_up.res{stage}.{i}"
-            if i == 0:
-                conv(f"{pre}.shortcut", cout, cin, 1)
-            conv(f"{pre}.conv1", bott, cin if i == 0 else cout, 1)
-            conv(f"{pre}.conv2", bott, bott, 3, groups=groups)
-            if deform and stage > 2:
-                conv(f"{pre}.conv2_offset", 18, bott, 3, norm=False, bias=True)
-            conv(f"{pre}.conv3", cout, bott, 1)
-        cin, bott, cout = cout, bott * 2, cout * 2
-    for lvl, c in zip(range(2, 6), (256, 512, 1024, 2048)):
+    if regnet is not None:
+        body = regnet_body(**regnet)
+        conv("backbone.bottom_up.stem.conv", body.stem_channels, 3, 3, norm=False)
+        bn("backbone.bottom_up.stem.bn", body.stem_channels)
+        cin = body.stem_channels
+        for stage, st in enumerate(body.stages, start=1):
+            for i in range(st.blocks):
+                pre = f"backbone.bottom_up.s{stage}.b{i + 1}"
+                if i == 0:
+                    conv(f"{pre}.proj", st.out, cin, 1, norm=False)
+                    bn(f"{pre}.bn", st.out)
+                conv(f"{pre}.f.a", st.width, cin, 1, norm=False)
+                bn(f"{pre}.f.a_bn", st.width)
+                conv(f"{pre}.f.b", st.width, st.width, 3, norm=False, groups=st.groups)
+                bn(f"{pre}.f.b_bn", st.width)
+                if st.se:
+                    conv(f"{pre}.f.se.f_ex.0", st.se[i], st.width, 1, norm=False, bias=True)
+                    conv(f"{pre}.f.se.f_ex.2", st.width, st.se[i], 1, norm=False, bias=True)
+                conv(f"{pre}.f.c", st.out, st.width, 1, norm=False)
+                bn(f"{pre}.f.c_bn", st.out)
+                cin = st.out
+        outs = body.out_channels
+    else:
+        conv("backbone.bottom_up.stem.conv1", 64, 3, 7)
+        body, cin = resnet_body(depth, groups, width), 64
+        for stage, st in enumerate(body.stages, start=2):
+            for i in range(st.blocks):
+                pre = f"backbone.bottom_up.res{stage}.{i}"
+                if i == 0:
+                    conv(f"{pre}.shortcut", st.out, cin, 1)
+                conv(f"{pre}.conv1", st.width, cin if i == 0 else st.out, 1)
+                conv(f"{pre}.conv2", st.width, st.width, 3, groups=groups)
+                if deform and stage > 2:
+                    conv(f"{pre}.conv2_offset", 18, st.width, 3, norm=False, bias=True)
+                conv(f"{pre}.conv3", st.out, st.width, 1)
+            cin = st.out
+        outs = body.out_channels
+    for lvl, c in zip(range(2, 6), outs):
         conv(f"backbone.fpn_lateral{lvl}", 256, c, 1, norm=fpn_norm, bias=not fpn_norm)
         conv(f"backbone.fpn_output{lvl}", 256, 256, 3, norm=fpn_norm, bias=not fpn_norm)
     for j in range(rpn_convs):
@@ -195,20 +228,27 @@ def d2_weights(depth: int, seed: int = 0, groups: int = 1, width: int = 64, **la
     return d2_random_weights(d2_state_shapes(depth, groups, width, **layout), seed)
 
 
-def d2_random_weights(shapes: dict[str, tuple], seed: int = 0) -> dict[str, np.ndarray]:
+def d2_random_weights(shapes: dict[str, tuple], seed: int = 0, normalized_input: bool = False,
+                      spread: float = 3.0) -> dict[str, np.ndarray]:
     """``d2_weights``'s values for any detectron2 module tree's names and ``shapes`` (a cascade's per-stage heads
-    ``box_head.<k>.``, a deformable block's ``conv2_offset``: He-scaled, offsets of about a pixel)."""
+    ``box_head.<k>.``, a deformable block's ``conv2_offset``: He-scaled, offsets of about a pixel; a RegNet's norms
+    ``*bn``, small on each block's last, ``f.c_bn``; RegNetY's SE convs He-scaled, their gates spread over (0, 1)).
+    ``normalized_input``: the stem takes pixels divided by their standard deviation (the RegNet baselines'), its
+    weights not scaled down for 0-255 pixels. ``spread``: the class logits' scale (a box head whose convs are
+    normalized with random statistics gives features of about a fifth of a plain one's: a wider spread keeps its
+    scores over 0.05)."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in shapes.items():
         if name.endswith("num_batches_tracked"):
             out[name] = np.array(0, dtype=np.int64)
             continue
-        role = next((r for r in ("norm.weight", "norm.bias", "running_mean", "running_var") if name.endswith(r)), "")
-        role = role or ("weight" if name.endswith("weight") else "bias")
+        module, _, leaf = name.rpartition(".")
+        norm = len(shapes.get(f"{module}.weight", (0, 0))) == 1  # a norm's weight is 1-D, a conv's or fc's not
+        role = ("norm." + leaf if leaf in ("weight", "bias") else leaf) if norm else leaf
         fan_in = int(np.prod(shape[1:])) if "deconv" not in name else shape[0] * 4
-        v = _sane_value(rng, name, shape, role, small_norm=".conv3." in name, fan_in=fan_in, stem="stem" in name,
-                        damp="fpn_" in name, spread=3.0)
+        v = _sane_value(rng, name, shape, role, small_norm=".conv3." in name or ".f.c_bn." in name, fan_in=fan_in,
+                        stem="stem" in name and not normalized_input, damp="fpn_" in name, spread=spread)
         out[name] = v.astype(np.float32)
     return out
 
@@ -289,21 +329,20 @@ def mb_state_shapes(
     body = "backbone.body"
     conv(f"{body}.stem.conv1", 64, 3, 7, bias=False)
     norm(f"{body}.stem.bn1", 64)
-    blocks = RESNET_BLOCKS[depth]
-    cin, bott, cout = 64, num_groups * width_per_group, 256
-    for stage, n in enumerate(blocks, start=1):
-        for i in range(n):
+    cin = 64
+    for stage, st in enumerate(resnet_body(depth, num_groups, width_per_group).stages, start=1):
+        for i in range(st.blocks):
             pre = f"{body}.layer{stage}.{i}"
             if i == 0:
-                conv(f"{pre}.downsample.0", cout, cin, 1, bias=False)
-                norm(f"{pre}.downsample.1", cout)
-            conv(f"{pre}.conv1", bott, cin if i == 0 else cout, 1, bias=False)
-            norm(f"{pre}.bn1", bott)
-            conv(f"{pre}.conv2", bott, bott, 3, bias=False, groups=num_groups)
-            norm(f"{pre}.bn2", bott)
-            conv(f"{pre}.conv3", cout, bott, 1, bias=False)
-            norm(f"{pre}.bn3", cout)
-        cin, bott, cout = cout, bott * 2, cout * 2
+                conv(f"{pre}.downsample.0", st.out, cin, 1, bias=False)
+                norm(f"{pre}.downsample.1", st.out)
+            conv(f"{pre}.conv1", st.width, cin if i == 0 else st.out, 1, bias=False)
+            norm(f"{pre}.bn1", st.width)
+            conv(f"{pre}.conv2", st.width, st.width, 3, bias=False, groups=num_groups)
+            norm(f"{pre}.bn2", st.width)
+            conv(f"{pre}.conv3", st.out, st.width, 1, bias=False)
+            norm(f"{pre}.bn3", st.out)
+        cin = st.out
     for j, c in enumerate((256, 512, 1024, 2048), start=1):
         conv_gn(f"backbone.fpn.fpn_inner{j}", 256, c, 1)
         conv_gn(f"backbone.fpn.fpn_layer{j}", 256, 256, 3)

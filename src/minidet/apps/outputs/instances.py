@@ -63,14 +63,19 @@ def _columns(out: Mapping, rows: np.ndarray, offset: int | None, mask_format: st
 
 def record_instances(out: Mapping, mask_format: str = "rle", tolerance: float = 0.0) -> list[dict]:
     """One image's detections as the instances of ``infer``'s records: ``bbox`` [x, y, w, h], ``score``,
-    ``category_id``, ``category_name`` and, with masks, ``segmentation`` in ``mask_format`` (``segmentations``)."""
+    ``category_id``, ``category_name``, where a mask IoU head rescored the detections (Mask Scoring R-CNN: ``score``
+    is the box score times the predicted mask IoU) ``box_score``, and, with masks, ``segmentation`` in
+    ``mask_format`` (``segmentations``)."""
     rows = np.arange(len(out["scores"]))
     boxes, scores, cats, rles = _columns(out, rows, None, mask_format, tolerance)
     names, labels = out["class_names"], np.asarray(out["labels"]).reshape(-1)
+    box_scores = np.asarray(out["box_scores"]).reshape(-1) if "box_scores" in out else None
     found = []
     for i, box in enumerate(boxes):
         inst = {"bbox": box, "score": float(scores[i]), "category_id": int(cats[i]),
                 "category_name": names[int(labels[i])]}
+        if box_scores is not None:
+            inst["box_score"] = float(box_scores[i])
         if rles is not None:
             inst["segmentation"] = rles[i]
         found.append(inst)
