@@ -332,6 +332,30 @@ def test_the_cascade_and_deformable_convs_cost_stage_by_stage_beside_the_plain_m
 
 
 @pytest.mark.slow
+def test_regnet_gc_blocks_and_mask_scoring_cost_stage_by_stage_beside_the_plain_model(tmp_path):
+    """``--norms FrozenBN,regnety-4gf,gcb,maskiou`` on an mmdetection config (issue 45): a RegNetY body, GC blocks in
+    res3 to res5 and Mask Scoring R-CNN's mask IoU head timed beside the plain Mask R-CNN in one run, each printed as
+    its ratio to it per stage; their FLOPs differ from the plain model's only where the architecture does (the
+    RegNet's grouped convs and SE, the GC blocks' convs and attention pooling, the mask IoU head in the mask stage)."""
+    out_json = tmp_path / "bench.json"
+    proc = _run("--config-file", "mmdetection/mask-rcnn_r50_fpn_1x_coco", "--size", "160", "--image", "120x160",
+                "--iters", "1", "--warmup", "0", "--no-memory", "--norms", "FrozenBN,regnety-4gf,gcb,maskiou",
+                "--peak-seconds", "0.05", "--json", str(out_json), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["variant"]: r for r in json.loads(out_json.read_text())["runs"]}
+    plain, regnet, gcb, maskiou = (rows[v]["flops"]["stages"] for v in ("FrozenBN", "regnety-4gf", "gcb", "maskiou"))
+    assert regnet["backbone"] != plain["backbone"] and regnet["rpn"] == plain["rpn"]
+    assert plain["backbone"] < gcb["backbone"] < 1.01 * plain["backbone"] and gcb["fpn"] == plain["fpn"]
+    assert maskiou["backbone"] == plain["backbone"] and maskiou["mask_head"] > 1.5 * plain["mask_head"]
+    for variant in ("regnety-4gf", "gcb", "maskiou"):
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(f"{variant} / FrozenBN"))
+        assert "(the plain Mask R-CNN): end to end " in line and " backbone " in line and " mask_head " in line
+        assert rows[variant]["detections_per_image"]["min"] == 10  # FAST's cap: calibrated as the plain model
+    assert "the mask IoU head " in next(x for x in proc.stdout.splitlines() if x.startswith("maskiou / FrozenBN"))
+    assert "mask_iou" in rows["maskiou"]["details"] and "mask_iou" not in rows["gcb"]["details"]
+
+
+@pytest.mark.slow
 @needs_extra("openvino", "openvino")
 @needs_extra("nncf", "int8")
 def test_the_int8_graph_runs_beside_the_float32_graph_with_its_facts_and_the_int8_peak(tmp_path):

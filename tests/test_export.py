@@ -24,6 +24,7 @@ import minidet
 from helpers import ROOT, call_tool, config, images_bgr, load_tool, needs_extra, one_error_line
 from minidet import runtimes
 from minidet.apps.bench.reference import build_tv, legacy_v1_state_dict
+from minidet.apps.synthetic import random_minidet_weights
 from minidet.testing.checkpoints import (
     REFERENCE,
     d2_weights,
@@ -66,9 +67,16 @@ FAMILIES = {
     "mmdetection_cascade": ("configs/mmdetection/cascade-mask-rcnn_r50_fpn_1x_coco.yaml", "mmdet_cascade"),
     "mmdetection_dcnv2": ("configs/mmdetection/mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.yaml", "mmdet_dcnv2"),
     "detectron2_cascade_dcn": ("configs/detectron2/cascade_mask_rcnn_R_50_FPN_1x.yaml", "d2_cascade_dcn"),
+    # issue 45: RegNetX (grouped convs, a stem without max-pool); Mask Scoring R-CNN (the mask IoU head rescoring the
+    # detections: the box_scores output) on a GC r16 c3-c5 body (softmax attention pooling, matmul, LayerNorm); RegNetY
+    # (squeeze-and-excitation: global average pooling), in detectron2's LSJ model (BN in the FPN and the heads too)
+    "mmdetection_regnetx": ("configs/mmdetection/mask-rcnn_regnetx-3.2GF_fpn_1x_coco.yaml", "minidet"),
+    "mmdetection_ms_gcb": ("configs/mmdetection/ms-rcnn_r50-caffe_fpn_1x_coco.yaml", "minidet"),
+    "detectron2_regnety": ("configs/detectron2/mask_rcnn_regnety_4gf_dds_FPN_100ep_LSJ.yaml", "minidet"),
 }
 DEFORMABLE = {"mmdetection_dcnv2", "detectron2_cascade_dcn"}  # OpenVINO has no DeformConv
-OPTS = {"detectron2_cascade_dcn": ["MODEL.RESNETS.DEFORM_ON_PER_STAGE", [False, True, True, True]]}
+OPTS = {"detectron2_cascade_dcn": ["MODEL.RESNETS.DEFORM_ON_PER_STAGE", [False, True, True, True]],
+        "mmdetection_ms_gcb": ["MODEL.RESNETS.CONTEXT_ON_PER_STAGE", [False, True, True, True]]}
 NORMS = {"FrozenBN": [], "folded": ["MODEL.FOLD_NORM", True]}
 # GN: no folding; own classes: the family's arithmetic is mmdetection's case, its head sizes are its own
 CASES = [(f, n) for f in FAMILIES for n in NORMS if not (f.endswith(("_gn", "_own")) and n == "folded")]
@@ -80,15 +88,22 @@ CASES = [(f, n) for f in FAMILIES for n in NORMS if not (f.endswith(("_gn", "_ow
 # is test_export_program_...'s (`minidet export`, then `--check` under each runtime): exported there once, not twice.
 # The cascade's gate under both runtimes, deformable convolution's under ONNX Runtime (OpenVINO refuses it in one
 # line); detectron2's cascade with deformable convs is the graph's case (bit for bit in PyTorch: its arithmetic).
+# Issue 45: Mask Scoring R-CNN on GC blocks and RegNetY under both runtimes; RegNetX is the graph's case (its grouped
+# convolutions are RegNetY's too).
 FOLDED_GATE = {"detectron", "torchvision_v2"}
 GATE_CASES = [(f, n) for f, n in CASES
               if (f, n) != ("detectron2", "FrozenBN") and (n == "FrozenBN" or f in FOLDED_GATE)
-              and f != "detectron2_cascade_dcn"]
+              and f not in ("detectron2_cascade_dcn", "mmdetection_regnetx")]
 
 
-def _write(kind: str, path: Path) -> None:
-    """A synthetic checkpoint of ``kind`` in its family's real format, realistic random weights."""
-    if kind in ("tv1", "tv2"):
+def _write(kind: str, path: Path, family: str) -> None:
+    """A synthetic checkpoint of ``kind`` in its family's real format, realistic random weights; ``minidet``: a
+    minidet state dict of ``family``'s config (``random_minidet_weights``: calibrated norms, class logits and mask
+    IoUs), which every family's config loads."""
+    if kind == "minidet":
+        cfg = config(FAMILIES[family][0], *SIZE, *OPTS.get(family, []))
+        random_minidet_weights(cfg, images_bgr(SHAPES[:1])[0], str(path))
+    elif kind in ("tv1", "tv2"):
         sd = build_tv(int(kind[-1]), 320, 512).state_dict()
         torch.save(legacy_v1_state_dict(sd) if kind == "tv1" else sd, path)
     elif kind.startswith("detectron_") or kind == "detectron":
@@ -120,7 +135,7 @@ def checkpoints(tmp_path_factory):
             pytest.skip("needs ../shared/reference (Detectron's blob lists)")
         if family not in made:
             made[family] = folder / f"{family}.ckpt"
-            _write(FAMILIES[family][1], made[family])
+            _write(FAMILIES[family][1], made[family], family)
         return made[family]
 
     return get
@@ -139,7 +154,7 @@ def _graph_args(batch) -> tuple[torch.Tensor, ...]:
 
 
 # the first check: a family with the background first, one with it last, a cascade with deformable convs (each case
-# takes 5 s to 10 s)
+# takes 5 s to 10 s; Mask Scoring R-CNN's twice that: its mask IoU head costs what the mask head does)
 QUICK_GRAPH = {("torchvision_v1", "FrozenBN"), ("mmdetection", "FrozenBN"), ("detectron2_cascade_dcn", "FrozenBN")}
 
 
@@ -152,11 +167,17 @@ def test_graph_in_pytorch_is_the_eager_network_bit_for_bit(checkpoints, family, 
         batch = model.preprocess([image])
         with torch.inference_mode():
             ref = model.detect(batch)[0]
-            proposals, boxes, scores, labels, masks = graph(*_graph_args(batch))
+            out = dict(zip(graph.outputs, graph(*_graph_args(batch))))
         assert len(ref.boxes) > 10
-        for ours, theirs in ((boxes, ref.boxes), (scores, ref.scores), (labels, ref.labels), (masks, ref.masks)):
-            assert torch.equal(ours, theirs)
+        assert graph.outputs[:5] == ("proposals", "boxes", "scores", "labels", "masks")
+        for name in graph.outputs[1:]:
+            assert torch.equal(out[name], getattr(ref, name)), name
         assert graph.frame == ref.frame
+        if model.mask_iou_head is not None:  # Mask Scoring R-CNN: the box scores times the predicted mask IoUs
+            assert graph.outputs[-1] == "box_scores" and not torch.equal(out["scores"], out["box_scores"])
+            assert 0 < float(out["scores"].mean()) < float(out["box_scores"].mean())  # calibrated IoUs: about 0.7
+        else:
+            assert ref.box_scores is None and "box_scores" not in graph.outputs
 
 
 def test_graph_takes_rules_from_the_model_not_from_names(checkpoints):
@@ -557,6 +578,28 @@ def test_exported_family_passes_the_gate(checkpoints, exports, family, norm):
         report = run_gate(model, network, images, repeats=0, references=references)
         assert report["passed"], (runtime, report)
         assert_judged(report)
+        if model.mask_iou_head is not None:  # the box head's scores beside the rescored ones, as eager has them
+            head, out = network.run_image(model.preprocess(images[:1][0][1:]), 0)
+            assert head.box_scores is not None and torch.equal(head.box_scores, out["box_scores"])
+
+
+@pytest.mark.slow
+def test_mask_scoring_graph_runs_an_image_without_detections(checkpoints):
+    """Mask Scoring R-CNN's graph on an image where nothing passes the score threshold (and on images with a few
+    detections) under each runtime: eager's detections, none on the blank picture (OpenVINO's MaxPool, the mask IoU
+    head's first step, refuses an empty batch: the graph gives the head one zero row more and drops its IoU)."""
+    model = _model(checkpoints, "mmdetection_ms_gcb", "FrozenBN", "MODEL.ROI_HEADS.SCORE_THRESH_TEST", 0.9)
+    data = export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {"minidet.weights_sha256": "none"})
+    batches = [model.preprocess([im]) for im in [np.full((240, 320, 3), 114, np.uint8), *images_bgr(SHAPES)]]
+    with torch.inference_mode():
+        refs = [model.detect(b)[0] for b in batches]
+    assert len(refs[0].boxes) == 0 and sum(len(r.boxes) for r in refs[1:]) > 0
+    for runtime in RUNTIMES:
+        network = ExportedNetwork(open_graph("exported", data=data, runtime=runtime))
+        for batch, ref in zip(batches, refs):
+            head = network.run_image(batch, 0)[0]
+            assert torch.equal(head.labels, ref.labels) and head.box_scores.shape == ref.box_scores.shape, runtime
+            assert torch.allclose(head.scores, ref.scores, atol=1e-4) and head.masks.shape == ref.masks.shape
 
 
 @REUSING["torchvision_v1"]

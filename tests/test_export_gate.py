@@ -148,3 +148,26 @@ def test_eager_noise_comes_from_every_float_order_change(cfg, opts, names):
     if "channels-last" in variants:
         assert variants["channels-last"].channels_last and not model.channels_last
     assert all(v is not model for v in variants.values())
+
+
+def _scored(box_scores: list[float], ious: list[float]) -> Outputs:
+    """``DETS`` as a Mask Scoring R-CNN gives them: the box scores kept, ``scores`` times the predicted mask IoUs."""
+    boxes, labels = torch.tensor(DETS[0]), torch.tensor(DETS[2])
+    box_scores = torch.tensor(box_scores)
+    scores = box_scores * torch.tensor(ious)
+    head = Detections(boxes, scores, labels, "resized", torch.full((2, 4, 4), 0.5), box_scores)
+    return Outputs(torch.tensor([B, D]), head, {"boxes": boxes, "scores": scores, "labels": labels,
+                                                "box_scores": box_scores})
+
+
+def test_mask_scoring_rcnns_box_and_mask_stages_are_judged_apart():
+    """Issue 45: a Mask Scoring R-CNN's box head is held to its box scores, its rescored scores (box score x mask IoU)
+    to the mask stage: the same box scores with other predicted IoUs differ at ``mask_head``, other box scores at
+    ``box_head``; the same outputs are the same."""
+    model, ref = _model(), _scored([0.9, 0.6], [0.8, 0.7])
+    assert _verdict(_scored([0.9, 0.6], [0.8, 0.7]), ref, model) == "same"
+    assert _verdict(_scored([0.9, 0.6], [0.8, 0.5]), ref, model) == "DIFFERS at mask_head"
+    assert _verdict(_scored([0.9, 0.5], [0.8, 0.84]), ref, model) == "DIFFERS at box_head"
+    tol = Tolerances()
+    d = difference(_scored([0.9, 0.6], [0.8, 0.5]), ref, tol)
+    assert d.mask_scores == pytest.approx(0.12) and not d.head.problem(tol.box, tol.score)

@@ -28,12 +28,12 @@ def _is_bn(m: nn.Module) -> bool:
 
 @torch.no_grad()
 def randomize_affine(model: nn.Module, gen: torch.Generator) -> None:
-    """Non-trivial weight/bias on every batch norm and GroupNorm of ``model``."""
+    """Non-trivial weight/bias on every batch norm, GroupNorm and LayerNorm (a GC block's) of ``model``."""
     for m in model.modules():
-        if _is_bn(m) or isinstance(m, nn.GroupNorm):
-            c = m.weight.shape[0]
-            m.weight.copy_(torch.rand(c, generator=gen) * 1.0 + 0.5)
-            m.bias.copy_(torch.randn(c, generator=gen) * 0.2)
+        if _is_bn(m) or isinstance(m, (nn.GroupNorm, nn.LayerNorm)):
+            shape = m.weight.shape  # (C,); a GC block's LayerNorm: (C, 1, 1)
+            m.weight.copy_(torch.rand(shape, generator=gen) * 1.0 + 0.5)
+            m.bias.copy_(torch.randn(shape, generator=gen) * 0.2)
 
 
 @torch.no_grad()
@@ -135,6 +135,18 @@ def _calibrate_scales(model: torch.nn.Module, run) -> None:
         h.remove()
 
 
+IOU_MEAN, IOU_STD = 0.7, 0.1  # a mask IoU head's predicted IoUs on the synthetic weights
+
+
+@torch.no_grad()
+def _calibrate_iou(layer: nn.Linear, x: torch.Tensor) -> None:
+    """Scale and shift the mask IoU head's last layer so that on its inputs ``x`` (R, D) each class's predicted IoU
+    has mean ``IOU_MEAN`` and the row's spread about ``IOU_STD``."""
+    out = x @ layer.weight.T
+    layer.weight.mul_(IOU_STD / out.std(dim=1).mean().clamp(min=1e-12))
+    layer.bias.copy_(IOU_MEAN - (x @ layer.weight.T).mean(dim=0))
+
+
 @torch.no_grad()
 def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: float = 2.0, *,
                            without_norms: bool = False) -> None:
@@ -143,9 +155,11 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
     Frozen batch norms (GN is left as randomized) take the statistics of their own input on
     ``calib_image``; in the same forward the class logits are measured and ``cls_score`` (each cascade stage's) is
     rescaled so that, per proposal, they spread with standard deviation ``logit_std`` over the
-    classes (a trained model's confidence: about 100 detections per image). With ``without_norms``
-    (no norm layers, which no config describes: the benchmark's ``none``), each frozen norm is calibrated
-    as a pure scale (``_calibrate_scales``), multiplied into its conv and removed (``strip_norms``): the
+    classes (a trained model's confidence: about 100 detections per image), and a mask IoU head's (Mask Scoring
+    R-CNN) predicted IoUs are set, in one more forward, to spread around ``IOU_MEAN`` with standard deviation
+    ``IOU_STD`` (``_calibrate_iou``: the rescored scores keep a trained model's order of magnitude). With
+    ``without_norms`` (no norm layers, which no config describes: the benchmark's ``none``), each frozen norm is
+    calibrated as a pure scale (``_calibrate_scales``), multiplied into its conv and removed (``strip_norms``): the
     activations keep a sane range.
     """
     torch.manual_seed(0)
@@ -173,4 +187,13 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
         hook.remove()
     for i, p in enumerate(predictors):
         p.cls_score.weight.mul_(logit_std / (feats[i][0] @ p.cls_score.weight.T).std(dim=1).mean())
+    iou_head = getattr(model, "mask_iou_head", None)
+    if iou_head is not None:  # on the detections of the calibrated model: one more forward
+        iou_in: list[torch.Tensor] = []
+        hook = iou_head.iou.register_forward_pre_hook(lambda mod, args: iou_in.append(args[0]))
+        model.eval()
+        model([calib_image])
+        hook.remove()
+        if iou_in and len(iou_in[0]) > 1:
+            _calibrate_iou(iou_head.iou, iou_in[0])
     torch.save(model.state_dict(), path)

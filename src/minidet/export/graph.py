@@ -1,15 +1,18 @@
 """``NetworkGraph``: one image's network (``MaskRCNN._detect`` for a chunk of one) in operators that
 ``torch.export`` follows through data-dependent sizes, built from a loaded model.
 
-Every part with weights is the model's own module (backbone, FPN, RPN head, box head, box predictor, mask
-head, with the fused CPU paths off); every family rule is the model's own attribute or function, called as
-the eager engine calls it: the RPN's cell anchors, stride rule, per-level top-k (``level_topk``: on logits, or on
-mmdetection's sigmoid scores), box rule (decode, clip, +1 sizes, inclusive NMS), proposal filter, logit or sigmoid
-ranking, per-level cut; the poolers' level rule, alignment and sampling; the box predictor's thresholds,
-background column, frame, small-box filter and ties at the cap. What is restated here is only the control flow
-around them, written without Python branches on data: NMS (``ops.batched_nms``), multi-scale RoIAlign
-(torchvision's ``roi_align``, ONNX's ``RoiAlign``), the detection cap. So a family that only recombines these
-rules exports unchanged.
+Every part with weights is the model's own module (backbone with its SE and GC blocks, FPN, RPN head, box head, box
+predictor, mask head, Mask Scoring R-CNN's mask IoU head, with the fused CPU paths off); every family rule is the
+model's own attribute or function, called as the eager engine calls it: the RPN's cell anchors, stride rule,
+per-level top-k (``level_topk``: on logits, or on mmdetection's sigmoid scores), box rule (decode, clip, +1 sizes,
+inclusive NMS), proposal filter, logit or sigmoid ranking, per-level cut; the poolers' level rule, alignment and
+sampling; the box predictor's thresholds, background column, frame, small-box filter and ties at the cap. What is
+restated here is only the control flow around them, written without Python branches on data: NMS
+(``ops.batched_nms``), multi-scale RoIAlign (torchvision's ``roi_align``, ONNX's ``RoiAlign``), the detection cap.
+So a family that only recombines these rules exports unchanged. Where an operator's exported form cannot take what
+the graph gives it, an equal form is used in the export only (run by PyTorch, the graph computes the eager model's
+bits): a head's batch norm as the kernel's own op (``_BatchNorm``), the mask IoU head on one zero row more
+(OpenVINO's MaxPool takes no empty batch).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from torch.nn import functional as F
 
 from ..detector import MaskRCNN
 from ..layers import ClassConv1x1, fuse_convs, fuse_linears
-from ..norm import FrozenBN
+from ..norm import BatchNorm, FrozenBN
 from . import ops
 
 INPUTS = ("image", "image_size", "original_size", "scale")
@@ -39,7 +42,9 @@ FLOAT_ORDER = (
     "orders, as between PyTorch's own paths), GroupNorm's statistics are summed in float64; the rest is the same "
     "float32 arithmetic"
 )
-OUTPUTS = ("proposals", "boxes", "scores", "labels", "masks")  # masks only with a mask head
+# masks only with a mask head; box_scores only with a mask IoU head (Mask Scoring R-CNN: ``scores`` are then the box
+# scores times the predicted mask IoUs), last, so that the graphs without one keep their outputs
+OUTPUTS = ("proposals", "boxes", "scores", "labels", "masks", "box_scores")
 
 
 class _ScaleShift(nn.Module):
@@ -77,6 +82,19 @@ class _GroupNorm64(nn.Module):
         return y * self.weight.view(per_channel) + self.bias.view(per_channel)
 
 
+class _BatchNorm(BatchNorm):
+    """``norm.BatchNorm`` (torch's batch-norm kernel, not training) whose exported form is the kernel's own op,
+    ``_native_batch_norm_legit_no_training`` (ONNX's ``BatchNormalization``): ``F.batch_norm`` first tests whether its
+    input is empty, which ``torch.export`` cannot decide for a head's rows (any count of boxes, none too). The same
+    operator and arguments; run by PyTorch outside an export, it is ``F.batch_norm`` (the eager model's bits)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_exporting():
+            return super().forward(x)
+        return torch.ops.aten._native_batch_norm_legit_no_training(
+            x, self.weight, self.bias, self.running_mean, self.running_var, 0.0, self.eps)[0]
+
+
 class _AllClasses(ClassConv1x1):
     """The mask predictor as the plain 1x1 convolution (all classes; the class is selected after it), without
     the row count test of its selected-class path, which a graph of any detection count cannot make."""
@@ -89,9 +107,11 @@ class NetworkGraph(nn.Module):
     """``forward(image, image_size, original_size, scale)``: the normalized, padded image (1, 3, H, W) float32,
     its resized size before padding (2,) int64 (h, w), the original image's size (2,) int64 and the resize
     factor () float32 -> ``proposals`` (P, 4), ``boxes`` (D, 4) in the frame of ``frame`` (``"resized"``: the
-    network input's pixels, or ``"original"``), ``scores`` (D,), ``labels`` (D,) int64 and, with a mask head,
-    ``masks`` (D, M, M) probabilities of each box's class. The same values as ``model._detect`` on that image up
-    to the order of float sums (RoIAlign, convolutions); ``model`` is copied, not changed."""
+    network input's pixels, or ``"original"``), ``scores`` (D,), ``labels`` (D,) int64, with a mask head ``masks``
+    (D, M, M) probabilities of each box's class, and with a mask IoU head (Mask Scoring R-CNN) ``box_scores`` (D,):
+    the box head's scores, ``scores`` being those times each mask's predicted IoU (``outputs`` names them). The same
+    values as ``model._detect`` on that image up to the order of float sums (RoIAlign, convolutions); ``model`` is
+    copied, not changed."""
 
     def __init__(self, model: MaskRCNN) -> None:
         super().__init__()
@@ -104,14 +124,17 @@ class NetworkGraph(nn.Module):
             for name, child in parent.named_children():
                 if type(child) is FrozenBN:  # a BatchNorm stays: torch's batch-norm op (ONNX BatchNormalization)
                     setattr(parent, name, _ScaleShift(*child.scale_shift()))
+                elif type(child) is BatchNorm:
+                    child.__class__ = _BatchNorm
                 elif isinstance(child, nn.GroupNorm):
                     setattr(parent, name, _GroupNorm64(child))
         self.backbone, self.fpn, self.rpn = m.backbone, m.fpn, m.rpn
         self.box_pooler, self.box_head, self.box_predictor = m.box_pooler, m.box_head, m.box_predictor
         self.cascade, self.final_predictor = m.cascade, m.final_predictor
         self.mask_pooler, self.mask_head = m.mask_pooler, m.mask_head
+        self.mask_iou_head = getattr(m, "mask_iou_head", None)
         self.frame = "original" if m.final_predictor.original_frame else "resized"
-        self.outputs = OUTPUTS if m.mask_head is not None else OUTPUTS[:-1]
+        self.outputs = OUTPUTS[: 4 + (m.mask_head is not None) + (self.mask_iou_head is not None)]
 
     @staticmethod
     def _mask_heads(mask_head: nn.Module | None) -> list[nn.Module]:
@@ -145,7 +168,16 @@ class NetworkGraph(nn.Module):
             if logits.shape[1] > 1:  # ``MaskHead.select``: each box's class (a gather: any count of boxes)
                 logits = logits.gather(1, labels.view(-1, 1, 1, 1).expand(-1, 1, *logits.shape[2:]))
             masks.append(logits[:, 0].sigmoid())
-        return proposals, boxes, scores, labels, masks[0] if len(masks) == 1 else torch.stack(masks).mean(0)
+        probs = masks[0] if len(masks) == 1 else torch.stack(masks).mean(0)
+        if self.mask_iou_head is None:
+            return proposals, boxes, scores, labels, probs
+        # ``MaskRCNN._detect``: the box score times the mask IoU head's IoU of the box's class (its own module)
+        if torch.compiler.is_exporting():  # one zero row more, its IoU dropped: OpenVINO's MaxPool takes no empty
+            rows = [torch.cat((t, t.new_zeros((1, *t.shape[1:])))) for t in (pooled, probs, labels)]  # batch
+            iou = self.mask_iou_head(*rows).float()[:-1]
+        else:
+            iou = self.mask_iou_head(pooled, probs, labels).float()
+        return proposals, boxes, scores * iou, labels, probs, scores
 
     def proposals(self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded: tuple, size: tuple,
                   scale) -> torch.Tensor:

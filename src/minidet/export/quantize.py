@@ -8,8 +8,9 @@ exporter's scopes: ``name_by_module``):
 
 - int8: the weighted layers of ``QUANTIZED`` (the ResNet stages, the FPN, the box head's fully connected layers:
   nearly all of the arithmetic);
-- float32 (``KEPT_FLOAT``, each with why): the first convolution, the RPN head, the box predictor, the mask head,
-  and every step without weights (box decoding, NMS, RoIAlign, the mask paste's inputs).
+- float32 (``KEPT_FLOAT`` and ``KEPT_FLOAT_BLOCKS``, each with why; the facts name those the model has): the first
+  convolution, the RPN head, the box predictor, the mask head, a Mask Scoring R-CNN's mask IoU head, GC blocks
+  (``*.context``), and every step without weights (box decoding, NMS, RoIAlign, the mask paste's inputs).
 
 The result is written as an OpenVINO model (``model.xml`` + ``model.bin``, weights uncompressed) with minidet's
 metadata (``minidet.precision int8``, the float modules), which ``onnxfile.open_graph`` opens under ``MODEL.RUNTIME
@@ -37,6 +38,13 @@ KEPT_FLOAT = {
     "box_predictor": "the class scores and box deltas: the detections' scores and boxes themselves, a tiny share",
     "mask_head": "the mask head: int8 coarsens the 28x28 mask logits, the masks' outlines (OpenVINO's own Mask "
                  "R-CNN tutorial shows some masks 'considerably less accurate' in int8)",
+    "mask_iou_head": "Mask Scoring R-CNN's mask IoU head: it reads the mask head's masks, and the IoU it predicts "
+                     "multiplies each detection's score",
+}
+# blocks kept float32 inside the quantized modules, wherever they are (a module path with this name in it), and why
+KEPT_FLOAT_BLOCKS = {
+    "context": "GC blocks (GCNet's ContextBlock): their attention pooling weights every position of a map by a softmax "
+               "of about 1 / positions each, which int8 activations round to a few levels; a tiny share of the work",
 }
 DEFAULT_CALIBRATION = 100  # calibration images used at most (spread evenly over those given)
 SCOPE = "pkg.torch.onnx.name_scopes"  # the torch exporter's node metadata: the modules a node was traced in
@@ -76,28 +84,42 @@ def under(module: str, prefixes) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+def in_kept_block(module: str) -> str:
+    """The ``KEPT_FLOAT_BLOCKS`` name ``module`` is in or inside, '' for none."""
+    return next((part for part in module.split(".") if part in KEPT_FLOAT_BLOCKS), "")
+
+
 def is_quantized(name: str) -> bool:
     """Whether the op named ``name`` (``module/op``, ``name_by_module``) is in a module whose layers are int8."""
     module = module_named(name)
-    return under(module, QUANTIZED) and not under(module, KEPT_FLOAT)
+    return under(module, QUANTIZED) and not under(module, KEPT_FLOAT) and not in_kept_block(module)
+
+
+_WEIGHT_PATH = ("Convert", "Reshape", "Transpose", "Multiply", "Subtract")  # between a layer and its weights
+
+
+def _source(node):
+    """The node behind ``node`` through the conversions that stand between a layer and its weights."""
+    while node.get_type_name() in _WEIGHT_PATH and node.get_input_size():
+        node = node.input(0).get_source_output().get_node()
+    return node
 
 
 def weighted_layers(model) -> dict[str, list[str]]:
     """The weighted layers of an OpenVINO model by whether their weights are quantized: ``{"int8": [module, ...],
-    "float32": [...]}`` (module names, each once, in graph order)."""
+    "float32": [...]}`` (module names, each once, in graph order). A layer whose second input is no constant (an index
+    op, a product of two activations such as a GC block's attention pooling) holds no weights and is not listed."""
     seen: dict[str, dict[str, None]] = {"int8": {}, "float32": {}}
     for op in model.get_ordered_ops():
         if op.get_type_name() not in WEIGHTED or op.get_input_size() < 2:
             continue
-        source = op.input(1).get_source_output().get_node()
-        while source.get_type_name() in ("Convert", "Reshape", "Transpose", "Multiply", "Subtract") and \
-                source.get_input_size():
-            source = source.input(0).get_source_output().get_node()
-        kind = "int8" if source.get_type_name() == "FakeQuantize" or source.get_element_type().get_type_name() in (
-            "i8", "u8") else "float32"
+        source = _source(op.input(1).get_source_output().get_node())
+        quantized = source.get_type_name() == "FakeQuantize"
+        held = _source(source.input(0).get_source_output().get_node()) if quantized else source
         module = module_named(op.get_friendly_name())
-        if source.get_type_name() == "Parameter" or not module:  # data, not weights (an index op, a product)
+        if held.get_type_name() != "Constant" or not module:  # data, not weights
             continue
+        kind = "int8" if quantized or source.get_element_type().get_type_name() in ("i8", "u8") else "float32"
         seen[kind][module] = None
     return {k: list(v) for k, v in seen.items()}
 
@@ -119,7 +141,11 @@ def quantize(model, calibration: Sequence[dict], metadata: dict[str, str]):
     nncf = require("nncf", "minidet export --precision int8", "int8")
     inputs = {n for i in model.inputs for n in i.get_names()}
     items = [{k: v for k, v in feeds.items() if k in inputs} for feeds in calibration]
-    names = sorted({n for op in model.get_ordered_ops() if not is_quantized(n := op.get_friendly_name())})
+    ops = [op.get_friendly_name() for op in model.get_ordered_ops()]
+    names = sorted({n for n in ops if not is_quantized(n)})
+    modules = {module_named(n) for n in ops}
+    kept = {k: why for k, why in KEPT_FLOAT.items() if any(under(m, (k,)) for m in modules)}  # those the model has
+    kept.update({f"*.{b}": KEPT_FLOAT_BLOCKS[b] for b in dict.fromkeys(filter(None, map(in_kept_block, modules)))})
     settings = {"preset": "PERFORMANCE", "target_device": "CPU", "fast_bias_correction": True,
                 "subset_size": len(items)}
     nncf.set_log_level(logging.ERROR)
@@ -130,11 +156,11 @@ def quantize(model, calibration: Sequence[dict], metadata: dict[str, str]):
                                   fast_bias_correction=True, ignored_scope=nncf.IgnoredScope(names=names,
                                                                                               validate=False))
     for key, value in {**metadata, "minidet.precision": "int8",
-                       "minidet.kept_float": ",".join(KEPT_FLOAT)}.items():
+                       "minidet.kept_float": ",".join(kept)}.items():
         quantized.set_rt_info(str(value), ["framework", key])
     layers = weighted_layers(quantized)
     facts = {"tool": "NNCF", "version": nncf.__version__, "method": "post-training quantization", **settings,
-             "calibration_images": len(items), "int8_modules": QUANTIZED, "kept_float": KEPT_FLOAT,
+             "calibration_images": len(items), "int8_modules": QUANTIZED, "kept_float": kept,
              "layers": {k: len(v) for k, v in layers.items()}, "float32_layers": layers["float32"]}
     return quantized, facts
 

@@ -4,7 +4,7 @@ Usage::
 
     python tools/benchmark.py [--config-file CFG]
         [--norms FrozenBN,Affine,Affine+fold,GN,none,onnxruntime,openvino,openvino-bf16,openvino-int8,
-                 cascade,dcn,dcnv2,cascade+dcn]
+                 cascade,dcn,dcnv2,cascade+dcn,regnetx-3.2gf,regnetx-4gf,regnety-4gf,gcb,maskiou]
         [--depths 50,101] [--batch 1,16] [--device cpu|cuda] [--amp bf16|fp16] [--size 800]
         [--image 480x640] [--iters N] [--warmup K] [--threads T] [--vs-torchvision] [--no-memory]
         [--keep-memory on|off] [--peak-seconds S] [--busy-load L] [--busy-cpu F]
@@ -19,10 +19,12 @@ minidet (``MODEL.RUNTIME``: minidet's pre- and post-processing around the graph,
 ``export`` / ``openvino`` extras. ``openvino-bf16`` is the same graph compiled by OpenVINO in bf16
 (``MODEL.RUNTIME_PRECISION bf16``, CPUs with bf16 instructions), ``openvino-int8`` that graph quantized by NNCF
 (``minidet.export.quantize``, calibrated on ``--calib-images`` images; the ``int8`` extra) and run in int8
-(``MODEL.RUNTIME_PRECISION int8``). ``cascade``, ``dcn``, ``dcnv2`` and ``cascade+dcn`` are other architectures
-beside the config's plain Mask R-CNN (``report.ARCHITECTURES``: Cascade R-CNN's three box stages, deformable
-convolution v1 or v2 in res3 to res5; a detectron2 or mmdetection config), randomized and calibrated as the plain
-one, each printed as its ratio to ``FrozenBN`` stage by stage. Each iteration runs every model once, in turn,
+(``MODEL.RUNTIME_PRECISION int8``). ``cascade``, ``dcn``, ``dcnv2``, ``cascade+dcn``, ``regnetx-3.2gf``,
+``regnetx-4gf``, ``regnety-4gf``, ``gcb`` and ``maskiou`` are other architectures beside the config's plain Mask
+R-CNN (``report.ARCHITECTURES``: Cascade R-CNN's three box stages, deformable convolution v1 or v2 in res3 to res5,
+a RegNet body of about R-50's cost in place of the ResNet, GC blocks in res3 to res5, Mask Scoring R-CNN's mask IoU
+head; a detectron2 or mmdetection config), randomized and calibrated as the plain one, each printed as its ratio to
+``FrozenBN`` stage by stage. Each iteration runs every model once, in turn,
 the order rotating by one model per iteration; ``--warmup`` iterations are not recorded. This
 file holds the command line, the models (``Runner``), the interleaved timing loop, the
 torchvision channels-last baseline, the memory probe, the FLOP count per stage, the peak
@@ -833,7 +835,8 @@ def build_runners(args: argparse.Namespace, tmp: str, calib_image: np.ndarray) -
         for v in [v for v in args.variants if v in ARCHITECTURES]:
             path = os.path.join(tmp, f"{v}_r{depth}.pth")
             random_minidet_weights(make_cfg(args, depth=depth, then=ARCHITECTURES[v]), calib_image, path)
-            paths[v] = (path, f"minidet {v} R-{depth}, randomized (FrozenBN calibrated)")
+            body = "" if "MODEL.REGNET.DEPTH" in ARCHITECTURES[v] else f" R-{depth}"  # a RegNet has no ResNet depth
+            paths[v] = (path, f"minidet {v}{body}, randomized (FrozenBN calibrated)")
         if "none" in args.variants:
             path = os.path.join(tmp, f"none_r{depth}.pth")
             random_minidet_weights(make_cfg(args, depth=depth), calib_image, path, without_norms=True)

@@ -41,11 +41,28 @@ RUNTIMES = {rt if pr == DEFAULT else f"{rt}-{pr}": (rt, pr) for pr, p in PRECISI
 _CASCADE = ["MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True, "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS",
             [[10.0, 10.0, 5.0, 5.0], [20.0, 20.0, 10.0, 10.0], [30.0, 30.0, 15.0, 15.0]]]
 _DCN = ["MODEL.RESNETS.DEFORM_ON_PER_STAGE", [False, True, True, True]]
+
+
+def _regnet(depth: int, w_a: float, w_0: int, w_m: float, group_width: int, se_ratio: float = 0.0) -> list:
+    """A RegNet body in place of the config's ResNet (``MODEL.REGNET``; the stride in its 3x3 convs, as in
+    detectron2's and mmdetection's RegNet): the generator parameters of pycls' model zoo."""
+    return ["MODEL.REGNET.DEPTH", depth, "MODEL.REGNET.W_A", w_a, "MODEL.REGNET.W_0", w_0, "MODEL.REGNET.W_M", w_m,
+            "MODEL.REGNET.GROUP_WIDTH", group_width, "MODEL.REGNET.SE_RATIO", se_ratio, "MODEL.REGNET.STEM_WIDTH", 32,
+            "MODEL.RESNETS.STRIDE_IN_1X1", False]
+
+
 ARCHITECTURES = {
     "cascade": _CASCADE,
     "dcn": _DCN,
     "dcnv2": [*_DCN, "MODEL.RESNETS.DEFORM_MODULATED", True],
     "cascade+dcn": [*_CASCADE, *_DCN],
+    # issue 45: RegNets of about R-50's cost (mmdetection's regnetx-3.2GF and -4GF, detectron2's RegNetY-4GF), GC
+    # blocks (r16) in res3 to res5, Mask Scoring R-CNN's mask IoU head
+    "regnetx-3.2gf": _regnet(25, 26.31, 88, 2.25, 48),
+    "regnetx-4gf": _regnet(23, 38.65, 96, 2.43, 40),
+    "regnety-4gf": _regnet(22, 31.41, 96, 2.24, 64, 0.25),
+    "gcb": ["MODEL.RESNETS.CONTEXT_ON_PER_STAGE", [False, True, True, True], "MODEL.RESNETS.CONTEXT_RATIO", 1 / 16],
+    "maskiou": ["MODEL.MASKIOU_ON", True],
 }
 VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "FrozenBN": ("FrozenBN", False),
@@ -441,8 +458,12 @@ def report(
         fb = row["vs_frozenbn"]
         if row["variant"] in ARCHITECTURES and fb:  # what the architecture costs, stage by stage
             ratios = "  ".join(f"{s} {_fmt(v, '.2f')}x" for s, v in fb["stages"].items() if s != "total")
-            out.append(f"{row['label']} / FrozenBN{row['label'][len(row['variant']) :]} (the plain Mask R-CNN): "
-                       f"end to end {_fmt(fb['end_to_end_increase'], '+.1%')}; per stage: {ratios}")
+            line = (f"{row['label']} / FrozenBN{row['label'][len(row['variant']) :]} (the plain Mask R-CNN): "
+                    f"end to end {_fmt(fb['end_to_end_increase'], '+.1%')}; per stage: {ratios}")
+            iou, mask = row["details"].get("mask_iou"), _median(row, "mask_head")
+            if iou and mask:  # Mask Scoring R-CNN: its mask IoU head, a step of the mask stage
+                line += f"; the mask IoU head {1e3 * iou['median']:.1f} ms ({iou['median'] / mask:.0%} of mask_head)"
+            out.append(line)
         if row["variant"] == "GN" and fb and fb["backbone_increase"] is not None:
             out.append(
                 f"{row['label']} over FrozenBN{row['label'][len(row['variant']) :]}: backbone "

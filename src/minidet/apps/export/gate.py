@@ -12,6 +12,8 @@ concrete:
   shows against any of its float-order variants on the verification images (``Tolerances``), where that is larger;
 - pasted masks that differ only by pixels at the threshold or on another paste grid, from network outputs within
   the tolerances, are the same (any float-order change can do that to a mask);
+- a Mask Scoring R-CNN's box head is judged on its box scores (``Detections.box_scores``), the rescored scores
+  (box score x predicted mask IoU) with its mask head (stage ``mask_head``), and its final detections on both;
 - an image where one of eager's variants does not give eager's detections either (another count or other
   detections: near-equal scores at a cut) is unstable: the exported graph's detections are not judged on it.
 
@@ -33,8 +35,9 @@ EPYC (Zen 4, AVX-512): OpenVINO's backbone features are as far from a float64 ru
 100th place: channels-last eager swapped them as OpenVINO did, folded eager did not.
 
 Where an image differs, the first stage that does is named: ``rpn`` (the proposals, as sets), ``box_head`` (the
-detections before rescale), ``mask_head`` (their mask probabilities), ``paste``. Then eager and exported run every
-image ``repeats`` times, interleaved, for the speed of each. Used by ``minidet.apps.export.program``.
+detections before rescale), ``mask_head`` (their mask probabilities; a Mask Scoring R-CNN's rescored scores),
+``paste``. Then eager and exported run every image ``repeats`` times, interleaved, for the speed of each. Used by
+``minidet.apps.export.program``.
 """
 
 from __future__ import annotations
@@ -84,13 +87,15 @@ class Outputs:
 
 @dataclass
 class Difference:
-    """``ours`` against ``ref`` on one image, each stage: proposals unmatched (count), the head's and the final
-    detections' ``DetectionMatch``, the matched pairs' largest mask probability difference."""
+    """``ours`` against ``ref`` on one image, each stage: proposals unmatched (count), the head's (box scores) and the
+    final detections' ``DetectionMatch``, the matched pairs' largest mask probability difference and, with a mask
+    IoU head, their largest difference of the rescored scores (box score x predicted mask IoU)."""
 
     proposals: str
     head: DetectionMatch
     mask: float
     final: DetectionMatch
+    mask_scores: float = 0.0
 
     def discrete(self) -> bool:
         """Whether the detections themselves differ (count, labels, or a detection with no counterpart)."""
@@ -144,7 +149,14 @@ def exported_outputs(model: MaskRCNN, network: ExportedNetwork, batch: ImageBatc
     return Outputs(out["proposals"], head, model.transform.postprocess([head], batch)[0])
 
 
+def _box_head(d: Detections) -> Detections:
+    """The box head's detections of ``d``: a Mask Scoring R-CNN's with their box scores (``box_scores``; its
+    ``scores`` are those times the mask IoU head's IoUs, the ``mask_head`` stage's), any other's as they are."""
+    return d if d.box_scores is None else d._replace(scores=d.box_scores)
+
+
 def _fields(d: Detections) -> dict[str, torch.Tensor]:
+    d = _box_head(d)
     return {"boxes": d.boxes, "scores": d.scores, "labels": d.labels}
 
 
@@ -163,12 +175,18 @@ def _unmatched_proposals(ours: torch.Tensor, ref: torch.Tensor, tol: float) -> s
 def difference(ours: Outputs, ref: Outputs, tol: Tolerances) -> Difference:
     """How ``ours`` differs from ``ref`` on one image, stage by stage."""
     head = compare_detections(_fields(ours.head), _fields(ref.head))
-    mask = 0.0
+    mask = mask_scores = 0.0
     if ref.head.masks is not None and head.pairs:
         j, i = (torch.tensor(x) for x in zip(*head.pairs))
         mask = float((ours.head.masks[j] - ref.head.masks[i]).abs().max())
+        if ref.head.box_scores is not None and ours.head.box_scores is not None:
+            mask_scores = float((ours.head.scores[j] - ref.head.scores[i]).abs().max())
     final = compare_detections(ours.final, ref.final)
-    return Difference(_unmatched_proposals(ours.proposals, ref.proposals, tol.box), head, mask, final)
+    if final.pairs and "box_scores" in ours.final and "box_scores" in ref.final:  # Mask Scoring R-CNN: both scores
+        j, i = (torch.tensor(x) for x in zip(*final.pairs))
+        gap = float((ours.final["box_scores"][j] - ref.final["box_scores"][i]).abs().max())
+        final.worst_score = max(final.worst_score, gap)
+    return Difference(_unmatched_proposals(ours.proposals, ref.proposals, tol.box), head, mask, final, mask_scores)
 
 
 def tolerances(noise: list[Difference]) -> Tolerances:
@@ -265,7 +283,7 @@ def near_tie(stage: str, ours: Outputs, ref: Outputs, model: MaskRCNN, tol: Tole
         return ""
     if stage != "box_head":
         return ""
-    head, a, b = model.final_predictor, ref.head, ours.head
+    head, a, b = model.final_predictor, _box_head(ref.head), _box_head(ours.head)
     same = a.labels[:, None] == b.labels[None, :]
     in_b, in_a = _counterparts(a.boxes, b.boxes, tol.box, same), _counterparts(b.boxes, a.boxes, tol.box, same.T)
     i, j = _first_unmatched(in_b), _first_unmatched(in_a)
@@ -301,7 +319,8 @@ def judge(name: str, image: np.ndarray, ours: Difference, noise: dict[str, Diffe
     stages = {
         "rpn": ours.proposals,
         "box_head": ours.head.problem(tol.box, tol.score),
-        "mask_head": f"mask probabilities differ by up to {ours.mask:.3g}" if ours.mask > tol.mask else "",
+        "mask_head": f"mask probabilities differ by up to {ours.mask:.3g}" if ours.mask > tol.mask else
+        f"the mask-IoU-rescored scores differ by up to {ours.mask_scores:.3g}" if ours.mask_scores > tol.score else "",
         "paste": ours.final.problem(tol.box, tol.score),
     }
     h, w = image.shape[:2]
