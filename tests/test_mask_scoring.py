@@ -12,6 +12,7 @@ import minidet
 from helpers import ROOT, config
 from minidet.apps.outputs.instances import record_instances
 from minidet.apps.synthetic import random_minidet_weights, structured_image
+from minidet.errors import CheckpointError
 from minidet.slicing import SlicedPredictor, Slicing
 
 SMALL = ["INPUT.MIN_SIZE_TEST", 256, "INPUT.MAX_SIZE_TEST", 384, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
@@ -28,11 +29,11 @@ def scored(tmp_path_factory):
     base = ROOT / "configs" / "mmdetection" / "mask-rcnn_r50_fpn_1x_coco.yaml"
     random_minidet_weights(config(base, *SMALL, *MS), image, str(path))
     predictor = minidet.Predictor(config(base, *SMALL, *MS, weights=path))
-    return predictor, image, predictor(image)
+    return predictor, image, predictor(image), path
 
 
 def test_scores_are_box_scores_times_the_predicted_iou(scored):
-    predictor, image, out = scored
+    predictor, image, out, _ = scored
     assert len(out["scores"]) > 5 and "box_scores" in out
     model = predictor.model
     with torch.inference_mode():
@@ -52,7 +53,7 @@ def test_scores_are_box_scores_times_the_predicted_iou(scored):
 
 
 def test_records_carry_the_box_score_named(scored):
-    _, _, out = scored
+    _, _, out, _ = scored
     found = record_instances(out)
     assert [i["score"] for i in found] == [float(s) for s in out["scores"]]
     assert [i["box_score"] for i in found] == [float(s) for s in out["box_scores"]]
@@ -62,7 +63,30 @@ def test_records_carry_the_box_score_named(scored):
 
 
 def test_sliced_inference_keeps_the_box_scores(scored):
-    predictor, image, _ = scored
+    predictor, image, _, _ = scored
     sliced = SlicedPredictor(predictor, Slicing(240, 0.25))  # two tiles
     out = sliced(image)
     assert len(out["box_scores"]) == len(out["scores"]) > 0
+
+
+def test_without_masks_a_mask_scoring_file_gives_its_box_scores(scored):
+    """MODEL.MASK_ON False: no mask to score, so the mask and mask IoU heads are set aside (named in the load report)
+    and the scores are the box head's: the mask-scored run's ``box_scores``."""
+    _, image, out, path = scored
+    base = ROOT / "configs" / "mmdetection" / "mask-rcnn_r50_fpn_1x_coco.yaml"
+    boxes = minidet.Predictor(config(base, *SMALL, *MS, "MODEL.MASK_ON", False, weights=path))
+    assert boxes.model.mask_iou_head is None
+    assert any("mask IoU head (MODEL.MASK_ON False)" in why for why in boxes.load_report.why.values())
+    got = boxes(image)
+    assert "masks" not in got and "box_scores" not in got
+    assert torch.equal(got["scores"], out["box_scores"]) and torch.equal(got["boxes"], out["boxes"])
+
+
+def test_a_plain_file_under_a_mask_scoring_config_says_which_switch(scored, tmp_path):
+    predictor, *_ = scored
+    plain = {k: v for k, v in predictor.model.state_dict().items() if not k.startswith("mask_iou_head.")}
+    path = tmp_path / "plain.pth"
+    torch.save(plain, path)
+    base = ROOT / "configs" / "mmdetection" / "mask-rcnn_r50_fpn_1x_coco.yaml"
+    with pytest.raises(CheckpointError, match="has no mask IoU head .*: MODEL.MASKIOU_ON False runs it"):
+        minidet.Predictor(config(base, *SMALL, *MS, weights=path))

@@ -280,7 +280,6 @@ def test_legitimate_yaml_still_loads(tmp_path):
         (["MODEL.REGNET.DEPTH", 25, "MODEL.REGNET.W_A", 26.31, "MODEL.REGNET.W_0", 88, "MODEL.REGNET.W_M", 2.25,
           "MODEL.REGNET.GROUP_WIDTH", 48, "MODEL.NORM", "GN", "MODEL.GN_NUM_GROUPS", 64],
          "MODEL.GN_NUM_GROUPS 64 must divide the channels GroupNorm normalizes: the RegNet stem is 32"),
-        (["MODEL.MASKIOU_ON", True, "MODEL.MASK_ON", False], "MODEL.MASKIOU_ON needs MODEL.MASK_ON"),
     ],
 )
 def test_cascade_and_deformable_keys_are_checked(opts, message):

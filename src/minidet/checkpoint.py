@@ -303,6 +303,9 @@ def head_config(ckpt: Checkpoint, background_last: bool) -> dict[str, object]:
     return out
 
 
+_MASK_PARTS = ("mask_head.", "mask_iou_head.")  # what MODEL.MASK_ON False leaves out: the mask head and its scorer
+
+
 def load_checkpoint(
     model: nn.Module, path: str | Checkpoint, bn_eps: float, allow_missing: bool = False, *, convention: str
 ) -> LoadReport:
@@ -313,8 +316,8 @@ def load_checkpoint(
     first: a file holding layers of an architecture minidet does not run (``architectures.NOT_RUN``, named with the
     config that runs it). Also refused: arrays that are not dense real numbers, integer tensors for float weights,
     NaN or infinite weights, another ResNet depth, and any key that no layer of the model takes unless it is known
-    to play no part at inference (``architectures.SET_ASIDE``; the mask head's weights under ``MODEL.MASK_ON
-    False``)."""
+    to play no part at inference (``architectures.SET_ASIDE``; the mask head's and a mask IoU head's weights under
+    ``MODEL.MASK_ON False``)."""
     ckpt = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     path, family, layout, src, dropped = ckpt.path, ckpt.family, ckpt.layout, ckpt.tensors, ckpt.dropped
     report = LoadReport(path=path, format=ckpt.format, layout=layout, ignored=list(dropped))
@@ -324,7 +327,8 @@ def load_checkpoint(
         body = {n: v for k, v in src.items() if (n := rename(k)) is not None and n.startswith("backbone.")}
         regnet = families.check_body(model, body, path, family.name)
         takes = model_takes(model)
-        untaken = [k for k in src if (n := rename(k)) is not None and n not in takes]
+        masks_off = _MASK_PARTS if getattr(model, "mask_head", True) is None else ()  # MODEL.MASK_ON False
+        untaken = [k for k in src if (n := rename(k)) is not None and n not in takes and not n.startswith(masks_off)]
         architectures.refuse_other_architecture(family.name, untaken, path)
         needs = family.config_values(layout)
         check_format_config(report, needs, {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps})
@@ -337,10 +341,11 @@ def load_checkpoint(
         families.check_groups(model, renamed.get(first), names.get(first, first), path)
     match_state(model, renamed, report, bn_eps, names)
     if getattr(model, "mask_head", True) is None:  # MODEL.MASK_ON False: a mask head that the config leaves out
-        off = [k for k in report.unexpected if k.startswith("mask_head.")]
+        off = [k for k in report.unexpected if k.startswith(_MASK_PARTS)]
         report.unexpected = [k for k in report.unexpected if k not in off]
         report.ignored += [names[k] for k in off]
-        report.why.update((names[k], "the mask head (MODEL.MASK_ON False)") for k in off)
+        report.why.update((names[k], f"the mask {'IoU ' * k.startswith('mask_iou_head.')}head (MODEL.MASK_ON False)")
+                          for k in off)
     logger.info("%s", report)
     if report.mismatched:
         name, a, b = report.mismatched[0]
@@ -352,10 +357,12 @@ def load_checkpoint(
         raise CheckpointError(f"{path}: shape mismatch for {name}: checkpoint {a} vs model {b}{more}{hint}")
     if report.missing and not allow_missing:
         n = len(report.missing)
-        boxes_only = all(k.startswith("mask_head.") for k in report.missing)  # the rest loaded: a Faster R-CNN
-        hint = "; the checkpoint has no mask head (a Faster R-CNN?): MODEL.MASK_ON False runs it, boxes only"
-        raise CheckpointError(f"{path}: {n} model weights not in checkpoint: {_group(report.missing)}"
-                              f"{hint if boxes_only else ''}")
+        hint = ""
+        if all(k.startswith("mask_head.") for k in report.missing):  # the rest loaded: a Faster R-CNN
+            hint = "; the checkpoint has no mask head (a Faster R-CNN?): MODEL.MASK_ON False runs it, boxes only"
+        elif all(k.startswith("mask_iou_head.") for k in report.missing):  # a plain Mask R-CNN, a mask-scoring config
+            hint = "; the checkpoint has no mask IoU head (not a Mask Scoring R-CNN): MODEL.MASKIOU_ON False runs it"
+        raise CheckpointError(f"{path}: {n} model weights not in checkpoint: {_group(report.missing)}{hint}")
     if report.unexpected:
         first, n = names.get(report.unexpected[0], report.unexpected[0]), len(report.unexpected)
         keys, it, they, a_layer = (f"{first} and {n - 1} more keys", "them", "they", "layers") if n > 1 else \

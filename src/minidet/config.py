@@ -227,7 +227,8 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.WEIGHTS": ("", None),
     "MODEL.DEVICE": ("cpu", ("cpu", "cuda", "cuda:N")),
     "MODEL.MASK_ON": (True, None),
-    "MODEL.MASKIOU_ON": (False, None),  # Mask Scoring R-CNN: score = box score x the mask IoU head's (needs MASK_ON)
+    # Mask Scoring R-CNN: score = box score x the mask IoU head's IoU (with MASK_ON; MASK_ON False: the box scores)
+    "MODEL.MASKIOU_ON": (False, None),
     "MODEL.NORM": ("FrozenBN", ("FrozenBN", "BN", "Affine", "GN")),  # wherever the architecture normalizes
     # the RoI heads' norm where they normalize ('': MODEL.NORM; detectron2's X-152 cascade: frozen BN, GN heads)
     "MODEL.HEAD_NORM": ("", ("", "FrozenBN", "BN", "Affine", "GN")),
@@ -488,8 +489,6 @@ def validate_cfg(cfg: CfgNode) -> None:
         if not isinstance(flags, (list, tuple)) or len(flags) != 4 or not all(isinstance(d, bool) for d in flags):
             raise ConfigError(f"MODEL.RESNETS.{key} must be 4 booleans (res2 to res5); got {_short(flags)}")
     body = body_of(cfg)
-    if m.MASKIOU_ON and not m.MASK_ON:
-        raise ConfigError("MODEL.MASKIOU_ON needs MODEL.MASK_ON: the mask IoU head scores the mask head's masks")
     stages = m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS
     if not isinstance(stages, (list, tuple)) or not all(_allows("4 x (0, inf)", w, []) for w in stages):
         raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS must be a list of 4 numbers > 0 per cascade "

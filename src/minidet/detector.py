@@ -288,8 +288,9 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         heads = [MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, mask_classes, norm(mh.USE_NORM, m.HEAD_NORM))
                  for _ in (stages if cascade is not None and conv.cascade.mask_per_stage else [0])]
         mask_head = heads[0] if len(heads) == 1 else nn.ModuleList(heads)
+    # it scores the masks: without them (MODEL.MASK_ON False) the detections keep their box scores
     mask_iou_head = MaskIoUHead(ch, num_classes, m.ROI_MASK_HEAD.POOLER_RESOLUTION) \
-        if m.MASKIOU_ON else None
+        if m.MASKIOU_ON and m.MASK_ON else None
     amp_dtype = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP]
     parts = (transform, backbone, fpn, rpn, box_pooler, single_head, single_predictor, mask_pooler, mask_head)
     return MaskRCNN(*parts, cascade=cascade, mask_iou_head=mask_iou_head, amp_dtype=amp_dtype,
