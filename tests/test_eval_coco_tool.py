@@ -36,6 +36,7 @@ ANN = TINY / "annotations" / "instances_val2017.json"
 IMAGES = TINY / "val2017"
 FAKE = SHARED / "cocoapi_fake"
 N = 6  # images per model run
+RESULTS_FILE = "coco_instances_results.json"
 FAST = [
     "INPUT.MIN_SIZE_TEST", "160", "INPUT.MAX_SIZE_TEST", "320",
     "MODEL.RPN.PRE_NMS_TOPK_TEST", "300", "MODEL.RPN.POST_NMS_TOPK_TEST", "100",
@@ -133,11 +134,13 @@ def test_run_writes_results_metrics_timing(reference):
     assert results == sorted(results, key=lambda r: (r["image_id"], -r["score"]))
 
     metrics = _load(out / "metrics.json")
-    assert set(metrics) == {"bbox", "segm"}
+    assert set(metrics) == {"bbox", "segm", "scoring"}
     assert _pycocotools_stats(ANN, out / "coco_instances_results.json", images["evaluated"]) == {
         t: metrics[t]["stats"] for t in ("bbox", "segm")
-    }
+    }  # whichever backend auto took: each is equal to pycocotools
     assert metrics["segm"]["AP50"] == metrics["segm"]["stats"][1] and len(metrics["bbox"]) == 13
+    # a torchvision model: masks sized by their mask's area, as torchvision's evaluation does
+    assert metrics["scoring"]["format"] == "coco" and metrics["scoring"]["mask_area"] == "mask"
 
     timing = _load(out / "timing.json")
     assert set(timing["stages"]) == {*STAGES, "total"}
@@ -150,13 +153,21 @@ def test_run_writes_results_metrics_timing(reference):
     assert timing["images_timed"] == N - 2 and timing["world_size"] == 1 and timing["runs"] == 1
     assert timing["last_run"]["images"] == N and timing["last_run"]["wall_s"] > timing["last_run"]["loop_s"] > 0
     assert set(timing["totals_s"]) == {"data", "model", "encode", "eval"}
+    scoring = timing["scoring"]
+    assert {k: v for k, v in scoring.items() if k != "stages_s"} == metrics["scoring"]
+    assert list(scoring["stages_s"]) == ["bbox", "segm"]
+    for stages in scoring["stages_s"].values():
+        assert list(stages) == ["load", "match", "accumulate", "summarize"] and min(stages.values()) >= 0
+    assert sum(sum(st.values()) for st in scoring["stages_s"].values()) <= timing["totals_s"]["eval"]
 
     lines = res.stdout.splitlines()
     assert f"eval_coco: images {N} | evaluated {N} | skipped 0 | detections {len(results)} |" in res.stdout
     assert any(line.startswith("eval_coco: bbox AP ") for line in lines)
     assert any(line.startswith("eval_coco: segm AP ") for line in lines)
     assert any(line.startswith("eval_coco: time wall ") for line in lines)
-    assert "Average Precision  (AP) @[ IoU=0.50:0.95" in res.stdout
+    assert "Average Precision" in res.stdout and f"bbox ({metrics['scoring']['backend']} " in res.stdout
+    for t in ("bbox", "segm"):
+        assert any(line.startswith(f"eval_coco: scoring {t}: load ") for line in lines)
     for stage in (*STAGES, "data", "encode"):
         assert any(line.startswith(f"{stage:<11}: ") and line.rstrip().endswith("%") for line in lines), stage
 
@@ -428,3 +439,56 @@ def test_all_of_coco_tiny_in_batches_of_two(weights, tmp_path, capfd):
     assert ref == {t: metrics[t]["stats"] for t in ("bbox", "segm")}
     timing = _load(out / "timing.json")
     assert timing["ims_per_batch"] == 2 and timing["stages"]["backbone"]["n"] == 40 - 2
+
+
+def _stats_by_rule(ann: Path, results_file: Path, image_ids: list[int], keep_box: bool) -> list[float]:
+    """pycocotools' 12 mask statistics, by hand, with the results' boxes kept (sized by the box) or dropped."""
+    gt = COCO(str(ann))
+    dets = [{k: v for k, v in r.items() if keep_box or k != "bbox"} for r in _load(results_file)]
+    ev = COCOeval(gt, gt.loadRes(dets), "segm")
+    ev.params.imgIds = sorted(image_ids)
+    ev.evaluate()
+    ev.accumulate()
+    ev.summarize()
+    return [float(v) for v in ev.stats]
+
+
+def test_an_mmdetection_model_sizes_masks_by_box_as_mmdetection(tmp_path, capfd):
+    """An mmdetection model's mask AP by size follows mmdetection's rule (its mask results carry their boxes, so
+    pycocotools sizes them by the box), named in the report; ``--mask-area mask`` gives detectron2's rule, and each
+    equals pycocotools run by hand with that rule."""
+    from minidet.testing.mmdet import mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
+
+    weights = tmp_path / "mm.pth"
+    write_mmdet_checkpoint(weights, mmdet_weights(mmdet_state_shapes(), seed=1))
+    config = "mmdetection/mask-rcnn_r50_fpn_1x_coco"
+    stats = {}
+    for rule in ("auto", "mask"):
+        out = tmp_path / rule
+        args = ["--config-file", config, "--ann", str(ANN), "--images", str(IMAGES), "--output", str(out),
+                "--workers", "0", "--max-images", "3", "--mask-area", rule, "MODEL.WEIGHTS", str(weights), *FAST,
+                "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.0", "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", "50"]
+        res = _main(capfd, *args, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        metrics = _load(out / "metrics.json")
+        named = "box" if rule == "auto" else "mask"
+        assert metrics["scoring"]["mask_area"] == named and f"masks sized by their {named}'s area" in res.stdout
+        ids = _load(out / "images.json")["evaluated"]
+        assert metrics["segm"]["stats"] == _stats_by_rule(ANN, out / RESULTS_FILE, ids, keep_box=named == "box")
+        stats[named] = metrics["segm"]["stats"]
+    assert _load(tmp_path / "auto" / RESULTS_FILE) == _load(tmp_path / "mask" / RESULTS_FILE) != []
+    assert stats["box"][:3] == stats["mask"][:3]  # AP, AP50, AP75 do not depend on the rule
+
+
+def test_lvis_note_names_a_config_that_keeps_fewer_detections(capsys):
+    """A model run on an LVIS file with a COCO config's cap and threshold is told that LVIS scores 300 detections
+    from 0.0001; an LVIS config is not."""
+    from minidet.config import load_cfg
+
+    tool = load_tool(TOOL)
+    tool._lvis_config_note(load_cfg(str(CONFIG)))
+    err = capsys.readouterr().err
+    assert err.startswith("warning: LVIS is scored on up to 300 detections per image") and "lowers the AP" in err
+    lvis_config = ROOT / "configs" / "mmdetection" / "mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1.yaml"
+    tool._lvis_config_note(load_cfg(str(lvis_config)))
+    assert capsys.readouterr().err == ""

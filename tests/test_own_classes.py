@@ -300,7 +300,7 @@ def test_eval_maps_named_classes_by_name(capsys, own_dataset, tv_three, tmp_path
     labels = set(p(image)["labels"].tolist())
     assert labels  # some detections, of model labels that must map as named
     metrics = json.loads((tmp_path / "named" / "metrics.json").read_text())
-    assert set(metrics) == {"bbox", "segm"}
+    assert set(metrics) == {"bbox", "segm", "scoring"}
     # evaluating the infer results file of the same model: the same metrics (its categories map by name)
     infer_out = tmp_path / "infer"
     argv = ["--config-file", "torchvision/maskrcnn_resnet50_fpn", "--input", str(own_dataset / "images"),

@@ -79,13 +79,14 @@ compiling=$!
 echo "setup: installing minidet (editable, with the extras $EXTRAS)"
 # the test-only extra "reference": OpenMMLab's packages (mmdet, mmengine, mmcv-lite) without their dependencies, for
 # mmcv-lite's would add opencv-python (the GUI build, which needs libGL) over opencv-python-headless's cv2; the extra
-# lists the pure-python dependencies they need, which install as usual
+# lists the pure-python dependencies they need, which install as usual; the LVIS API (lvis) likewise, as it asks for
+# opencv-python too
 extras=$(tr "," "\n" <<< "$EXTRAS" | { grep -vx reference || true; } | paste -sd, -)
 "$VENV/bin/pip" install --quiet --no-compile -e ".[$extras]"
 if tr ',' '\n' <<< "$EXTRAS" | grep -qx reference; then
     mapfile -t reference < <("$VENV/bin/python" -c 'import re, tomllib
 for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["reference"]:
-    print(("N " if re.match(r"mm(det|engine|cv)", r) else "D ") + r)')
+    print(("N " if re.match(r"mm(det|engine|cv)|lvis", r) else "D ") + r)')
     "$VENV/bin/pip" install --quiet --no-compile $(printf '%s\n' "${reference[@]}" | sed -n 's/^D //p')
     "$VENV/bin/pip" install --quiet --no-compile --no-deps $(printf '%s\n' "${reference[@]}" | sed -n 's/^N //p')
 fi

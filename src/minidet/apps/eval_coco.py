@@ -5,6 +5,7 @@ Usage::
     python tools/eval_coco.py --config-file CFG --ann ANN.json --images DIR --output OUT \\
         [--max-images N] [--workers 2] [--warmup 2] [--chunk-size 50] [--resume] [--debug] [KEY VALUE ...]
     python tools/eval_coco.py --ann ANN.json --results RESULTS.json [MORE.json ...] --output OUT [--only-result-images]
+    ... [--backend auto|pycocotools|hotcoco|lvis] [--mask-area auto|mask|box]   # either form
     torchrun --nproc_per_node N tools/eval_coco.py --config-file CFG ...   # shards the images
 
 The first form runs the model over the annotation file's images (the first ``N`` by id with
@@ -13,7 +14,9 @@ images per forward, and writes to ``OUT``:
 
 - ``coco_instances_results.json``: COCO results (``image_id``, ``category_id``, ``bbox``
   [x, y, w, h], ``score``, ``segmentation`` RLE), sorted by image id, then by decreasing score;
-- ``metrics.json``: ``{"bbox": {"stats": [12 COCOeval stats], "AP": ..., ...}, "segm": {...}}``;
+- ``metrics.json``: ``{"bbox": {"stats": [12 COCOeval stats], "AP": ..., ...}, "segm": {...}, "scoring": {...}}``
+  (an LVIS file: LVIS's 13 results, ``AP`` ... ``APr``, ``APc``, ``APf`` ... ``ARl@300``); ``scoring`` names the
+  backend, its version, the format's rules and the mask size rule;
 - ``images.json``: the ids of the evaluated images and the skipped ones with the reason;
 - ``timing.json``: seconds per image for each model stage, data loading (time waiting for the
   DataLoader) and RLE encoding (mean, median, std, min, max over the batches after the first
@@ -65,10 +68,8 @@ from minidet.apps.bulk.ledger import timing_summary
 from minidet.apps.bulk.loader import ImageFiles, coco_image_files
 from minidet.apps.evaluation import (
     IOU_TYPES,
-    METRIC_NAMES,
     COCOEvaluator,
     EvaluationError,
-    coco_metrics,
     load_coco_annotations,
     load_results,
     match_dataset,
@@ -76,6 +77,8 @@ from minidet.apps.evaluation import (
 from minidet.apps.outputs import options
 from minidet.apps.outputs.fileio import OutputDir, remove_temp_files, write_json
 from minidet.apps.outputs.options import MASK_FORMATS
+from minidet.apps.scoring import CHOICES, LVIS_MAX_DETS, LVIS_SCORE_THRESH, MASK_AREAS, Scorer, Scores, stage_line
+from minidet.families import FAMILIES
 from minidet.timing import format_table
 
 RESULTS_FILE = "coco_instances_results.json"
@@ -94,6 +97,12 @@ def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> arg
     p.add_argument("--mask-format", choices=MASK_FORMATS, default="rle",
                    help="masks in the results file: COCO RLE (exact), COCO polygons (outlines, holes filled; scored "
                         "as pycocotools rasterizes them) or none (boxes only)")
+    p.add_argument("--backend", choices=CHOICES, default="auto",
+                   help="what scores the detections: auto (the fastest installed: hotcoco, else pycocotools for COCO, "
+                        "the LVIS API for LVIS), each proven equal to its format's reference API")
+    p.add_argument("--mask-area", choices=("auto", *MASK_AREAS), default="auto",
+                   help="size of a mask result for APs/APm/APl: its mask's area (detectron2, torchvision) or its box's "
+                        "(mmdetection); auto: the model family's rule (mask for --results)")
     p.add_argument("--max-images", type=int, metavar="N", help="only the first N images (by id)")
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per process (0: none)")
     p.add_argument("--warmup", type=int, default=2, help="batches per process left out of the timing statistics")
@@ -122,7 +131,25 @@ def parse_args(argv: list[str] | None = None, prog: str = "eval_coco.py") -> arg
 
 
 def _metric_line(iou_type: str, m: dict) -> str:
-    return f"eval_coco: {iou_type} " + " ".join(f"{k} {m[k]:.4f}" for k in METRIC_NAMES)
+    return f"eval_coco: {iou_type} " + " ".join(f"{k} {v:.4f}" for k, v in m.items() if k != "stats")
+
+
+def _report_scoring(scores: Scores, sources: dict[str, str] | None = None) -> None:
+    """Print each table with what scored it (and from which file), the stage times, the metric lines."""
+    for t in scores.metrics:
+        where = f", {sources[t]}" if sources else ""
+        print(f"{t} ({scores.describe(t)}{where}):\n{scores.tables[t]}")
+    for t in scores.metrics:
+        print(f"eval_coco: scoring {t}: {stage_line(scores, t)}")
+    for t, m in scores.metrics.items():
+        print(_metric_line(t, m))
+
+
+def _metrics_document(scores: Scores) -> dict:
+    """metrics.json: the metrics per IoU type and what scored them (no times: the same scoring writes the same
+    file)."""
+    ident = {k: v for k, v in scores.identity().items() if k != "stages_s"}
+    return {**scores.metrics, "scoring": ident}
 
 
 def _report_coverage(path: str, results: list[dict], n_images: int, only_those: bool) -> set[int]:
@@ -138,10 +165,22 @@ def _report_coverage(path: str, results: list[dict], n_images: int, only_those: 
     return ids
 
 
+def _lvis_config_note(cfg) -> None:
+    """LVIS scores each image's 300 best detections from scores of 0.0001 (its configs' test settings); a config
+    that keeps fewer is named on stderr (its AP is the model's under that config, not the LVIS configs')."""
+    heads = cfg.MODEL.ROI_HEADS
+    if heads.DETECTIONS_PER_IMAGE < LVIS_MAX_DETS or heads.SCORE_THRESH_TEST > LVIS_SCORE_THRESH:
+        print(f"warning: LVIS is scored on up to {LVIS_MAX_DETS} detections per image with scores from "
+              f"{LVIS_SCORE_THRESH} (the LVIS configs' MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE and SCORE_THRESH_TEST); "
+              f"this config keeps {heads.DETECTIONS_PER_IMAGE} from {heads.SCORE_THRESH_TEST}, which lowers the AP",
+              file=sys.stderr)
+
+
 def evaluate_results_files(args: argparse.Namespace) -> int:
-    """The ``--results`` form: validate the files, say how many images they cover, run COCOeval
-    (over every image of the annotation file, or those with detections), write ``metrics.json``."""
+    """The ``--results`` form: validate the files, say how many images they cover, score them (over every image
+    of the annotation file, or those with detections), write ``metrics.json`` and ``timing.json``."""
     coco_gt = load_coco_annotations(args.ann)
+    scorer = Scorer(coco_gt, args.backend, "mask" if args.mask_area == "auto" else args.mask_area)
     by_type: dict[str, tuple[str, list]] = {}
     known = set(coco_gt.getCatIds())
     covered: dict[str, set[int]] = {}  # results file -> the images it has detections of
@@ -159,18 +198,17 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
             if t in by_type:
                 raise EvaluationError(f"{path}: {t} results already given by {by_type[t][0]}")
             by_type[t] = (path, results)
-    metrics, tables = {}, {}
+    t0 = time.perf_counter()
+    scores = scorer.score([], [])  # the backend and rules, no IoU type yet
     for t in IOU_TYPES:
         if t in by_type:
             ids = covered[by_type[t][0]] if args.only_result_images else None
-            m, tab = coco_metrics(coco_gt, by_type[t][1], [t], ids)
-            metrics.update(m)
-            tables.update(tab)
-    write_json(os.path.join(args.output, "metrics.json"), metrics, indent=1)  # OUT: made by prepare_folders
-    for t in metrics:
-        print(f"{t} (pycocotools, {by_type[t][0]}):\n{tables[t]}")
-    for t, m in metrics.items():
-        print(_metric_line(t, m))
+            scores.add(scorer.score(by_type[t][1], [t], ids))
+    t_eval = time.perf_counter() - t0
+    write_json(os.path.join(args.output, "metrics.json"), _metrics_document(scores), indent=1)  # OUT: prepare_folders
+    write_json(os.path.join(args.output, "timing.json"), {"scoring": scores.identity(), "eval_s": t_eval}, indent=1)
+    _report_scoring(scores, {t: path for t, (path, _) in by_type.items()})
+    print(f"eval_coco: wrote {os.path.join(args.output, 'timing.json')}")
     print(f"eval_coco: wrote {os.path.join(args.output, 'metrics.json')}")
     return 0
 
@@ -191,6 +229,10 @@ class Run(BulkJob):
         """The annotation file's images (the first ``--max-images`` by id), its categories checked."""
         args = self.args
         self.coco_gt = load_coco_annotations(args.ann)
+        family_rule = FAMILIES[cfg.MODEL.CONVENTION].mask_area
+        self.scorer = Scorer(self.coco_gt, args.backend, family_rule if args.mask_area == "auto" else args.mask_area)
+        if self.scorer.format == "lvis" and dist.from_env().is_main:
+            _lvis_config_note(cfg)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
         self.files = dict(files)
         mask_format = self.options.mask_format
@@ -262,10 +304,11 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
     write_json(os.path.join(out, RESULTS_FILE), results)
     t0 = time.perf_counter()
     segm = cfg.MODEL.MASK_ON and run.options.mask_format != "none"
-    metrics = evaluator.evaluate(("bbox", "segm") if segm else ("bbox",))
+    evaluator.evaluate(("bbox", "segm") if segm else ("bbox",), run.scorer)
+    scores = evaluator.scores
     t_eval = time.perf_counter() - t0
     skipped = [merged.skipped[i] for i in sorted(merged.skipped)]
-    write_json(os.path.join(out, "metrics.json"), metrics, indent=1)
+    write_json(os.path.join(out, "metrics.json"), _metrics_document(scores), indent=1)
     write_json(os.path.join(out, "images.json"), {"evaluated": sorted(merged.image_ids), "skipped": skipped}, indent=1)
 
     stage_stats, pipe_stats, timed = timing_summary(merged.timings, args.warmup)
@@ -285,14 +328,13 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
         "stages": stage_stats,
         "pipeline": pipe_stats,
         "totals_s": {**totals, "eval": t_eval},
+        "scoring": scores.identity(),
         "last_run": {"images": this_run, "loop_s": t_loop, "wall_s": wall,
                      "images_per_s": this_run / t_loop if t_loop > 0 else 0.0},
         "runs": len(merged.images_per_run),
     }
     write_json(os.path.join(out, "timing.json"), timing, indent=1)
 
-    for t in metrics:
-        print(f"{t} (pycocotools):\n{evaluator.tables[t]}")
     skipped_warmup = len(timed) < len(merged.timings)
     skip_note = f"first {args.warmup} batch(es) per process skipped" if skipped_warmup else "none skipped"
     if stage_stats:
@@ -302,8 +344,7 @@ def finish(run: Run, t_start: float, t_loop: float) -> int:
         f"eval_coco: images {len(run.files)} | evaluated {len(merged.image_ids)} | skipped {len(skipped)} | "
         f"detections {len(results)} | dropped {merged.dropped} (categories not in the annotation file)"
     )
-    for t, m in metrics.items():
-        print(_metric_line(t, m))
+    _report_scoring(scores)
     print(
         f"eval_coco: time wall {wall:.1f} s | this run {this_run} images in {t_loop:.1f} s "
         f"({timing['last_run']['images_per_s']:.2f} img/s) | data {totals['data']:.1f} s | "

@@ -1,25 +1,30 @@
-"""COCO evaluation: detections to COCO results (RLE as each image finishes), checks, pycocotools' COCOeval.
+"""COCO evaluation: detections to COCO results (RLE as each image finishes), checks of annotation and results
+files (COCO and LVIS), scoring by :mod:`minidet.apps.scoring`'s backends.
 Metrics: ``{"bbox": {"stats": [12 floats], "AP": ..., "AP50": ..., ..., "ARl": ...}, "segm": {...}}`` in
-COCOeval's units (fractions; -1 where the ground truth has nothing to measure)."""
+COCOeval's units (fractions; -1 where the ground truth has nothing to measure); LVIS's names for an LVIS file."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import io
 import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
 
 from minidet.apps.outputs.instances import instances_to_coco
 from minidet.apps.outputs.rle import NEGATIVE_RUN, NOT_RLE, rle_string_totals  # noqa: F401 (evaluation's API)
-from minidet.errors import InputError
+from minidet.apps.scoring import (  # noqa: F401 (evaluation's API)
+    IOU_TYPES,
+    METRIC_NAMES,
+    EvaluationError,
+    Scorer,
+    Scores,
+    _quiet,
+    dataset_format,
+    polygons_as_rle,
+)
 
 from ..categories import (
     BACKGROUND,
@@ -32,15 +37,11 @@ from ..categories import (
     placeholder_names,
 )
 
-IOU_TYPES = ("bbox", "segm")
-# COCOeval.stats, in order
-METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 _RESULT_FIELD = {"bbox": "bbox", "segm": "segmentation"}
 _GT_KEYS = ("id", "image_id", "category_id", "bbox", "area", "iscrowd")
 
 
-class EvaluationError(InputError, ValueError):
-    """An annotation or results file cannot be evaluated; the message is one line naming it."""
+_PLAIN_REALS = frozenset((int, float))  # JSON's numbers (bool is neither)
 
 
 def _is_real(v) -> bool:
@@ -49,14 +50,6 @@ def _is_real(v) -> bool:
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _quiet(fn, *args, **kwargs):
-    """Call a pycocotools function without its progress prints; return (result, printed text)."""
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        out = fn(*args, **kwargs)
-    return out, buf.getvalue()
 
 
 def _load_json(path: str, what: str):
@@ -71,18 +64,32 @@ def _load_json(path: str, what: str):
         raise EvaluationError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
 
 
+def _lvis_file_name(image: dict) -> None:
+    """An LVIS v1 image has no ``file_name``: its ``coco_url``'s folder and name (``val2017/000000000139.jpg``), as
+    detectron2 finds LVIS images under a COCO folder (``--images coco/``)."""
+    url = image.get("coco_url")
+    if "file_name" not in image and isinstance(url, str) and url.count("/") >= 1:
+        image["file_name"] = "/".join(url.rstrip("/").split("/")[-2:])
+
+
 def load_coco_annotations(path: str) -> COCO:
-    """Read a COCO instances annotation file into a pycocotools ``COCO``: ids must be unique integers, every
-    annotation must name a listed image and category (``info``, ``licenses``, crowd RLE and images without
-    annotations are fine). Raises :class:`EvaluationError` naming ``path`` and the entry otherwise."""
+    """Read a COCO instances annotation file (or an LVIS one: :func:`minidet.apps.scoring.dataset_format`) into a
+    pycocotools ``COCO``: ids must be unique integers, every annotation must name a listed image and category
+    (``info``, ``licenses``, crowd RLE and images without annotations are fine; LVIS has no ``iscrowd``, and its
+    images' ``coco_url`` gives their ``file_name``). Raises :class:`EvaluationError` naming ``path`` and the entry
+    otherwise."""
     data = _load_json(path, "annotation file")
     if not isinstance(data, dict):
         raise EvaluationError(f"{path}: not a COCO annotation file (expected a JSON object at top level)")
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
             raise EvaluationError(f"{path}: not a COCO annotation file (no {key!r} list)")
+    lvis = dataset_format(data) == "lvis"
+    gt_keys = tuple(k for k in _GT_KEYS if not (lvis and k == "iscrowd"))
     image_ids: set[int] = set()
     for i, im in enumerate(data["images"]):
+        if lvis and isinstance(im, dict):
+            _lvis_file_name(im)
         if not (isinstance(im, dict) and all(k in im for k in ("id", "file_name", "height", "width"))):
             raise EvaluationError(f"{path}: images[{i}] needs 'id', 'file_name', 'height' and 'width'")
         if not (_is_int(im["id"]) and _is_int(im["height"]) and _is_int(im["width"])):
@@ -103,7 +110,7 @@ def load_coco_annotations(path: str) -> COCO:
         raise EvaluationError(f"{path}: no categories (the 'categories' list is empty); nothing to evaluate")
     ann_ids: set[int] = set()
     for i, ann in enumerate(data["annotations"]):
-        if missing := [k for k in _GT_KEYS if not isinstance(ann, dict) or k not in ann]:
+        if missing := [k for k in gt_keys if not isinstance(ann, dict) or k not in ann]:
             raise EvaluationError(f"{path}: annotations[{i}] lacks {', '.join(map(repr, missing))}")
         where = f"{path}: annotations[{i}]"
         if not _is_int(ann["image_id"]) or ann["image_id"] not in image_ids:
@@ -185,27 +192,47 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
         raise EvaluationError(f"{source}: entry 0 has neither 'bbox' nor 'segmentation'; nothing to evaluate")
     needed = ("image_id", "category_id", "score", *(_RESULT_FIELD[t] for t in types))
     strings: list[tuple[int, str, int, int]] = []  # compressed RLE counts: (entry, counts, H, W)
+    sizes = {k: [m["height"], m["width"]] for k, m in coco_gt.imgs.items()}
+    box, mask, real, finite, keys = "bbox" in needed, "segmentation" in needed, _PLAIN_REALS, math.isfinite, set(needed)
     for i, r in enumerate(results):
-        where = f"{source}: entry {i}"
-        if not isinstance(r, dict):
-            raise EvaluationError(f"{where}: expected an object, got {type(r).__name__}")
-        if key := next((k for k in needed if k not in r), None):
-            raise EvaluationError(f"{where}: no {key!r} (every entry needs {', '.join(map(repr, needed))})")
-        image_id = r["image_id"]
-        if not _is_int(image_id) or image_id not in coco_gt.imgs:
-            raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")
-        if not _is_int(r["category_id"]):
-            raise EvaluationError(f"{where}: category_id must be an integer, got {r['category_id']!r}")
-        if not _is_real(r["score"]):
-            raise EvaluationError(f"{where}: score must be a finite number, got {r['score']!r}")
-        if "bbox" in needed:
-            b = r["bbox"]
-            if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
-                raise EvaluationError(f"{where}: bbox must be [x, y, width, height] with width, height >= 0; got {b!r}")
-        if "segmentation" in needed and (rle := _check_rle(r, coco_gt.imgs[image_id], where)):
+        # the usual entry (JSON's types, compressed RLE of the image's size) in one expression, at dataset scale;
+        # anything else (an error, numpy numbers, polygons, uncompressed counts) is checked one field at a time
+        if (
+            type(r) is dict and r.keys() >= keys and type(image_id := r["image_id"]) is int
+            and image_id in sizes and type(r["category_id"]) is int and type(score := r["score"]) in real
+            and finite(score)
+            and (not box or (type(b := r["bbox"]) is list and len(b) == 4 and all(type(v) in real for v in b)
+                             and all(map(finite, b)) and b[2] >= 0 and b[3] >= 0))
+            and (not mask or (type(seg := r["segmentation"]) is dict and type(counts := seg.get("counts")) is str
+                              and seg.get("size") == sizes[image_id]))
+        ):
+            if mask:
+                strings.append((i, counts, *sizes[image_id]))
+        elif rle := _check_entry(r, f"{source}: entry {i}", needed, coco_gt):
             strings.append((i, *rle))
     _check_rle_strings(strings, source)
     return types
+
+
+def _check_entry(r, where: str, needed: tuple[str, ...], coco_gt: COCO) -> tuple[str, int, int] | None:
+    """Check one results entry field by field (raises :class:`EvaluationError` at the first problem); returns its
+    compressed RLE ``(counts, H, W)`` (checked later), else None."""
+    if not isinstance(r, dict):
+        raise EvaluationError(f"{where}: expected an object, got {type(r).__name__}")
+    if key := next((k for k in needed if k not in r), None):
+        raise EvaluationError(f"{where}: no {key!r} (every entry needs {', '.join(map(repr, needed))})")
+    image_id = r["image_id"]
+    if not _is_int(image_id) or image_id not in coco_gt.imgs:
+        raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")
+    if not _is_int(r["category_id"]):
+        raise EvaluationError(f"{where}: category_id must be an integer, got {r['category_id']!r}")
+    if not _is_real(r["score"]):
+        raise EvaluationError(f"{where}: score must be a finite number, got {r['score']!r}")
+    if "bbox" in needed:
+        b = r["bbox"]
+        if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
+            raise EvaluationError(f"{where}: bbox must be [x, y, width, height] with width, height >= 0; got {b!r}")
+    return _check_rle(r, coco_gt.imgs[image_id], where) if "segmentation" in needed else None
 
 
 def _check_rle(r: dict, image: dict, where: str) -> tuple[str, int, int] | None:
@@ -216,7 +243,7 @@ def _check_rle(r: dict, image: dict, where: str) -> tuple[str, int, int] | None:
         if not all(isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 and all(_is_real(v) for v in p)
                    for p in seg):
             raise EvaluationError(f"{where}: polygon segmentation must be lists of x, y numbers (at least 3 points)")
-        r["segmentation"] = _polygons_as_rle(r, image)["segmentation"]
+        r["segmentation"] = polygons_as_rle(r, image)["segmentation"]
         return None
     if not (isinstance(seg, dict) and "size" in seg and "counts" in seg):
         raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}} or "
@@ -305,60 +332,20 @@ def _by_file_name(doc: dict, coco_gt: COCO, source: str) -> list:
     return [{**d, "image_id": ids[d["image_id"]]} for d in dets]
 
 
-def _results_api(coco_gt: COCO, dets: list[dict]) -> COCO:
-    if dets:
-        return _quiet(coco_gt.loadRes, dets)[0]
-    empty, gt = COCO(), coco_gt.dataset  # loadRes refuses an empty list; no detections is a valid (zero) result
-    empty.dataset = {"images": list(gt["images"]), "categories": copy.deepcopy(gt["categories"]), "annotations": []}
-    _quiet(empty.createIndex)
-    return empty
-
-
-def _polygons_as_rle(det: dict, image: dict) -> dict:
-    """A result whose segmentation is COCO polygons with it as the RLE pycocotools rasterizes them to (its results
-    API takes RLE only); other results as they are."""
-    seg = det["segmentation"]
-    if not isinstance(seg, list):
-        return det
-    h, w = image["height"], image["width"]
-    rle = mask_utils.merge(mask_utils.frPyObjects(seg, h, w)) if seg else mask_utils.encode(
-        np.zeros((h, w, 1), np.uint8, order="F"))[0]
-    return {**det, "segmentation": {"size": [h, w], "counts": rle["counts"].decode("ascii")}}
-
-
 def coco_metrics(coco_gt: COCO, results: Sequence[dict], iou_types: Sequence[str],
                  image_ids: Iterable[int] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
-    """Run COCOeval per IoU type on ``results`` (not modified) over ``image_ids`` (default: every image).
-    Returns ``(metrics, tables)``: ``metrics[iou_type]`` is ``{"stats": [12 floats], "AP": ...}`` (see
-    :data:`METRIC_NAMES`), ``tables[iou_type]`` the summary pycocotools prints."""
-    ids = sorted(coco_gt.getImgIds() if image_ids is None else set(image_ids))
-    metrics, tables = {}, {}
-    for iou_type in iou_types:
-        if iou_type not in IOU_TYPES:
-            raise ValueError(f"unknown IoU type {iou_type!r}; expected one of {IOU_TYPES}")
-        if iou_type == "segm":
-            if lacking := [a["id"] for a in coco_gt.dataset["annotations"] if "segmentation" not in a]:
-                raise EvaluationError(f"annotation {lacking[0]} has no segmentation; cannot evaluate masks")
-        # one field per evaluation: with a bbox present, pycocotools would take a mask's area from its box
-        # (which changes what counts as small / medium / large)
-        keys = ("image_id", "category_id", _RESULT_FIELD[iou_type], "score")
-        dets = [{k: r[k] for k in keys} for r in results]
-        if iou_type == "segm":
-            dets = [_polygons_as_rle(d, coco_gt.imgs[d["image_id"]]) for d in dets]
-        ev = COCOeval(coco_gt, _results_api(coco_gt, dets), iou_type)
-        ev.params.imgIds = ids
-        _quiet(ev.evaluate)
-        _quiet(ev.accumulate)
-        _, tables[iou_type] = _quiet(ev.summarize)
-        stats = [float(v) for v in ev.stats]
-        metrics[iou_type] = {"stats": stats, **dict(zip(METRIC_NAMES, stats))}
-    return metrics, tables
+    """Run pycocotools' COCOeval per IoU type on ``results`` (not modified) over ``image_ids`` (default: every
+    image), masks sized by their mask's area. Returns ``(metrics, tables)``: ``metrics[iou_type]`` is
+    ``{"stats": [12 floats], "AP": ...}`` (see :data:`METRIC_NAMES`), ``tables[iou_type]`` the summary pycocotools
+    prints. :class:`minidet.apps.scoring.Scorer` offers the other backends and rules."""
+    scores = Scorer(coco_gt, "pycocotools").score(results, iou_types, image_ids)
+    return scores.metrics, scores.tables
 
 
 class COCOEvaluator:
-    """Collects one dataset's detections as COCO results and evaluates them with pycocotools: ``process`` converts
-    a batch of predictor outputs (masks to RLE right away), ``extend`` adds results converted earlier, ``evaluate()``
-    returns the metrics over the processed images (pycocotools' printouts in ``tables``). Detections of categories
+    """Collects one dataset's detections as COCO results and scores them: ``process`` converts a batch of predictor
+    outputs (masks to RLE right away), ``extend`` adds results converted earlier, ``evaluate()`` returns the metrics
+    over the processed images (the backend's printouts in ``tables``). Detections of categories
     the annotation file lacks are dropped and counted in ``dropped``."""
 
     def __init__(self, coco_gt: COCO, mask_format: str = "rle") -> None:
@@ -393,10 +380,13 @@ class COCOEvaluator:
         self.results.sort(key=lambda r: (r["image_id"], -r["score"]))  # stable; linear when already sorted
         return self.results
 
-    def evaluate(self, iou_types: Sequence[str] | None = None) -> dict[str, dict]:
-        """COCO metrics over the processed images; ``iou_types`` default: what the results carry."""
+    def evaluate(self, iou_types: Sequence[str] | None = None, scorer: Scorer | None = None) -> dict[str, dict]:
+        """Metrics over the processed images by ``scorer`` (default: pycocotools, masks sized by their mask's area;
+        the whole scoring, stage times included, in ``scores``); ``iou_types`` default: what the results carry."""
         results = self.sorted_results()
         if iou_types is None:
             iou_types = result_iou_types(results) or ("bbox",)
-        metrics, self.tables = coco_metrics(self.coco_gt, results, iou_types, self.image_ids)
-        return metrics
+        scorer = scorer or Scorer(self.coco_gt, "pycocotools")
+        self.scores = scorer.score(results, iou_types, self.image_ids)
+        self.tables = self.scores.tables
+        return self.scores.metrics

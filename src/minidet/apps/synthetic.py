@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from pycocotools import mask as mask_utils
 from torch import nn
 
 import minidet
@@ -197,3 +198,78 @@ def random_minidet_weights(cfg, calib_image: np.ndarray, path: str, logit_std: f
         if iou_in and len(iou_in[0]) > 1:
             _calibrate_iou(iou_head.iou, iou_in[0])
     torch.save(model.state_dict(), path)
+
+
+def _ellipse(cx: float, cy: float, rx: float, ry: float, points: int = 12) -> list[float]:
+    t = np.linspace(0, 2 * np.pi, points, endpoint=False)
+    return np.stack([cx + rx * np.cos(t), cy + ry * np.sin(t)], 1).ravel().round(2).tolist()
+
+
+def _rect_counts(h: int, w: int, x1: int, y1: int, x2: int, y2: int) -> list[int]:
+    """Uncompressed (column-major) RLE counts of the rectangle [x1, x2) x [y1, y2) of an h x w image, as COCO's crowd
+    regions are stored."""
+    counts, zeros = [], x1 * h + y1
+    for _ in range(x1, x2):
+        counts += [zeros, y2 - y1]
+        zeros = h - (y2 - y1)
+    counts.append(h * w - sum(counts))
+    return counts
+
+
+def dense_coco_set(images: int = 5000, per_image: int = 100, seed: int = 0, height: int = 480, width: int = 640,
+                   categories: int = 80) -> tuple[dict, list[dict]]:
+    """A COCO annotation file and results at Mask R-CNN density, for scoring benchmarks and tests: ``images`` of
+    ``height`` x ``width`` with 0 to 14 polygon objects each (7 on average, as COCO's val2017; every tenth image also
+    a crowd region as uncompressed RLE, every twentieth image none at all) of ``categories`` classes, and
+    ``per_image`` detections per image (boxes and compressed RLE masks): about a third near an object (jittered,
+    sometimes of another class), the rest anywhere, with random scores. Returns ``(annotations, results)``."""
+    rng = np.random.default_rng(seed)
+    cats = [{"id": k + 1, "name": f"class_{k + 1}", "supercategory": "thing"} for k in range(categories)]
+    imgs, anns, results = [], [], []
+
+    def blob(cx, cy, rx, ry):
+        poly = _ellipse(cx, cy, rx, ry)
+        rle = mask_utils.frPyObjects([poly], height, width)[0]
+        return poly, rle
+
+    for i in range(1, images + 1):
+        imgs.append({"id": i, "file_name": f"{i:06d}.jpg", "height": height, "width": width})
+        objects = [] if i % 20 == 0 else list(range(int(rng.integers(0, 15))))
+        placed = []
+        for _ in objects:
+            rx, ry = rng.uniform(4, width / 4), rng.uniform(4, height / 4)
+            cx, cy = rng.uniform(rx, width - rx), rng.uniform(ry, height - ry)
+            poly, rle = blob(cx, cy, rx, ry)
+            cat = int(rng.integers(1, categories + 1))
+            x, y, w, h = (float(v) for v in mask_utils.toBbox(rle))
+            anns.append({"id": len(anns) + 1, "image_id": i, "category_id": cat, "iscrowd": 0,
+                         "area": float(mask_utils.area(rle)), "bbox": [x, y, w, h], "segmentation": [poly]})
+            placed.append((cx, cy, rx, ry, cat))
+        if i % 10 == 0:
+            x1, y1 = int(rng.integers(0, width // 2)), int(rng.integers(0, height // 2))
+            x2, y2 = x1 + int(rng.integers(8, width // 2)), y1 + int(rng.integers(8, height // 2))
+            counts = _rect_counts(height, width, x1, y1, x2, y2)
+            anns.append({"id": len(anns) + 1, "image_id": i, "category_id": int(rng.integers(1, categories + 1)),
+                         "iscrowd": 1, "area": float((x2 - x1) * (y2 - y1)), "bbox": [x1, y1, x2 - x1, y2 - y1],
+                         "segmentation": {"size": [height, width], "counts": counts}})
+        shapes = []
+        for k in range(per_image):
+            if placed and k < per_image // 3:
+                cx, cy, rx, ry, cat = placed[k % len(placed)]
+                j = rng.uniform(0.7, 1.3, 4)
+                cx, cy = cx + (j[0] - 1) * rx, cy + (j[1] - 1) * ry
+                rx, ry = rx * j[2], ry * j[3]
+                if rng.uniform() < 0.2:
+                    cat = int(rng.integers(1, categories + 1))
+            else:
+                rx, ry = rng.uniform(2, width / 4), rng.uniform(2, height / 4)
+                cx, cy, cat = rng.uniform(0, width), rng.uniform(0, height), int(rng.integers(1, categories + 1))
+            shapes.append((_ellipse(cx, cy, rx, ry), cat))
+        rles = mask_utils.frPyObjects([p for p, _ in shapes], height, width)
+        boxes = mask_utils.toBbox(rles)
+        scores = np.sort(rng.uniform(0.05, 1.0, per_image))[::-1]
+        for (_, cat), rle, box, score in zip(shapes, rles, boxes, scores):
+            results.append({"image_id": i, "category_id": cat, "bbox": [round(float(v), 2) for v in box],
+                            "score": round(float(score), 5),
+                            "segmentation": {"size": [height, width], "counts": rle["counts"].decode("ascii")}})
+    return {"images": imgs, "annotations": anns, "categories": cats}, results

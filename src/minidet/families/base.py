@@ -69,6 +69,9 @@ class Family:
     - ``weights``: its published checkpoints;
     - ``background_last``: the background is the last class index (detectron2, mmdetection), else the first; the
       family's configs count ``MODEL.ROI_HEADS.NUM_CLASSES`` without it, else with it;
+    - ``mask_area``: how its evaluation sizes a mask result for APs/APm/APl (``minidet.apps.scoring``): ``mask``
+      (its mask's area: the mask results have no box) or ``box`` (its mask results carry their boxes, whose area
+      pycocotools then takes);
     - ``class_names(meta)``: the class names a file carries beside its weights (its wrapper's other entries), or
       None; ValueError (one line naming the entry) when they are no list of distinct, non-empty names; None where
       the family's files carry none."""
@@ -83,6 +86,7 @@ class Family:
     ignores_non_arrays: bool = False
     weights: tuple[WeightsEntry, ...] = ()
     background_last: bool = False
+    mask_area: str = "mask"
     class_names: Callable[[dict], list[str] | None] | None = None
 
     def config_values(self, layout: str) -> dict[str, Any]:

@@ -519,6 +519,7 @@ FAMILY = Family(
     fixed={"": {"MODEL.FROZEN_BN_EPS": 1e-5}},  # nn.BatchNorm2d's eps, with which mmdetection runs its frozen norms
     check=check,
     background_last=True,
+    mask_area="box",  # CocoMetric's mask results keep their boxes: pycocotools sizes them by the box
     class_names=class_names,
     weights=tuple(
         WeightsEntry(name, _url(config, file), file, name, None, None, box, mask, _source(config, *where))
