@@ -9,6 +9,7 @@ process is what is tested (Ctrl-C, SIGKILL, torchrun); the other runs call the t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -492,3 +493,60 @@ def test_lvis_note_names_a_config_that_keeps_fewer_detections(capsys):
     lvis_config = ROOT / "configs" / "mmdetection" / "mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1.yaml"
     tool._lvis_config_note(load_cfg(str(lvis_config)))
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")  # the LVIS API's logger
+def test_a_model_run_on_an_lvis_file_is_scored_as_lvis(tmp_path, capfd):
+    """An LVIS model (mmdetection's LVIS v1 config, its 1203 classes named in the file) run on an LVIS v1 file made
+    from coco_tiny: the images found by their ``coco_url`` under the COCO folder, the detections scored by LVIS's
+    rules (the 13 results, the format named), equal to the LVIS API (where installed) on the written results."""
+    from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
+
+    names = tuple(f"lvis_class_{k}" for k in range(1, 1204))
+    weights = tmp_path / "lvis.pth"
+    write_mmdet_checkpoint(weights, mmdet_weights(mmdet_state_shapes(num_classes=1203), seed=2), mmdet_meta(
+        classes=names))
+    coco = _load(ANN)
+    images = sorted(coco["images"], key=lambda m: m["id"])[:2]
+    ids = {m["id"] for m in images}
+    anns = [{k: v for k, v in a.items() if k != "iscrowd"} for a in coco["annotations"]
+            if a["image_id"] in ids and not a["iscrowd"]]
+    lvis = {
+        "images": [{"id": m["id"], "height": m["height"], "width": m["width"], "neg_category_ids": [1203],
+                    "not_exhaustive_category_ids": [], "coco_url": f"http://images.cocodataset.org/val2017/{m['file_name']}"}
+                   for m in images],
+        "annotations": anns,
+        "categories": [{"id": k, "name": n, "frequency": "rcf"[k % 3]} for k, n in enumerate(names, 1)],
+    }
+    ann = tmp_path / "lvis_v1_val.json"
+    ann.write_text(json.dumps(lvis))
+    out = tmp_path / "out"
+    config = "mmdetection/mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1"
+    res = _main(capfd, "--config-file", config, "--ann", str(ann), "--images", str(TINY), "--output", str(out),
+                "--workers", "0", "MODEL.WEIGHTS", str(weights), *FAST[:8], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "warning: LVIS" not in res.stderr  # an LVIS config: 300 detections from 0.0001
+    metrics = _load(out / "metrics.json")
+    assert metrics["scoring"]["format"] == "lvis" and metrics["scoring"]["mask_area"] == "box"
+    assert [k for k in metrics["bbox"] if k != "stats"][6:9] == ["APr", "APc", "APf"]
+    assert _load(out / "images.json") == {"evaluated": sorted(ids), "skipped": []}
+    results = _load(out / RESULTS_FILE)
+    assert results and max(sum(r["image_id"] == i for r in results) for i in ids) <= 300
+    if importlib.util.find_spec("lvis") is None:
+        return
+    import lvis
+
+    gt = lvis.LVIS(str(ann))
+    for t in ("bbox", "segm"):
+        ev = lvis.LVISEval(gt, lvis.LVISResults(gt, [dict(r) for r in results]), t)
+        added = "float" not in np.__dict__
+        if added:  # lvis 0.5.3 calls np.float (numpy removed the alias): the builtin it stood for
+            np.float = float
+        try:
+            ev.run()
+        finally:
+            if added:
+                del np.float
+        ref = ev.get_results()
+        assert [ref[k] for k in metrics[t] if k != "stats"] == metrics[t]["stats"]

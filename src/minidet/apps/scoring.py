@@ -105,17 +105,16 @@ def choose(name: str, fmt: str) -> tuple[Backend, str]:
                 return b, v
         usable = [b for b in BACKENDS.values() if fmt in b.formats and not b.refused]
         raise EvaluationError(f"no backend for {fmt.upper()} annotations is installed; "
-                           + " or ".join(f"{b.install} ({b.name})" for b in usable))
+                              + " or ".join(f"{b.install} ({b.name})" for b in usable))
     if name not in BACKENDS:
         raise EvaluationError(f"unknown scoring backend {name!r}; expected one of {', '.join(CHOICES)}")
     b = BACKENDS[name]
+    others = [n for n, o in BACKENDS.items() if fmt in o.formats and not o.refused]
     if b.refused:
-        raise EvaluationError(f"--backend {name}: {b.refused}; use --backend auto, "
-                           + ", ".join(n for n, o in BACKENDS.items() if not o.refused))
+        raise EvaluationError(f"--backend {name}: {b.refused}; use --backend {' or '.join(['auto', *others])}")
     if fmt not in b.formats:
-        others = [n for n, o in BACKENDS.items() if fmt in o.formats and not o.refused]
         raise EvaluationError(f"--backend {name} does not score {fmt.upper()} annotations (it scores "
-                           f"{', '.join(f.upper() for f in b.formats)}); use {' or '.join(others)}")
+                              f"{', '.join(f.upper() for f in b.formats)}); use {' or '.join(others)}")
     if not (v := version(b)):
         raise EvaluationError(f"--backend {name} is not installed: {b.install}")
     return b, v
