@@ -25,7 +25,7 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from helpers import call_tool, load_tool, run_tool
+from helpers import call_tool, load_tool, needs_extra, run_tool
 from minidet.timing import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -496,6 +496,7 @@ def test_lvis_note_names_a_config_that_keeps_fewer_detections(capsys):
 
 
 @pytest.mark.slow
+@needs_extra("hotcoco", "eval")  # LVIS scoring: hotcoco (auto's choice), or the LVIS API (test-only here)
 @pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")  # the LVIS API's logger
 def test_a_model_run_on_an_lvis_file_is_scored_as_lvis(tmp_path, capfd):
     """An LVIS model (mmdetection's LVIS v1 config, its 1203 classes named in the file) run on an LVIS v1 file made
