@@ -310,4 +310,4 @@ def test_a_second_run_on_a_locked_folder_is_refused_and_a_killed_run_frees_it(tm
     lock.close()
     rc, err = _eval(capsys, "--ann", str(ann), "--results", str(results), "--output", str(out))
     assert rc == 0, err
-    assert sorted(os.listdir(out)) == ["metrics.json"]
+    assert sorted(os.listdir(out)) == ["metrics.json", "timing.json"]  # the lock is gone
