@@ -78,13 +78,15 @@ def _load(path: Path):
     return json.loads(path.read_text())
 
 
-def _pycocotools_stats(ann: Path, results_file: Path, image_ids: list[int]) -> dict[str, list[float]]:
+def _pycocotools_stats(ann: Path, results_file: Path, image_ids: list[int], keep_box: bool = False
+                       ) -> dict[str, list[float]]:
     """COCOeval run directly on a results file. For masks the boxes are left out, so that the
-    mask area (not the box area) decides small / medium / large, as minidet documents."""
+    mask area (not the box area) decides small / medium / large (minidet's rule), unless ``keep_box``
+    (mmdetection's: pycocotools then takes the box's area)."""
     gt = COCO(str(ann))
     results = _load(results_file)
     out = {}
-    for iou_type, drop in (("bbox", "segmentation"), ("segm", "bbox")):
+    for iou_type, drop in (("bbox", "segmentation"), ("segm", None if keep_box else "bbox")):
         dets = [{k: v for k, v in r.items() if k != drop} for r in results]
         ev = COCOeval(gt, gt.loadRes(dets), iou_type)
         ev.params.imgIds = sorted(image_ids)
@@ -442,18 +444,6 @@ def test_all_of_coco_tiny_in_batches_of_two(weights, tmp_path, capfd):
     assert timing["ims_per_batch"] == 2 and timing["stages"]["backbone"]["n"] == 40 - 2
 
 
-def _stats_by_rule(ann: Path, results_file: Path, image_ids: list[int], keep_box: bool) -> list[float]:
-    """pycocotools' 12 mask statistics, by hand, with the results' boxes kept (sized by the box) or dropped."""
-    gt = COCO(str(ann))
-    dets = [{k: v for k, v in r.items() if keep_box or k != "bbox"} for r in _load(results_file)]
-    ev = COCOeval(gt, gt.loadRes(dets), "segm")
-    ev.params.imgIds = sorted(image_ids)
-    ev.evaluate()
-    ev.accumulate()
-    ev.summarize()
-    return [float(v) for v in ev.stats]
-
-
 def test_an_mmdetection_model_sizes_masks_by_box_as_mmdetection(tmp_path, capfd):
     """An mmdetection model's mask AP by size follows mmdetection's rule (its mask results carry their boxes, so
     pycocotools sizes them by the box), named in the report; ``--mask-area mask`` gives detectron2's rule, and each
@@ -475,7 +465,8 @@ def test_an_mmdetection_model_sizes_masks_by_box_as_mmdetection(tmp_path, capfd)
         named = "box" if rule == "auto" else "mask"
         assert metrics["scoring"]["mask_area"] == named and f"masks sized by their {named}'s area" in res.stdout
         ids = _load(out / "images.json")["evaluated"]
-        assert metrics["segm"]["stats"] == _stats_by_rule(ANN, out / RESULTS_FILE, ids, keep_box=named == "box")
+        by_hand = _pycocotools_stats(ANN, out / RESULTS_FILE, ids, keep_box=named == "box")
+        assert {t: metrics[t]["stats"] for t in ("bbox", "segm")} == by_hand
         stats[named] = metrics["segm"]["stats"]
     assert _load(tmp_path / "auto" / RESULTS_FILE) == _load(tmp_path / "mask" / RESULTS_FILE) != []
     assert stats["box"][:3] == stats["mask"][:3]  # AP, AP50, AP75 do not depend on the rule
