@@ -18,6 +18,7 @@ from minidet.apps.outputs.rle import NEGATIVE_RUN, NOT_RLE, rle_string_totals  #
 from minidet.apps.scoring import (  # noqa: F401 (evaluation's API)
     IOU_TYPES,
     METRIC_NAMES,
+    RESULT_FIELD,
     EvaluationError,
     Scorer,
     Scores,
@@ -37,10 +38,7 @@ from ..categories import (
     placeholder_names,
 )
 
-_RESULT_FIELD = {"bbox": "bbox", "segm": "segmentation"}
 _GT_KEYS = ("id", "image_id", "category_id", "bbox", "area", "iscrowd")
-
-
 _PLAIN_REALS = frozenset((int, float))  # JSON's numbers (bool is neither)
 
 
@@ -174,7 +172,7 @@ def match_dataset(classes: Classes, coco_gt: COCO, source: str, layout: str = ""
 
 def result_iou_types(results: Sequence[dict]) -> tuple[str, ...]:
     """The evaluations a results list allows: ``bbox`` and/or ``segm``, by its first entry."""
-    return tuple(t for t in IOU_TYPES if _RESULT_FIELD[t] in results[0]) if results else ()
+    return tuple(t for t in IOU_TYPES if RESULT_FIELD[t] in results[0]) if results else ()
 
 
 def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
@@ -190,7 +188,7 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
         raise EvaluationError(f"{source}: entry 0: expected an object, got {type(results[0]).__name__}")
     if not (types := result_iou_types(results)):
         raise EvaluationError(f"{source}: entry 0 has neither 'bbox' nor 'segmentation'; nothing to evaluate")
-    needed = ("image_id", "category_id", "score", *(_RESULT_FIELD[t] for t in types))
+    needed = ("image_id", "category_id", "score", *(RESULT_FIELD[t] for t in types))
     strings: list[tuple[int, str, int, int]] = []  # compressed RLE counts: (entry, counts, H, W)
     sizes = {k: [m["height"], m["width"]] for k, m in coco_gt.imgs.items()}
     box, mask, real, finite, keys = "bbox" in needed, "segmentation" in needed, _PLAIN_REALS, math.isfinite, set(needed)

@@ -34,7 +34,6 @@ from pycocotools.coco import COCO
 from minidet.errors import InputError
 
 IOU_TYPES = ("bbox", "segm")
-FORMATS = ("coco", "lvis")
 # COCOeval.stats, in order
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 LVIS_MAX_DETS = 300  # the LVIS API's detections per image (LVISResults, LVISEval), and its configs' cap
@@ -44,7 +43,7 @@ LVIS_METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "APr", "APc", "A
                      f"AR@{LVIS_MAX_DETS}", f"ARs@{LVIS_MAX_DETS}", f"ARm@{LVIS_MAX_DETS}", f"ARl@{LVIS_MAX_DETS}")
 STAGES = ("load", "match", "accumulate", "summarize")
 MASK_AREAS = ("mask", "box")
-_RESULT_FIELD = {"bbox": "bbox", "segm": "segmentation"}
+RESULT_FIELD = {"bbox": "bbox", "segm": "segmentation"}  # a results entry's field of each IoU type
 _LVIS_IMAGE_KEYS = ("not_exhaustive_category_ids", "neg_category_ids")
 
 
@@ -155,7 +154,7 @@ def scored_fields(results: Sequence[dict], iou_type: str, mask_area: str, coco_g
     the results APIs take a result's area."""
     if mask_area not in MASK_AREAS:
         raise ValueError(f"unknown mask area rule {mask_area!r}; expected one of {MASK_AREAS}")
-    keys = ("image_id", "category_id", _RESULT_FIELD[iou_type], "score")
+    keys = ("image_id", "category_id", RESULT_FIELD[iou_type], "score")
     dets = [{k: r[k] for k in keys} for r in results]
     if iou_type != "segm":
         return dets
