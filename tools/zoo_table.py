@@ -3,10 +3,13 @@ runs it, made from the census ``docs/zoo_census.tsv`` (one row per published fil
 its published box and mask AP, and either the name minidet's registry gives it or what minidet still needs to run
 it) joined with the registry (``minidet weights list``) and the shipped configs.
 
+The README's "What it runs" part (between its ``zoo-table`` markers) is made here too: the count per zoo and what
+the files minidet runs hold (read from each one's shipped config), with what runs each part beside eager PyTorch.
+
 Usage::
 
-    python tools/zoo_table.py           # (re)writes docs/zoo.md
-    python tools/zoo_table.py --check   # exit status 1 when docs/zoo.md is not what the census and registry make
+    python tools/zoo_table.py           # (re)writes docs/zoo.md and the README's part
+    python tools/zoo_table.py --check   # exit status 1 when either is not what the census and registry make
 
 Both refuse (one line) a census that disagrees with the registry: a registry entry that no row names or that two
 rows name, a row naming no registry entry or no shipped config, a row whose AP is not its registry entry's.
@@ -16,12 +19,19 @@ from __future__ import annotations
 
 import csv
 import sys
+import textwrap
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CENSUS = ROOT / "docs" / "zoo_census.tsv"
 TABLE = ROOT / "docs" / "zoo.md"
+README = ROOT / "README.md"
+BEGIN = "<!-- zoo-table: made by tools/zoo_table.py from docs/zoo_census.tsv, the registry and the configs -->"
+END = "<!-- zoo-table: end -->"
 ZOOS = ("torchvision", "Detectron", "maskrcnn-benchmark", "detectron2", "mmdetection")  # the table's order
 NEEDS = "needs: "
 
@@ -98,20 +108,107 @@ def render(rows: list[dict[str, str]]) -> str:
     return "\n".join(out) + "\n"
 
 
+@dataclass(frozen=True)
+class Part:
+    """A part a file may hold, as the README's support table shows it: ``holds(cfg)`` tells it from the file's
+    shipped config; ``ops``: the ONNX operators of its graph that not every runtime runs (``onnxfile.UNSUPPORTED``);
+    ``kept_float``: the int8 export's name for what it keeps in float32 (``quantize.KEPT_FLOAT``/``_BLOCKS``);
+    ``bench``: its ``minidet bench --norms`` variants (``report.ARCHITECTURES``, plain norms for the plain model)."""
+
+    name: str
+    holds: Callable[[Any], bool]
+    ops: frozenset[str] = frozenset()
+    kept_float: str = ""
+    bench: tuple[str, ...] = ()
+
+
+PARTS = (
+    Part("ResNet or ResNeXt body, FPN, RPN, box and mask heads", lambda c: not c.MODEL.REGNET.DEPTH,
+         bench=("FrozenBN", "Affine", "GN")),
+    Part("RegNet body", lambda c: bool(c.MODEL.REGNET.DEPTH), bench=("regnetx-3.2gf", "regnetx-4gf", "regnety-4gf")),
+    Part("GroupNorm (and weight standardization)", lambda c: "GN" in (c.MODEL.NORM, c.MODEL.HEAD_NORM), bench=("GN",)),
+    Part("Cascade R-CNN", lambda c: bool(c.MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS), bench=("cascade",)),
+    Part("deformable convolution (v1, v2)", lambda c: any(c.MODEL.RESNETS.DEFORM_ON_PER_STAGE),
+         ops=frozenset({"DeformConv"}), bench=("dcn", "dcnv2")),
+    Part("GC blocks", lambda c: any(c.MODEL.RESNETS.CONTEXT_ON_PER_STAGE), kept_float="context", bench=("gcb",)),
+    Part("Mask Scoring R-CNN", lambda c: bool(c.MODEL.MASKIOU_ON), kept_float="mask_iou_head", bench=("maskiou",)),
+)
+
+
+def parts_table(names: list[str]) -> list[str]:
+    """The support table's lines for the configs ``names`` (the files minidet runs)."""
+    from minidet.apps.bench.report import ARCHITECTURES, VARIANTS
+    from minidet.config import get_cfg
+    from minidet.export.onnxfile import UNSUPPORTED
+    from minidet.export.quantize import KEPT_FLOAT, KEPT_FLOAT_BLOCKS
+
+    cfgs = [get_cfg(name) for name in names]
+    out = ["| the file holds | files | ONNX Runtime | OpenVINO | int8 (OpenVINO) | `minidet bench --norms` |",
+           "|---|---|---|---|---|---|"]
+    for part in PARTS:
+        if missing := [v for v in part.bench if v not in VARIANTS and v not in ARCHITECTURES]:
+            raise ValueError(f"{part.name}: no bench variant {missing[0]!r}")
+        if part.kept_float and part.kept_float not in {**KEPT_FLOAT, **KEPT_FLOAT_BLOCKS}:
+            raise ValueError(f"{part.name}: the int8 export keeps no {part.kept_float!r} in float32")
+        lacks = sorted(UNSUPPORTED["openvino"][op] for op in part.ops if op in UNSUPPORTED["openvino"])
+        openvino = f"no ({', '.join(lacks)})" if lacks else "yes"
+        int8 = "no" if lacks else ("yes (this part in float32)" if part.kept_float else "yes")
+        count = sum(1 for c in cfgs if part.holds(c))
+        out.append(f"| {part.name} | {count} | yes | {openvino} | {int8} | {', '.join(part.bench)} |")
+    return out
+
+
+def readme_block(rows: list[dict[str, str]]) -> str:
+    """The README's part between ``BEGIN`` and ``END`` (markers included)."""
+    check(rows)
+    runs = [r for r in rows if not r["minidet"].startswith(NEEDS)]
+    per_zoo = [f"{sum(1 for r in runs if r['zoo'] == z)} of {sum(1 for r in rows if r['zoo'] == z)}" for z in ZOOS]
+    wrap = textwrap.TextWrapper(width=116, break_on_hyphens=False, break_long_words=False).wrap
+    out = [
+        BEGIN,
+        *wrap(f"Of the {len(rows)} Mask R-CNN-family checkpoints that the five zoos publish, minidet runs {len(runs)} "
+              f"of the {len(rows)}, each by name: a shipped config and a registry entry (`--config-file NAME`, "
+              "`MODEL.WEIGHTS NAME`). Every file, its published AP and what the others need: "
+              "[docs/zoo.md](docs/zoo.md)."),
+        "",
+        "| " + " | ".join(ZOOS) + " |",
+        "|" + "---|" * len(ZOOS),
+        "| " + " | ".join(per_zoo) + " |",
+        "",
+        *wrap("What the files minidet runs hold (a file holds several parts), what runs each part beside eager "
+              "PyTorch (an exported graph under ONNX Runtime or OpenVINO, OpenVINO's int8; every export passes its "
+              "parity gate first) and `minidet bench`'s variants of it:"),
+        "",
+        *parts_table([r["minidet"] for r in runs]),
+        END,
+    ]
+    return "\n".join(out) + "\n"
+
+
+def with_block(readme: str, block: str) -> str:
+    """``readme`` with its part between the markers replaced by ``block``; ValueError without the markers."""
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{README.name}: no {BEGIN!r} ... {END!r} markers")
+    return readme[:start] + block + readme[end + len(END) + 1:]
+
+
 def main(argv: list[str]) -> int:
     try:
-        text = render(read_census())
+        rows = read_census()
+        made = {TABLE: render(rows), README: with_block(README.read_text(encoding="utf-8"), readme_block(rows))}
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if "--check" in argv:
-        if not TABLE.is_file() or TABLE.read_text(encoding="utf-8") != text:
-            print(f"error: {TABLE} is not what {CENSUS.name} and the registry make; run python tools/zoo_table.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    TABLE.write_text(text, encoding="utf-8")
-    print(f"wrote {TABLE}")
+    for path, text in made.items():
+        if "--check" in argv:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                print(f"error: {path} is not what {CENSUS.name} and the registry make; run python tools/zoo_table.py",
+                      file=sys.stderr)
+                return 1
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
     return 0
 
 

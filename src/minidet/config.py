@@ -222,7 +222,7 @@ def _merge_dict(node: _YacsNode, data: dict, prefix: list[str]) -> None:
 # Every key: (default, rule). A rule is a tuple of choices, or an interval ("[" / "]" closed, "(" / ")" open),
 # prefixed with "N x" for a list of N values or "n x" for a list of one or more; None: a boolean (True or False)
 # or a free string. The kind (integer or number) is that of the default. Upper bounds on sizes and counts only
-# catch typos. README.md's table of config switches says what each key means.
+# catch typos. docs/configs.md says what each key means.
 _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.WEIGHTS": ("", None),
     "MODEL.DEVICE": ("cpu", ("cpu", "cuda", "cuda:N")),
@@ -366,6 +366,13 @@ def config_names(bases: bool = False) -> list[str]:
     return sorted(n for n in names if bases or not n.rpartition("/")[2].startswith("Base-"))
 
 
+def close_names(text: str, names: list[str]) -> list[str]:
+    """Up to 4 of ``names`` near ``text`` (a mistyped config or registry name): the closest by spelling, then those
+    that hold its last part (``mask_rcnn_R_50_FPN_3x`` finds ``detectron2/mask_rcnn_R_50_FPN_3x``)."""
+    close = difflib.get_close_matches(text, names, n=4, cutoff=0.6)
+    return close + [n for n in names if text.rpartition("/")[2].lower() in n.lower() and n not in close][: 4 - len(close)]
+
+
 def config_file(name: str) -> str:
     """The file ``name`` names: an existing path as given, else a shipped config (``torchvision/maskrcnn_resnet50_fpn``;
     a ``.yaml`` suffix and a leading ``configs/`` are allowed, so a checkout's paths work from any folder). Neither:
@@ -375,9 +382,7 @@ def config_file(name: str) -> str:
     stem = re.sub(r"\.ya?ml$", "", re.sub(r"^(\./)?configs/", "", str(name).replace(os.sep, "/")))
     if (CONFIG_DIR / f"{stem}.yaml").is_file() and ".." not in stem.split("/"):
         return str(CONFIG_DIR / f"{stem}.yaml")
-    names = config_names(bases=True)
-    close = difflib.get_close_matches(stem, names, n=4, cutoff=0.6)
-    close += [n for n in names if stem.rpartition("/")[2].lower() in n.lower() and n not in close][: 4 - len(close)]
+    close = close_names(stem, config_names(bases=True))
     if not close and re.search(r"\.ya?ml$", str(name)):  # a file path, and no shipped name near it
         raise ConfigError(f"config file not found: {os.path.abspath(name)}")
     hint = f"; close names: {', '.join(close)}" if close else ""

@@ -20,7 +20,7 @@ from .errors import InputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 # A whole run of an image peaks at about 1.1 GB plus 21 bytes per pixel with its drawing (18 without), 100 detections
-# (masks kept as their boxes' crops; README "Large images"): 125 MP stays within 4 GB, and a Sentinel-2 tile
+# (masks kept as their boxes' crops; docs/large_images.md): 125 MP stays within 4 GB, and a Sentinel-2 tile
 # (10980 x 10980, 120.6 MP) is read.
 DEFAULT_MAX_PIXELS = 125_000_000
 # A file may have at most 16 bytes (twice 16-bit RGBA) per pixel its header announces (else per INPUT.MAX_PIXELS)
