@@ -257,3 +257,65 @@ def test_infers_coco_json_results_read_as_its_jsonl(tmp_path, capsys):
         assert _convert(capsys, src, "--to", fmt, "--output", str(a))[0] == 0
         assert _convert(capsys, str(coco_src), "--to", fmt, "--output", str(b))[0] == 0
         assert a.read_bytes() == b.read_bytes(), fmt
+
+
+def _box_scored(tmp_path) -> tuple[str, list[list[float]]]:
+    """``_records`` as a Mask Scoring R-CNN writes them: a ``box_score`` (the box head's) beside each ``score``."""
+    src, _ = _records(tmp_path)
+    records = [json.loads(line) for line in open(src)]
+    box_scores = []
+    for r in records:
+        for j, inst in enumerate(r["instances"]):
+            inst["box_score"] = round(0.95 - 0.1 * j, 4)
+        box_scores.append([i["box_score"] for i in r["instances"]])
+    path = tmp_path / "scored.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path), box_scores
+
+
+@pytest.mark.parametrize("fmt", ["coco-dataset", "cvat", "labelstudio", "geojson"])
+def test_box_score_of_mask_scored_records_is_kept_where_the_format_has_attributes(tmp_path, capsys, fmt):
+    """Issue 56 item 7: a Mask Scoring R-CNN's ``box_score`` was dropped by every format; each format that carries
+    an attribute keeps it (read back as its tool reads it), without a word; records without one write none."""
+    src, box_scores = _box_scored(tmp_path)
+    out = tmp_path / f"out.{fmt}"
+    rc, _, err = _convert(capsys, src, "--to", fmt, "--output", str(out))
+    assert rc == 0 and err == ""
+    flat = [s for image in box_scores for s in image]
+    if fmt == "coco-dataset":
+        coco = COCO(str(out))
+        assert [a["box_score"] for a in coco.loadAnns(sorted(coco.getAnnIds()))] == flat
+    elif fmt == "cvat":
+        root = ET.parse(out).getroot()
+        for label in root.findall("./meta/task/labels/label"):  # declared on every label, as CVAT asks
+            assert [a.findtext("name") for a in label.findall("./attributes/attribute")] == ["score", "box_score"]
+        for image, scores in zip(root.findall("image"), box_scores):
+            got = [float(p.find("attribute[@name='box_score']").text) for p in image.findall("polygon")]
+            assert got == [scores[0], scores[1], scores[1], scores[2]]  # a part of two: both carry it
+    elif fmt == "labelstudio":
+        for task, scores in zip(json.loads(out.read_text()), box_scores):
+            regions = [r for r in task["predictions"][0]["result"] if r["type"] != "relation"]
+            got = [r["meta"]["text"] for r in regions]
+            assert got == [[f"box_score {s:.4f}"] for s in (scores[0], scores[1], scores[1], scores[2])]
+    else:
+        doc = json.loads(out.read_text())
+        assert [f["properties"]["box_score"] for f in doc["features"]] == flat
+    plain, _ = _records(tmp_path)
+    assert _convert(capsys, plain, "--to", fmt, "--output", str(out))[0] == 0
+    assert "box_score" not in out.read_text()
+
+
+def test_yolo_seg_says_it_cannot_carry_box_score(tmp_path, capsys):
+    """YOLO-seg labels carry no attribute: one note says the box scores are not carried (the labels as without)."""
+    src, _ = _box_scored(tmp_path)
+    rc, stdout, err = _convert(capsys, src, "--to", "yolo-seg", "--output", str(tmp_path / "yolo"))
+    assert rc == 0 and err == ""
+    notes = [line for line in stdout.splitlines() if "box_score" in line]
+    assert notes == ["convert: note: yolo-seg labels hold no attributes: the instances' box_score (the box head's "
+                     "score beside a Mask Scoring R-CNN's mask score) is not carried"]
+    plain, _ = _records(tmp_path)
+    rc, stdout, _ = _convert(capsys, plain, "--to", "yolo-seg", "--output", str(tmp_path / "yolo2"))
+    assert rc == 0 and "box_score" not in stdout
+    for k in range(2):
+        assert (tmp_path / "yolo" / "labels" / f"img{k}.txt").read_text() == \
+            (tmp_path / "yolo2" / "labels" / f"img{k}.txt").read_text()

@@ -88,6 +88,8 @@ DAMAGED = {
                         "instance 0: segmentation polygon 0 has points outside the 60 x 40 image"),
     "score a string": (_bad_instance(score="0.9"), "instance 0: score must be a finite number, got '0.9'"),
     "score NaN": (_bad_instance(score=float("nan")), "instance 0: score must be a finite number, got nan"),
+    "box_score a string": (_bad_instance(box_score="high"), "instance 0: box_score must be a finite number, got "
+                                                             "'high'"),
     "category_id a float": (_bad_instance(category_id=1.5), "instance 0: category_id must be an integer, got 1.5"),
     "bbox a string": (_bad_instance(bbox="1,2,3,4"), "instance 0: bbox must be [x, y, width, height]"),
     "bbox outside": (_bad_instance(bbox=[5, 5, 1e6, 10]), "instance 0: bbox [5, 5, 1000000.0, 10] is outside"),
@@ -290,3 +292,38 @@ def test_convert_options_out_of_range_are_one_line(tmp_path, capsys, option):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.splitlines()[-1].startswith(f"minidet convert: error: argument {option[0]}:")
     assert not (tmp_path / "x.xml").exists()
+
+
+@pytest.mark.parametrize("value", ["5", "1.01"])
+def test_convert_score_thresh_above_1_is_one_usage_line(tmp_path, capsys, value):
+    """Issue 56 item 7: ``--score-thresh 5`` was accepted (and kept no detection); scores are from 0 to 1."""
+    src = _write(tmp_path / "all.jsonl", [_record("a.jpg")])
+    with pytest.raises(SystemExit) as stop:
+        _convert(capsys, src, "--to", "cvat", "--output", str(tmp_path / "x.xml"), "--score-thresh", value)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert err.splitlines()[-1] == f"minidet convert: error: argument --score-thresh: must be a score from 0 to 1, " \
+                                   f"got {value}"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("how", ["same", "dot", "symlink", "hardlink"])
+def test_convert_refuses_to_overwrite_its_own_results_file(tmp_path, capsys, monkeypatch, fmt, how):
+    """CV17: ``--output`` naming the results file itself (as written, through ``./``, a symbolic or a hard link;
+    for yolo-seg, whose output is a folder: the folder whose data.yaml that is) is refused in one line before
+    anything is written: the file is intact."""
+    monkeypatch.chdir(tmp_path)
+    name = "data.yaml" if fmt == "yolo-seg" else "all.jsonl"
+    src = _write(tmp_path / name, [_record("a.jpg")])
+    before = open(src, "rb").read()
+    if how in ("symlink", "hardlink"):
+        os.mkdir("out")
+        (os.symlink if how == "symlink" else os.link)(src, os.path.join("out", name))
+    target = {"same": name, "dot": f"./{name}", "symlink": "out/all.jsonl", "hardlink": "out/all.jsonl"}[how]
+    if fmt == "yolo-seg":
+        target = {"same": ".", "dot": "./"}.get(how, "out")
+    rc, stdout, err = _convert(capsys, src, "--to", fmt, "--output", target)
+    assert rc == 2 and stdout == "", (stdout, err)
+    assert err.splitlines() == [f"error: --output {target}: would overwrite the results file being converted ({src}); "
+                                "choose another path"]
+    assert open(src, "rb").read() == before and not os.path.exists("labels") and not os.path.exists("out/labels")

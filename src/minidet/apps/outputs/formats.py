@@ -9,6 +9,10 @@ What each format cannot hold is said where it is written: COCO, CVAT, Label Stud
 (a hole's pixels come back as the mask's); a YOLO-seg line is one polygon, so the parts of a mask are joined by
 zero-width bridges (as ultralytics joins them); CVAT groups an instance's parts, Label Studio relates them; GeoJSON
 keeps holes as interior rings.
+
+A Mask Scoring R-CNN's records carry ``box_score`` (the box head's score) beside ``score`` (its product with the
+predicted mask IoU): kept as an attribute where the format has them (:data:`BOX_SCORE_IN`); YOLO-seg labels have
+none (:data:`NO_ATTRIBUTES`: ``minidet convert`` says so in a note).
 """
 
 from __future__ import annotations
@@ -49,6 +53,24 @@ def outline(inst: dict, height: int, width: int) -> list[tuple[np.ndarray, list[
     return [(np.array([[x, y], [x, y + h], [x + w, y + h], [x + w, y]], np.float64), [])]
 
 
+BOX_SCORE_IN = {"coco-dataset": "each annotation's box_score field", "cvat": "a box_score attribute of each polygon",
+                "labelstudio": "each region's meta text (box_score 0.1234)", "geojson": "each feature's box_score "
+                "property"}
+"""Where each format keeps a record's ``box_score``."""
+NO_ATTRIBUTES = ("yolo-seg",)
+"""The formats that hold no attribute beside a shape and its class (a record's ``box_score`` is not carried)."""
+
+
+def has_box_scores(results: Results) -> bool:
+    """Whether any instance of ``results`` has a ``box_score`` (a Mask Scoring R-CNN's records)."""
+    return any("box_score" in i for r in results.images for i in r["instances"])
+
+
+def _box_score(inst: dict) -> dict:
+    """``{"box_score": ...}`` of an instance that has one, else empty: the fields a format's JSON adds."""
+    return {"box_score": inst["box_score"]} if "box_score" in inst else {}
+
+
 def _kept(results: Results, score_thresh: float):
     for r in results.images:
         yield r, [i for i in r["instances"] if i["score"] >= score_thresh]
@@ -60,8 +82,8 @@ def _flat(ring: np.ndarray) -> list[float]:
 
 def write_coco_dataset(results: Results, out: str, score_thresh: float = 0.0) -> int:
     """A COCO dataset (``images``, ``annotations`` with polygon ``segmentation``, ``area`` and ``iscrowd`` 0, the
-    detection's ``score`` kept, ``categories``) for importing the detections as annotations. An empty mask is an
-    annotation without polygons (area 0). Returns 0: no instance is left out."""
+    detection's ``score`` and ``box_score`` kept, ``categories``) for importing the detections as annotations. An empty
+    mask is an annotation without polygons (area 0). Returns 0: no instance is left out."""
     images, anns = [], []
     for k, (r, insts) in enumerate(_kept(results, score_thresh), 1):
         images.append({"id": k, "file_name": r["file"], "height": r["height"], "width": r["width"]})
@@ -71,7 +93,7 @@ def write_coco_dataset(results: Results, out: str, score_thresh: float = 0.0) ->
                 if polys else 0.0
             anns.append({"id": len(anns) + 1, "image_id": k, "category_id": inst["category_id"],
                          "bbox": inst["bbox"], "area": area, "iscrowd": 0, "segmentation": polys,
-                         "score": inst["score"]})
+                         "score": inst["score"], **_box_score(inst)})
     cats = [{"id": i, "name": n, "supercategory": ""} for i, n in results.categories]
     with atomic_open(out) as f:
         json.dump({"images": images, "annotations": anns, "categories": cats}, f)
@@ -79,21 +101,24 @@ def write_coco_dataset(results: Results, out: str, score_thresh: float = 0.0) ->
 
 
 def write_cvat(results: Results, out: str, score_thresh: float = 0.0) -> int:
-    """CVAT for images 1.1 XML: per image its polygons (``points`` "x,y;x,y;..."), the label, ``source`` auto and
-    a ``score`` attribute (declared on every label); the polygons of an instance of several parts share a
-    ``group_id`` (CVAT's grouping of shapes; 1, 2, ... through the file). Returns the instances left out for an
-    empty mask (CVAT has no empty polygon)."""
+    """CVAT for images 1.1 XML: per image its polygons (``points`` "x,y;x,y;..."), the label, ``source`` auto and a
+    ``score`` attribute, and a ``box_score`` one where the records have it (each declared on every label); the polygons
+    of an instance of several parts share a ``group_id`` (CVAT's grouping of shapes; 1, 2, ... through the file).
+    Returns the instances left out for an empty mask (CVAT has no empty polygon)."""
     root = ET.Element("annotations")
     ET.SubElement(root, "version").text = "1.1"
     labels = ET.SubElement(ET.SubElement(ET.SubElement(root, "meta"), "task"), "labels")
+    declared = ("score", "box_score") if has_box_scores(results) else ("score",)
     for _, name in results.categories:
         label = ET.SubElement(labels, "label")
         ET.SubElement(label, "name").text = name
         ET.SubElement(label, "type").text = "polygon"
-        attr = ET.SubElement(ET.SubElement(label, "attributes"), "attribute")
-        for key, value in (("name", "score"), ("mutable", "False"), ("input_type", "text"), ("default_value", ""),
-                           ("values", "")):
-            ET.SubElement(attr, key).text = value
+        attrs = ET.SubElement(label, "attributes")
+        for attr_name in declared:
+            attr = ET.SubElement(attrs, "attribute")
+            for key, value in (("name", attr_name), ("mutable", "False"), ("input_type", "text"),
+                               ("default_value", ""), ("values", "")):
+                ET.SubElement(attr, key).text = value
     empty = groups = 0
     for k, (r, insts) in enumerate(_kept(results, score_thresh)):
         image = ET.SubElement(root, "image", id=str(k), name=r["file"], width=str(r["width"]),
@@ -108,7 +133,8 @@ def write_cvat(results: Results, out: str, score_thresh: float = 0.0) -> int:
                                      points=points, z_order="0")
                 if len(parts) > 1:
                     poly.set("group_id", str(groups))
-                ET.SubElement(poly, "attribute", name="score").text = f"{inst['score']:.4f}"
+                for key, value in {"score": inst["score"], **_box_score(inst)}.items():
+                    ET.SubElement(poly, "attribute", name=key).text = f"{value:.4f}"
     ET.indent(root)
     with atomic_open(out, "wb") as f:
         f.write(b'<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="utf-8") + b"\n")
@@ -118,7 +144,8 @@ def write_cvat(results: Results, out: str, score_thresh: float = 0.0) -> int:
 def write_labelstudio(results: Results, out: str, score_thresh: float = 0.0, image_prefix: str = "") -> int:
     """Label Studio tasks with predictions: per image ``data.image`` (``image_prefix`` + its file) and one
     prediction (``model_version`` minidet, its mean score) whose results are ``polygonlabels`` in percent of the
-    image (``from_name`` label, ``to_name`` image: a labeling config with <PolygonLabels name="label"
+    image (``from_name`` label, ``to_name`` image; a ``box_score`` as the region's ``meta`` text, which Label Studio
+    shows with the region: a labeling config with <PolygonLabels name="label"
     toName="image"> and <Image name="image" value="$image">). A Label Studio polygon is one ring, so an instance of
     several parts is a region per part, tied as Label Studio ties regions: a ``relation`` result from its first part
     to each other one (no <Relations> tag needed: the relations carry no label). Returns the instances left out for
@@ -137,7 +164,8 @@ def write_labelstudio(results: Results, out: str, score_thresh: float = 0.0, ima
                 found.append({"id": rid, "type": "polygonlabels", "from_name": "label",
                               "to_name": "image", "original_width": w, "original_height": h, "image_rotation": 0,
                               "score": inst["score"], "value": {"points": points, "closed": True,
-                                                                "polygonlabels": [inst["category_name"]]}})
+                                                                "polygonlabels": [inst["category_name"]]},
+                              **_region_meta(inst)})
             found += [{"type": "relation", "from_id": ids[0], "to_id": rid, "direction": "right", "labels": []}
                       for rid in ids[1:]]
         score = float(np.mean([i["score"] for i in insts])) if insts else 0.0
@@ -146,6 +174,11 @@ def write_labelstudio(results: Results, out: str, score_thresh: float = 0.0, ima
     with atomic_open(out) as f:
         json.dump(tasks, f)
     return empty
+
+
+def _region_meta(inst: dict) -> dict:
+    """A Label Studio region's ``meta`` (its text shown with the region) for an instance's ``box_score``."""
+    return {"meta": {"text": [f"box_score {inst['box_score']:.4f}"]}} if "box_score" in inst else {}
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -222,10 +255,10 @@ def _georeference(r: dict):
 
 def write_geojson(results: Results, out: str, score_thresh: float = 0.0) -> int:
     """A FeatureCollection: a MultiPolygon Feature per instance (holes as interior rings; exterior rings
-    counter-clockwise as RFC 7946 asks; an empty mask has none), properties ``file``, ``score``, ``category_id``,
-    ``category_name``. In pixel coordinates (x right, y down), or in the raster's CRS where the image is a
-    georeferenced raster (a GeoTIFF; the geo extra's rasterio reads it), named in a ``crs`` member. Returns 0: no
-    instance is left out."""
+    counter-clockwise as RFC 7946 asks; an empty mask has none), properties ``file``, ``score`` (and ``box_score`` where
+    the record has it), ``category_id``, ``category_name``. In pixel coordinates (x right, y down), or in the raster's
+    CRS where the image is a georeferenced raster (a GeoTIFF; the geo extra's rasterio reads it), named in a ``crs``
+    member. Returns 0: no instance is left out."""
     features, crss = [], set()
     for r, insts in _kept(results, score_thresh):
         geo = _georeference(r)
@@ -235,7 +268,7 @@ def write_geojson(results: Results, out: str, score_thresh: float = 0.0) -> int:
             polygons = [[_oriented(to_crs(outer), True), *(_oriented(to_crs(h), False) for h in holes)]
                         for outer, holes in outline(inst, r["height"], r["width"])]
             features.append({"type": "Feature", "geometry": {"type": "MultiPolygon", "coordinates": polygons},
-                             "properties": {"file": r["file"], "score": inst["score"],
+                             "properties": {"file": r["file"], "score": inst["score"], **_box_score(inst),
                                             "category_id": inst["category_id"],
                                             "category_name": inst["category_name"]}})
     if len(crss) > 1:
@@ -247,6 +280,21 @@ def write_geojson(results: Results, out: str, score_thresh: float = 0.0) -> int:
     with atomic_open(out) as f:
         json.dump(doc, f)
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either is missing (or cannot be looked at): not one file
+        return False
+
+
+def overwrites(fmt: str, out: str, path: str) -> bool:
+    """Whether writing ``fmt`` to ``out`` would replace the file ``path``, named in any way (``./x``, a symbolic or
+    a hard link): ``out`` itself, or for yolo-seg (a folder) its ``data.yaml`` or a label file of that name."""
+    names = [out] if fmt != "yolo-seg" else [os.path.join(out, "data.yaml"),
+                                              os.path.join(out, "labels", os.path.basename(path))]
+    return any(_same_file(path, name) for name in names)
 
 
 FORMATS: dict[str, Callable[..., int]] = {"coco-dataset": write_coco_dataset, "cvat": write_cvat,

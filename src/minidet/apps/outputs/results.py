@@ -1,13 +1,14 @@
-"""infer's results read back (``minidet convert``): one validating reader of its ``.jsonl`` records, its COCO
-``.json`` and one image's record, so that every format written from them gets the same checks.
+"""infer's results read back (``minidet convert``): one validating reader of its ``.jsonl`` records, its COCO ``.json``
+and one image's record, so that every format written from them gets the same checks.
 
-Each record is checked against its own image size before any writer sees it: ``file`` a name (no control
-character), ``height`` and ``width`` whole numbers of at least one pixel whose product is within ``max_pixels``
+Each record is checked against its own image size before any writer sees it: ``file`` a name (no control character),
+``height`` and ``width`` whole numbers of at least one pixel whose product is within ``max_pixels``
 (``INPUT.MAX_PIXELS``'s default: the same bound as infer's images), ``instances`` a list of objects with a finite
-``score``, an integer ``category_id``, a ``category_name`` (a name, as ``file``), a ``bbox`` [x, y, w, h] inside
-the image, and a ``segmentation`` that is absent, COCO RLE of the record's size whose runs cover exactly its pixels
-(checked before pycocotools decodes it), or COCO polygons of x, y pairs inside the image. A record that fails is
-left out with one line naming it, the file's line (or image) and the key; the others are read.
+``score`` (and, from a Mask Scoring R-CNN, a finite ``box_score``: the box head's), an integer ``category_id``, a
+``category_name`` (a name, as ``file``), a ``bbox`` [x, y, w, h] inside the image, and a ``segmentation`` that is
+absent, COCO RLE of the record's size whose runs cover exactly its pixels (checked before pycocotools decodes it), or
+COCO polygons of x, y pairs inside the image. A record that fails is left out with one line naming it, the file's line
+(or image) and the key; the others are read.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class RecordError(ValueError):
 @dataclass
 class Results:
     """``images``: the records read (``file``, ``height``, ``width``, ``instances`` of ``bbox``, ``score``,
-    ``category_id``, ``category_name`` and ``segmentation`` or None); ``categories``: (id, name) in id order;
+    ``category_id``, ``category_name``, ``segmentation`` or None, and ``box_score`` where the record has one);
+    ``categories``: (id, name) in id order;
     ``problems``: one line per record (or annotation) left out, naming it; ``total``: the records in the file."""
 
     images: list[dict]
@@ -109,8 +111,9 @@ def _instance(inst, h: int, w: int) -> dict:
     if key := next((k for k in INSTANCE_KEYS if k not in inst), None):
         raise RecordError(f"no {key!r} (an instance has {', '.join(INSTANCE_KEYS)}; category_name, segmentation)")
     score, cid, box = inst["score"], inst["category_id"], inst["bbox"]
-    if not _is_real(score):
-        raise RecordError(f"score must be a finite number, got {_short(score)}")
+    for key in ("score", "box_score"):
+        if key in inst and not _is_real(inst[key]):
+            raise RecordError(f"{key} must be a finite number, got {_short(inst[key])}")
     if not _is_int(cid):
         raise RecordError(f"category_id must be an integer, got {_short(cid)}")
     if not (isinstance(box, list) and len(box) == 4 and all(_is_real(v) for v in box) and box[2] >= 0
@@ -119,8 +122,9 @@ def _instance(inst, h: int, w: int) -> dict:
     if not _points_inside([box[0], box[1], box[0] + box[2], box[1] + box[3]], h, w):
         raise RecordError(f"bbox {box} is outside the {w} x {h} image")
     name = _name(inst["category_name"], "category_name") if "category_name" in inst else str(cid)
-    return {"bbox": box, "score": score, "category_id": cid, "category_name": name,
+    kept = {"bbox": box, "score": score, "category_id": cid, "category_name": name,
             "segmentation": _segmentation(inst.get("segmentation"), h, w)}
+    return {**kept, "box_score": inst["box_score"]} if "box_score" in inst else kept
 
 
 def check_record(doc, max_pixels: int = DEFAULT_MAX_PIXELS, labels: list[str] | None = None) -> dict:
