@@ -3,6 +3,7 @@ on 127.0.0.1 (started here, serving generated files with ``Range`` support), and
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -610,3 +611,117 @@ def test_weights_app_help(argv, capsys):
         weights_app.main(argv, prog="minidet weights")
     assert e.value.code == 0
     assert "minidet weights" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# weights by name (issue 56, item 6): typos, another family's file, a digest prefix in the name
+
+
+@pytest.mark.parametrize("typo,close", [
+    ("torchvision/maskrcnn_resnet50_fpm", "torchvision/maskrcnn_resnet50_fpn"),
+    ("detectron2/mask_rcnn_R_50_FPN_3", "detectron2/mask_rcnn_R_50_FPN_3x"),
+    ("mask_rcnn_R_50_FPN_3x_gn", "detectron2/mask_rcnn_R_50_FPN_3x_gn"),  # the family left out
+])
+def test_weights_get_typo_names_the_close_names(typo, close, capsys):
+    """``minidet weights get`` with a typo: one error line with the close registry names, as ``--config-file``
+    gives the close config names."""
+    assert weights_app.main(["get", typo]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {typo} is neither a registry name nor an http(s) URL; "
+                                                   "close names: ")
+    assert close in err.partition("close names: ")[2].split(" (")[0].split(", ")
+    assert err.rstrip().endswith("(`minidet weights list` lists them)")
+
+
+def _served_as(server, name: str, monkeypatch) -> str:
+    """The registry entry ``name`` with its file served by ``server`` (a checkpoint-like file); its URL."""
+    url = server.add(f"/zoo/{hub.REGISTRY[name].filename}", 1_000_000)[0]
+    monkeypatch.setitem(hub.REGISTRY, name, dataclasses.replace(hub.REGISTRY[name], url=url, sha256=None, size=None))
+    return url
+
+
+def test_registry_name_of_another_family_is_refused_before_its_download(server, minidet_home, monkeypatch, tmp_path,
+                                                                         capsys):
+    """``--config-file detectron2/... MODEL.WEIGHTS torchvision/...``: one line naming both families and the config
+    that runs the file, before any request reaches the server (by name or by the registry URL)."""
+    from minidet.config import ConfigError, load_cfg
+
+    tv, d2 = "torchvision/maskrcnn_resnet50_fpn", "detectron2/mask_rcnn_R_50_FPN_3x"
+    url = _served_as(server, tv, monkeypatch)
+    for value in (tv, url):
+        with pytest.raises(ConfigError) as e:
+            load_cfg(d2, ["MODEL.WEIGHTS", value])
+        assert _one_line(e) == (f"MODEL.WEIGHTS {value} is a torchvision checkpoint but the config is of the "
+                                f"detectron2 family (MODEL.CONVENTION detectron2); the config that runs it: "
+                                f"--config-file {tv} (nothing was downloaded)")
+    # as a user meets it: `minidet infer`, one error line, exit status 2, nothing asked of the server
+    from minidet.apps import cli
+
+    image = tmp_path / "a.png"
+    image.write_bytes(_png())
+    assert cli.main(["infer", "--config-file", d2, "--input", str(image), "--output", str(tmp_path / "out"),
+                     "MODEL.WEIGHTS", tv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: MODEL.WEIGHTS {tv} is a torchvision checkpoint"), err
+    assert server.requests == [] and not (minidet_home / "weights").exists()
+    # the config of its own family downloads it; a fine-tuned file's own classes do not matter to the check
+    assert load_cfg(tv, ["MODEL.WEIGHTS", tv, "MODEL.ROI_HEADS.NUM_CLASSES", 3]).MODEL.WEIGHTS == tv
+    assert load_cfg(d2, ["MODEL.WEIGHTS", "detectron2/mask_rcnn_R_101_FPN_3x"]).MODEL.CONVENTION == "detectron2"
+    assert server.requests == []
+
+
+def _png() -> bytes:
+    """A small PNG image (a real input for `minidet infer`)."""
+    import cv2
+
+    return cv2.imencode(".png", np.zeros((32, 32, 3), np.uint8))[1].tobytes()
+
+
+def _by_hand(name: str, data: bytes) -> Path:
+    """``data`` put into the cache by hand under the registry file name of ``name`` (no record beside it)."""
+    path = hub.weights_dir() / hub.REGISTRY[name].filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+MMDET = "mmdetection/mask-rcnn_r50_fpn_1x_coco"  # a file named ...-d4b0c5d6.pth, no full digest published
+
+
+def test_file_by_hand_whose_digest_contradicts_its_name_is_refused(minidet_home, monkeypatch, tmp_path, capsys):
+    """A file put into the cache by hand whose SHA-256 does not begin with the prefix in its name: refused at each
+    use (by name, by its cache path) in one line, and `minidet weights verify` reports it failed."""
+    entry = hub.REGISTRY[MMDET]
+    data = checkpoint_bytes(900_000)
+    while _sha(data).startswith(entry.name_prefix):  # (one chance in 4 billion)
+        data = checkpoint_bytes(900_000)
+    path = _by_hand(MMDET, data)
+    expected = (f"{path}: the cached file has SHA-256 {_sha(data)}, expected {entry.name_prefix}... (the prefix in "
+                f"the file name); for a fresh copy: rm {path} && minidet weights get {MMDET}")
+    monkeypatch.chdir(tmp_path)
+    for value in (MMDET, f"weights/{entry.filename}", entry.url):
+        assert _refusal(value) == expected, value
+    assert weights_app.main(["verify", MMDET]) == 1
+    captured = capsys.readouterr()
+    assert f"MISMATCH expected {entry.name_prefix}... (the prefix in the file name) got {_sha(data)}" in captured.out
+    assert "1 cached file(s) do not match" in captured.err
+    # a record made by hand of the same file does not outweigh its name
+    Path(f"{path}.sha256").write_text(f"{_sha(data)}  {path.name}\n")
+    assert _refusal(MMDET) == expected
+    assert weights_app.main(["verify", MMDET]) == 1
+
+
+def test_file_by_hand_that_agrees_with_its_name_is_used(minidet_home, monkeypatch, capsys):
+    """The prefix check passes a file whose digest begins with the prefix in its name (hashed once per file
+    state), and `verify` says what was checked."""
+    data = checkpoint_bytes(900_000)
+    entry = hub.REGISTRY[MMDET]
+    stem = entry.filename.rpartition("-")[0]
+    filename = f"{stem}-{_sha(data)[:8]}.pth"
+    url = f"{entry.url.rpartition('/')[0]}/{filename}"
+    monkeypatch.setitem(hub.REGISTRY, MMDET, dataclasses.replace(entry, url=url, filename=filename))
+    path = _by_hand(MMDET, data)
+    assert hub.resolve_weights(MMDET) == str(path)
+    assert json.loads(Path(f"{path}.verified").read_text())["sha256"] == _sha(data)
+    assert weights_app.main(["verify", MMDET]) == 0
+    assert re.search(rf"{re.escape(MMDET)}\s+ok \(digest prefix in its name\)\s", capsys.readouterr().out)

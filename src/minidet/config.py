@@ -370,7 +370,8 @@ def close_names(text: str, names: list[str]) -> list[str]:
     """Up to 4 of ``names`` near ``text`` (a mistyped config or registry name): the closest by spelling, then those
     that hold its last part (``mask_rcnn_R_50_FPN_3x`` finds ``detectron2/mask_rcnn_R_50_FPN_3x``)."""
     close = difflib.get_close_matches(text, names, n=4, cutoff=0.6)
-    return close + [n for n in names if text.rpartition("/")[2].lower() in n.lower() and n not in close][: 4 - len(close)]
+    part = text.rpartition("/")[2].lower()
+    return close + [n for n in names if part in n.lower() and n not in close][: 4 - len(close)]
 
 
 def config_file(name: str) -> str:
@@ -510,6 +511,10 @@ def validate_cfg(cfg: CfgNode) -> None:
     if m.ROI_BOX_HEAD.NORM_FC and head_norm != "GN":
         raise ConfigError(f"MODEL.ROI_BOX_HEAD.NORM_FC needs GN (a norm after an fc) as MODEL.NORM or MODEL.HEAD_NORM; "
                           f"got {head_norm}")
+    from .hub.registry import family_mismatch  # noqa: PLC0415 (the registry is read only here)
+
+    if problem := family_mismatch(m.WEIGHTS, m.CONVENTION):  # before MODEL.WEIGHTS downloads anything
+        raise ConfigError(problem)
     if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:
         raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CONVENTION "
                           f"{m.CONVENTION}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")

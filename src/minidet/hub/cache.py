@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import CheckpointError
 from ..families import WeightsEntry
+from ..families.base import digest_prefix
 from .downloads import (
     DownloadError,
     digest_file,
@@ -26,7 +27,7 @@ from .downloads import (
     source_file,
     verified_digest,
 )
-from .registry import REGISTRY, close_names, entry_for, licence_line
+from .registry import REGISTRY, close_hint, entry_for, licence_line
 
 NO_WEIGHTS = "none"  # MODEL.WEIGHTS value (any case) that runs the network with random weights
 
@@ -52,7 +53,7 @@ def cache_path(value: str) -> Path:
     if entry is not None:
         return weights_dir() / entry.filename
     if not is_url(value):
-        raise CheckpointError(f"{value} is neither a registry name (`minidet weights list`) nor an http(s) URL")
+        raise CheckpointError(f"{value} is neither a registry name nor an http(s) URL{close_hint(value)}")
     name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(value.strip()).path).name)
     if not name or name in (".", ".."):
         raise CheckpointError(f"{value}: the URL names no file (its path has no last part)")
@@ -67,7 +68,7 @@ def fetch(value: str, *, progress: bool | None = None) -> str:
     url = entry.url if entry is not None else value
     if dest.is_file():
         _check_source(dest, url)
-        check_cached(dest, entry)
+        check_cached(dest, entry, url)
         return str(dest)
     sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
     about = licence_line(entry) if entry is not None else None
@@ -76,12 +77,10 @@ def fetch(value: str, *, progress: bool | None = None) -> str:
 
 def _check_source(dest: Path, url: str) -> None:
     """A cached file recorded as downloaded from another URL (two URLs ending in ``model_final.pkl``) is refused."""
-    source = source_file(dest)
-    if source.is_file():
-        recorded = source.read_text().strip()
-        if recorded and recorded != url:
-            raise CheckpointError(f"{dest} was downloaded from {recorded}, not from {url}; pass the file's path, or "
-                                  f"delete it (and {source.name}) to download {url}")
+    recorded = recorded_source(dest)
+    if recorded is not None and recorded != url:
+        raise CheckpointError(f"{dest} was downloaded from {recorded}, not from {url}; pass the file's path, or "
+                              f"delete it (and {source_file(dest).name}) to download {url}")
 
 
 def _repo_root() -> Path | None:
@@ -115,7 +114,7 @@ def resolve_weights(value: str, *, progress: bool | None = None) -> str:
     if owners:
         hint = f"; `minidet weights get {owners[0]}` downloads it (or set MODEL.WEIGHTS {owners[0]})"
     elif "/" in text and not path.suffix:
-        hint = f"; it is not a registry name either{close_names(text)}; `minidet weights list` lists them"
+        hint = f"; it is not a registry name either{close_hint(text)}"
     else:
         hint = "; `minidet weights list` names the official weights (weights/README.md: URLs and sha256)"
     what = "directory, not a checkpoint file" if any(c.is_dir() for c in candidates) else "not found"
@@ -137,62 +136,84 @@ def weights_path(value: str) -> str | None:
 # a cached file before its use
 
 
-def check_cached(path: Path, entry: WeightsEntry | None = None) -> None:
+def check_cached(path: Path, entry: WeightsEntry | None = None, url: str | None = None) -> None:
     """Check a cached download before it is used: its size against ``entry``'s published size, every time; its
-    SHA-256 against the published digest (else the one recorded at its first download) and, for a recorded one, its
+    SHA-256 against the published digest (else the one recorded at its first download) and the digest prefix in its
+    name (``-bf2d0c1e.pth`` of a host that names its files so, :func:`digest_prefix`) and, for a recorded digest, its
     format, once per file state: a passed check is remembered beside the file in ``<file>.verified`` (size,
-    mtime_ns, digest), so that a 170 MB file is hashed again only after it changed. With no digest known (a file
-    put there by hand) only the size is checked. Raises ``DownloadError``: one line with both digests and the
-    command that fetches a fresh copy."""
+    mtime_ns, digest), so that a 170 MB file is hashed again only after it changed. With neither a digest nor a
+    prefix known (a file put there by hand) only the size is checked. ``url``: where a file of no registry ``entry``
+    comes from (else its ``<file>.url``). Raises ``DownloadError``: one line with both digests and the command that
+    fetches a fresh copy."""
     st = path.stat()
-    published = entry.sha256 if entry is not None else None
-    expected = published or recorded_digest(path)
+    full, prefix, published = _expected(path, entry, url)
     size = entry.size if entry is not None else None
-    if (size is None or st.st_size == size) and (expected is None or verified_digest(path, st) == expected):
+    known = verified_digest(path, st)
+    if (size is None or st.st_size == size) and (
+            (full is None and prefix is None) or (known is not None and _contradicts(known, full, prefix) is None)):
         return
     actual = file_sha256(path)
-    what = "published" if published else f"recorded at its first download in {digest_file(path)}"
+    what = " (published)" if published else f" (recorded at its first download in {digest_file(path)})"
     if size is not None and st.st_size != size:
         raise DownloadError(f"{path}: the cached file has {st.st_size} bytes and SHA-256 {actual}, expected {size} "
-                            f"bytes and SHA-256 {expected or '(not published)'} ({what}); {_fresh_copy(path, entry)}")
-    if actual != expected:
-        raise DownloadError(f"{path}: the cached file has SHA-256 {actual}, expected {expected} ({what}); "
+                            f"bytes and SHA-256 {full or '(not published)'}{what}; {_fresh_copy(path, entry)}")
+    if (wrong := _contradicts(actual, full, prefix, what)) is not None:
+        raise DownloadError(f"{path}: the cached file has SHA-256 {actual}, expected {wrong}; "
                             f"{_fresh_copy(path, entry)}")
-    if not published and (other := not_a_checkpoint(path)) is not None:  # recorded by an older minidet from it
+    if full is not None and not published and (other := not_a_checkpoint(path)) is not None:  # an older minidet's
         raise DownloadError(f"{path}: the cached file is {other}, not a checkpoint, and its digest was recorded "
                             f"from it; {_fresh_copy(path, entry, digest_file(path))}")
     remember_verified(path, st, actual)
 
 
+def _expected(path: Path, entry: WeightsEntry | None, url: str | None = None) -> tuple[str | None, str | None, bool]:
+    """What a cached file's SHA-256 must be: the full digest (published, else recorded at its first download), the
+    prefix its name carries (from its URL: ``entry``'s, else ``url``, else the recorded ``<file>.url``), and whether
+    the full one is published."""
+    published = entry.sha256 if entry is not None else None
+    source = entry.url if entry is not None else url or recorded_source(path)
+    return published or recorded_digest(path), digest_prefix(source) if source else None, published is not None
+
+
+def _contradicts(actual: str, full: str | None, prefix: str | None, what: str = "") -> str | None:
+    """``<expected digest><what>`` when ``actual`` is not the ``full`` digest, ``<prefix>... (the prefix in the file
+    name)`` when it does not begin with ``prefix``; None when it agrees with both."""
+    if full is not None and actual != full:
+        return f"{full}{what}"
+    if prefix is not None and not actual.startswith(prefix):
+        return f"{prefix}... (the prefix in the file name)"
+    return None
+
+
+def recorded_source(path: Path) -> str | None:
+    """The URL a cached file was downloaded from (``<file>.url``), else None."""
+    source = source_file(path)
+    return (source.read_text().strip() or None) if source.is_file() else None
+
+
 def _fresh_copy(path: Path, entry: WeightsEntry | None, *also: Path) -> str:
     """How to replace a bad cached file: ``for a fresh copy: rm FILE && minidet weights get NAME|URL``."""
-    source = entry.name if entry is not None else None
-    if source is None and source_file(path).is_file():
-        source = source_file(path).read_text().strip() or None
+    source = entry.name if entry is not None else recorded_source(path)
     get = f" && minidet weights get {source}" if source else ", then download it again"
     return f"for a fresh copy: rm {' '.join(map(str, (path, *also)))}{get}"
 
 
 def verify_file(path: str | os.PathLike, entry: WeightsEntry | None = None) -> str:
-    """``ok``, ``ok (recorded digest)``, ``unverified`` (no digest known), ``missing`` or ``MISMATCH ...``."""
+    """``ok``, ``ok (recorded digest)``, ``ok (digest prefix in its name)`` (no full digest known), ``unverified``
+    (no digest known), ``missing`` or ``MISMATCH ...``."""
     path = Path(path)
     if not path.is_file():
         return "missing"
-    if entry is not None and entry.sha256:
-        expected, status = entry.sha256, "ok"
-    else:
-        expected, status = recorded_digest(path), "ok (recorded digest)"
+    full, prefix, published = _expected(path, entry)
     size = entry.size if entry is not None else None
     if size is not None and path.stat().st_size != size:
         return f"MISMATCH expected {size} bytes got {path.stat().st_size}"
-    if expected is None:
+    if full is None and prefix is None:
         return "unverified"
     actual = file_sha256(path)
-    prefix = entry.name_prefix if entry is not None else None
-    if actual != expected or (prefix is not None and not actual.startswith(prefix)):
-        recorded = " (recorded)" if status != "ok" else ""
-        return f"MISMATCH expected {expected}{recorded} got {actual}"
-    return status
+    if (wrong := _contradicts(actual, full, prefix, "" if published else " (recorded)")) is not None:
+        return f"MISMATCH expected {wrong} got {actual}"
+    return "ok" if published else "ok (recorded digest)" if full else "ok (digest prefix in its name)"
 
 
 def verify_cached(names: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
@@ -201,8 +222,7 @@ def verify_cached(names: Iterable[str] | None = None) -> list[tuple[str, str, st
     names = list(REGISTRY) if names is None else list(names)
     unknown = [n for n in names if n not in REGISTRY]
     if unknown:
-        raise CheckpointError(f"{unknown[0]} is not a registry name{close_names(unknown[0])}; "
-                              "`minidet weights list` lists them")
+        raise CheckpointError(f"{unknown[0]} is not a registry name{close_hint(unknown[0])}")
     rows = []
     for name in names:
         entry = REGISTRY[name]

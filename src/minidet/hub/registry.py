@@ -3,7 +3,6 @@ the licence each zoo states for its weights (:data:`ZOO_LICENCES`, :func:`licenc
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from ..families import FAMILIES, WeightsEntry
@@ -38,6 +37,20 @@ ZOO_LICENCES: dict[str, ZooLicence] = {
 }
 
 
+def family_mismatch(weights: str, convention: str) -> str | None:
+    """Why ``MODEL.WEIGHTS weights`` (a registry name, or a registry file's URL) cannot run under ``MODEL.CONVENTION
+    convention``: one line naming both families and the config that runs the file (said before anything is
+    downloaded; the loader would refuse the file after its download); None for any other value. A file's family
+    fixes the config's family, whatever classes it was fine-tuned on."""
+    entry = entry_for(str(weights))
+    family = _ZOO_OF.get(entry.name) if entry is not None else None
+    if family is None or family == convention:
+        return None
+    return (f"MODEL.WEIGHTS {str(weights).strip()} is a {family} checkpoint but the config is of the {convention} "
+            f"family (MODEL.CONVENTION {convention}); the config that runs it: --config-file {entry.config} (nothing "
+            "was downloaded)")
+
+
 def licence_of(entry: WeightsEntry) -> ZooLicence | None:
     """The licence the zoo of registry ``entry`` states for its weights; None for an entry of no family."""
     zoo = _ZOO_OF.get(entry.name)
@@ -62,9 +75,10 @@ def entry_for(value: str) -> WeightsEntry | None:
     return next((e for e in REGISTRY.values() if e.url == value), None)
 
 
-def close_names(text: str) -> str:
-    """`` (close: a, b)``: the registry names near ``text``, or '' if none is."""
-    close = difflib.get_close_matches(text, list(REGISTRY), n=3, cutoff=0.5)
-    return f" (close: {', '.join(close)})" if close else ""
+def close_hint(text: str) -> str:
+    """``; close names: a, b (`minidet weights list` lists them)``: the registry names near a mistyped ``text``, as
+    ``--config-file`` gives the config names near a mistyped one (``config.close_names``)."""
+    from ..config import close_names  # noqa: PLC0415 (the config module reads images: not for `weights list`)
 
-
+    close = close_names(text, list(REGISTRY))
+    return f"{'; close names: ' + ', '.join(close) if close else ''} (`minidet weights list` lists them)"
