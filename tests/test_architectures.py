@@ -427,14 +427,15 @@ def test_what_plays_no_part_is_set_aside_by_name(d2_state, tmp_path):
 @pytest.mark.slow
 def test_mmdetection_ema_buffers_and_panoptic_head_are_set_aside(mm_state, tmp_path):
     """mmcv's EMAHook buffers (``ema_<name with _>``, here of the first 20 weights) and a PanopticFPN's top-level
-    ``semantic_head``."""
+    ``semantic_head`` (under its own config: under another, see below)."""
     state = dict(mm_state)
     for k in list(mm_state)[:20]:
         state["ema_" + k.replace(".", "_")] = mm_state[k].clone()
     state["semantic_head.conv_logits.weight"] = _zeros((54, 128, 1, 1))
     path = tmp_path / "model.pth"
     write_mmdet_checkpoint(path, state)
-    _, report = minidet.prepare_model(config(CONFIGS["mmdetection"], *SIZE, weights=path))
+    _, report = minidet.prepare_model(config("configs/mmdetection/panoptic-fpn_r50_fpn_1x_coco.yaml", *SIZE,
+                                             weights=path))
     assert not report.unexpected and not report.missing
     counters = {k for k in mm_state if k.endswith("num_batches_tracked")}
     assert set(report.ignored) == set(state) - set(mm_state) | counters
@@ -475,3 +476,117 @@ def test_a_resnet_file_under_a_regnet_config_is_named(mm_state, tmp_path):
     assert _refused("mmdetection", path, *regnet_400mf) == (
         f"{path}: the checkpoint's body is a ResNet (its stem a 7x7 conv) but the config builds a RegNet: set "
         "MODEL.REGNET.DEPTH 0 (a ResNet config)")
+
+
+# ------------------------------------------------------------- a file under another architecture's config (issue 56)
+
+PLAIN = "minidet runs it with a plain Mask R-CNN config, such as"
+
+
+def _refused_by(name: str, path, *opts) -> str:
+    """The one-line CheckpointError that loading ``path`` with the shipped config ``name`` raises."""
+    with pytest.raises(CheckpointError) as e:
+        minidet.prepare_model(config(f"configs/{name}.yaml", *SIZE, *opts, weights=path))
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,arch,switch", [
+    ("detectron2/cascade_mask_rcnn_R_50_FPN_1x", "Cascade R-CNN", "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS"),
+    ("detectron2/mask_rcnn_R_50_FPN_1x_dconv_c3-c5", "deformable convolution (DCN)",
+     "MODEL.RESNETS.DEFORM_ON_PER_STAGE"),
+    ("detectron2/mask_rcnn_R_50_FPN_100ep_LSJ", "detectron2's LSJ new baseline (two RPN convs)",
+     "MODEL.RPN.CONV_DEPTH"),
+    ("detectron2/mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ", "RegNet backbone or detectron2's LSJ new baseline (two RPN "
+     "convs)", "MODEL.REGNET.DEPTH, MODEL.RPN.CONV_DEPTH"),
+])
+def test_a_plain_detectron2_file_under_another_architectures_config_is_named(d2_state, tmp_path, name, arch, switch):
+    """The reverse of the tables' first use: the config turns an architecture on (a cascade, DCN, the LSJ baseline,
+    a RegNet) and the file has none of its keys; before, the cascade config's check of CLS_AGNOSTIC_BBOX_REG, or
+    a list of minidet's internal weight names, was what the user read."""
+    path = _save_d2(tmp_path / "model_final.pkl", d2_state)
+    them = "them" if " or " in arch else arch
+    assert _refused_by(name, path) == (
+        f"{path}: the checkpoint holds a plain Mask R-CNN, without {arch} keys, but the config runs {them} ({switch}): "
+        f"{PLAIN} detectron2/mask_rcnn_R_50_FPN_3x")
+
+
+def test_an_lsj_file_under_the_plain_config_is_named(tmp_path):
+    """detectron2's new baselines (two RPN convs, SyncBN in the FPN and the 4conv1fc heads) under the plain 3x
+    config: before, 14 missing keys."""
+    path = _save_d2(tmp_path / "model_final.pkl", {k: torch.from_numpy(v) for k, v in d2_weights(
+        50, fpn_norm=True, head_norm=True, box_convs=4, rpn_convs=2).items()})
+    assert _refused_by("detectron2/mask_rcnn_R_50_FPN_3x", path) == (
+        f"{path}: the checkpoint holds detectron2's LSJ new baseline (two RPN convs) "
+        "(proposal_generator.rpn_head.conv.conv0.weight and 3 more keys): minidet runs it with the config "
+        "detectron2/mask_rcnn_R_50_FPN_100ep_LSJ")
+
+
+def test_an_lsj_file_with_a_cascade_config_names_what_it_holds(tmp_path):
+    """A file holding one architecture under a config of another: what it holds, what it lacks, its own config."""
+    path = _save_d2(tmp_path / "model_final.pkl", {k: torch.zeros(s) for k, s in d2_state_shapes(
+        50, fpn_norm=True, head_norm=True, box_convs=4, rpn_convs=2).items()})
+    assert _refused_by("detectron2/cascade_mask_rcnn_R_50_FPN_1x", path, "MODEL.RPN.CONV_DEPTH", 2) == (
+        f"{path}: the checkpoint holds a Mask R-CNN with detectron2's LSJ new baseline (two RPN convs), without "
+        "Cascade R-CNN keys, but the config runs Cascade R-CNN (MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS): "
+        "minidet runs it with the config detectron2/mask_rcnn_R_50_FPN_100ep_LSJ")
+
+
+@pytest.mark.parametrize("name,arch,switch", [
+    ("mmdetection/mask-rcnn_r50-gcb-r16-c3-c5_fpn_1x_coco", "global context blocks (GCNet)",
+     "MODEL.RESNETS.CONTEXT_ON_PER_STAGE"),
+    ("mmdetection/ms-rcnn_r50-caffe_fpn_1x_coco", "Mask Scoring R-CNN (mask IoU head)", "MODEL.MASKIOU_ON"),
+    ("mmdetection/mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco", "deformable convolution (DCN)",
+     "MODEL.RESNETS.DEFORM_ON_PER_STAGE"),
+    ("mmdetection/cascade-mask-rcnn_r50_fpn_1x_coco", "Cascade R-CNN", "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS"),
+    ("mmdetection/panoptic-fpn_r50_fpn_1x_coco", "Panoptic FPN (semantic head)", "MODEL.ROI_HEADS.NMS_CLASS_AGNOSTIC"),
+])
+def test_a_plain_mmdetection_file_under_another_architectures_config_is_named(mm_state, tmp_path, name, arch, switch):
+    path = tmp_path / "model.pth"
+    write_mmdet_checkpoint(path, mm_state)
+    assert _refused_by(name, path) == (
+        f"{path}: the checkpoint holds a plain Mask R-CNN, without {arch} keys, but the config runs {arch} ({switch}): "
+        f"{PLAIN} mmdetection/mask-rcnn_r50_fpn_1x_coco")
+
+
+def _mm_panoptic(state: dict) -> dict:
+    """mmdetection's ``PanopticFPN`` (``TwoStagePanopticSegmentor``): a Mask R-CNN and its top-level
+    ``semantic_head`` (``PanopticFPNHead``: ``conv_upsample_layers``, ``conv_logits`` of 53 stuff classes + 1)."""
+    out = dict(state)
+    for i in range(4):
+        out[f"semantic_head.conv_upsample_layers.{i}.conv.0.conv.weight"] = _zeros((128, 256, 3, 3))
+    out["semantic_head.conv_logits.weight"] = _zeros((54, 128, 1, 1))
+    out["semantic_head.conv_logits.bias"] = _zeros(54)
+    return out
+
+
+def test_a_panoptic_file_under_the_plain_config_is_one_error_line_through_infer(mm_state, tmp_path, capsys):
+    """The instances of mmdetection's Panoptic FPN are its instance branch's under its own test settings (score 0.6,
+    one class-agnostic NMS); under the plain config ``minidet infer`` wrote 100 detections with status 0."""
+    path = tmp_path / "panoptic_fpn_r50_fpn_1x_coco.pth"
+    write_mmdet_checkpoint(path, _mm_panoptic(mm_state))
+    image = tmp_path / "a.png"
+    import cv2
+
+    cv2.imwrite(str(image), structured_image(64, 80, seed=0))
+    out = tmp_path / "out"
+    rc = load_tool(ROOT / "tools" / "infer.py").main(
+        ["--config-file", CONFIGS["mmdetection"], "--input", str(image), "--output", str(out),
+         "MODEL.WEIGHTS", str(path), *map(str, SIZE)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert one_error_line(err) == (
+        f"error: {path}: the checkpoint holds Panoptic FPN (semantic head) "
+        "(semantic_head.conv_upsample_layers.0.conv.0.conv.weight and 5 more keys): minidet runs it with the config "
+        "mmdetection/panoptic-fpn_r50_fpn_1x_coco")
+    assert not list(out.glob("**/*.json"))
+
+
+def test_the_plain_configs_are_shipped():
+    names = minidet.config.config_names()
+    assert set(architectures.PLAIN) == set(FAMILIES) and set(architectures.PLAIN.values()) <= set(names)
+    for arch in architectures.NOT_RUN:
+        assert set(arch.config.values()) <= set(names), arch
+        assert all(minidet.config.cfg_value(minidet.get_cfg(), k) is not None for k in arch.switches), arch

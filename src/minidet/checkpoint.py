@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from . import families
+from .config import cfg_value, get_cfg
 from .families import Family, architectures
 from .norm import Affine, FrozenBN
 from .readers import CheckpointError, read_checkpoint
@@ -304,6 +305,23 @@ def head_config(ckpt: Checkpoint, background_last: bool) -> dict[str, object]:
 
 
 _MASK_PARTS = ("mask_head.", "mask_iou_head.")  # what MODEL.MASK_ON False leaves out: the mask head and its scorer
+
+
+def check_architecture(ckpt: Checkpoint, cfg) -> None:
+    """Refuse in one line a file and a config (a ``CfgNode``) that disagree about an architecture minidet runs
+    under its own config (``architectures.NOT_RUN``'s entries with ``switches``): the file has its keys and the
+    config leaves it off, or the config turns it on and the file has none of its keys; naming the file, what it
+    holds and the shipped config that runs it (``architectures.refuse_config_mismatch``). First of all checks, before
+    the config is fitted to the file (:func:`head_config`) or a model built. What ``MODEL.MASK_ON False`` leaves out
+    does not count."""
+    if ckpt.family is None:  # a minidet state dict: the model's own names
+        return
+    defaults = get_cfg()
+    on = {a.name for a in architectures.NOT_RUN
+          if any(cfg_value(cfg, k) != cfg_value(defaults, k) for k in a.switches)}
+    rename, masks_off = ckpt.rename(), () if cfg.MODEL.MASK_ON else _MASK_PARTS
+    keys = [k for k in ckpt.tensors if not (rename(k) or "").startswith(masks_off)]
+    architectures.refuse_config_mismatch(ckpt.family.name, keys, on, ckpt.path)
 
 
 def load_checkpoint(

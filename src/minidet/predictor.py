@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .categories import Classes, resolve_classes
-from .checkpoint import Checkpoint, LoadReport, head_config, load_checkpoint, open_checkpoint
+from .checkpoint import Checkpoint, LoadReport, check_architecture, head_config, load_checkpoint, open_checkpoint
 from .config import CfgNode, ConfigError, cfg_value, check_cfg, get_cfg, load_cfg, validate_cfg
 from .detector import MaskRCNN, build_model
 from .families import FAMILIES
@@ -36,6 +36,7 @@ def fit_to_checkpoint(cfg: CfgNode, ckpt: Checkpoint | None) -> tuple[CfgNode, d
     keys that changed."""
     if ckpt is None:
         return cfg, {}
+    check_architecture(ckpt, cfg)  # a file of another architecture than the config's: that, before its shapes
     family = ckpt.family or FAMILIES[cfg.MODEL.CONVENTION]  # a minidet state dict: the config's family
     fixed = head_config(ckpt, family.background_last)
     changed = {k: v for k, v in fixed.items() if cfg_value(cfg, k) != v}
