@@ -37,3 +37,31 @@ def test_options_and_pipe_messages_survive_pickling():
     assert pickle.loads(pickle.dumps(ServerError("boom"))).status == 500
     assert OutputOptions(classes="Person, DOG").keep(["__background__", "person", "cat", "dog"]) == {1, 3}
     assert OutputOptions().keep(["person"]) is None
+
+
+@pytest.mark.parametrize("given", [["--overlap", "0.3"], ["--overlap", "0.2"], ["--merge", "nms"], ["--match", "iou"],
+                                   ["--match-thresh", "0.6"], ["--full-pass"], ["--max-tiles", "5"]])
+def test_a_slicing_option_without_slice_is_one_usage_line(given, capsys):
+    """Issue 56 item 9b: ``--overlap`` (any ``--slice`` option, its default value too) without ``--slice`` was
+    accepted without a word and did nothing; refused as eval refuses options that do not apply."""
+    with pytest.raises(SystemExit) as stop:
+        infer.parse_args([*REQUIRED, *given])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"infer.py: error: {given[0]} applies to sliced inference "
+                                                        "only: give --slice S too, or leave it out")
+    assert infer.parse_args([*REQUIRED, "--slice", "512", *given]).options.slicing is not None
+
+
+@pytest.mark.parametrize("fmt", ["rle", "none"])
+def test_polygon_tolerance_without_polygon_masks_is_one_usage_line(fmt, capsys):
+    """Issue 56 item 9b: ``--polygon-tolerance`` simplifies polygons only; with RLE masks (the default) or none it
+    was accepted and did nothing."""
+    fmt_args = [] if fmt == "rle" else ["--mask-format", fmt]
+    with pytest.raises(SystemExit) as stop:
+        infer.parse_args([*REQUIRED, *fmt_args, "--polygon-tolerance", "1.5"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"infer.py: error: --polygon-tolerance simplifies polygons: "
+                                                        f"give --mask-format polygon too (the masks are {fmt})")
+    assert infer.parse_args([*REQUIRED, *fmt_args, "--polygon-tolerance", "0"]).options.tolerance == 0
+    assert infer.parse_args([*REQUIRED, "--mask-format", "polygon", "--polygon-tolerance", "1.5"]).options.tolerance \
+        == 1.5

@@ -18,20 +18,32 @@ KEYS = ("slice", "overlap", "merge", "match", "match_thresh", "full_pass")  # wh
 TILE_LINE_EVERY = 30.0
 
 
+class _SliceOption(argparse.Action):
+    """Stores a ``--slice`` option's value (a flag's: True) and notes the option in ``slice_options``, so that one
+    given without ``--slice`` is refused (``outputs.options.slicing_of``), its default value too."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        namespace.slice_options = [*getattr(namespace, "slice_options", []), self.option_strings[0]]
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
+    """``--slice`` and the options that only it reads (noted when given: :class:`_SliceOption`)."""
     p.add_argument("--slice", type=int, metavar="S",
                    help="sliced inference: run each image as S x S tiles of its own pixels, each as the model runs "
                         "that crop, and merge the detections cut by tile borders")
-    p.add_argument("--overlap", type=float, default=0.2, metavar="F", help="--slice: tiles overlap by F of S")
-    p.add_argument("--merge", choices=MERGES, default="nmm",
+    p.add_argument("--overlap", action=_SliceOption, type=float, default=0.2, metavar="F",
+                   help="--slice: tiles overlap by F of S")
+    p.add_argument("--merge", action=_SliceOption, choices=MERGES, default="nmm",
                    help="--slice: nmm joins the pieces of an object cut by tile borders (boxes and masks united); "
                         "nms keeps the highest-scoring piece")
-    p.add_argument("--match", choices=MATCHES, default="ios",
+    p.add_argument("--match", action=_SliceOption, choices=MATCHES, default="ios",
                    help="--slice: pieces match by box IoS (intersection over the smaller box) or IoU")
-    p.add_argument("--match-thresh", type=float, default=0.5, metavar="T", help="--slice: the lowest match")
-    p.add_argument("--full-pass", action="store_true",
+    p.add_argument("--match-thresh", action=_SliceOption, type=float, default=0.5, metavar="T",
+                   help="--slice: the lowest match")
+    p.add_argument("--full-pass", action=_SliceOption, nargs=0, default=False,
                    help="--slice: run the whole image too and merge it in (objects larger than a tile)")
-    p.add_argument("--max-tiles", type=int, default=MAX_TILES, metavar="N",
+    p.add_argument("--max-tiles", action=_SliceOption, type=int, default=MAX_TILES, metavar="N",
                    help=f"--slice: refuse an image whose tiles are more than N (default {MAX_TILES})")
 
 

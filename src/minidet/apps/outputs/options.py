@@ -76,9 +76,12 @@ def parse_classes(text: str | None, names: list[str]) -> set[int] | None:
 
 
 def slicing_of(args: argparse.Namespace, p: argparse.ArgumentParser | None = None) -> Slicing | None:
-    """The ``Slicing`` the ``--slice`` options ask for (None without ``--slice``); a bad value is ``p.error``'s one
-    line (without ``p``: the ValueError)."""
+    """The ``Slicing`` the ``--slice`` options ask for (None without ``--slice``); a bad value, or an option of
+    slicing given without ``--slice`` (``slice_options``: those given), is ``p.error``'s one line (without ``p``:
+    the ValueError)."""
     if getattr(args, "slice", None) is None:  # eval's arguments have no --slice
+        if given := getattr(args, "slice_options", None):
+            _refuse(p, f"{given[0]} applies to sliced inference only: give --slice S too, or leave it out")
         return None
     from minidet.slicing import Slicing
 
@@ -92,22 +95,29 @@ def slicing_of(args: argparse.Namespace, p: argparse.ArgumentParser | None = Non
         p.error(f"{_SLICE_OPTION.get(field, field)} {what}")
 
 
+def _refuse(p: argparse.ArgumentParser | None, line: str) -> None:
+    """``p.error(line)`` (the usage and one ``error:`` line, exit status 2); without ``p``: ValueError."""
+    if p is None:
+        raise ValueError(line)
+    p.error(line)
+
+
 def from_args(args: argparse.Namespace, p: argparse.ArgumentParser | None = None) -> OutputOptions:
     """The output options of a program's arguments (infer's; eval's, which have ``--mask-format`` alone: the others
-    keep their defaults), checked: a value out of its range is ``p.error``'s one line (without ``p``: ValueError)."""
-    def refuse(line: str) -> None:
-        if p is None:
-            raise ValueError(line)
-        p.error(line)
-
+    keep their defaults), checked: a value out of its range, or an option that does nothing with the others (a
+    polygon tolerance without polygons, a slicing option without ``--slice``), is ``p.error``'s one line (without
+    ``p``: ValueError)."""
     slicing = slicing_of(args, p)
     given = {name: getattr(args, name) for name in ("classes", "no_vis", "vis_thresh", "mask_alpha", "no_boxes",
                                                       "no_labels", "mask_format") if hasattr(args, name)}
     options = OutputOptions(**given, tolerance=getattr(args, "polygon_tolerance", 0.0), slicing=slicing)
     if not 0 <= options.tolerance <= MAX_TOLERANCE:
-        refuse(f"--polygon-tolerance must be a number of pixels from 0 to {MAX_TOLERANCE:g}, "
-               f"got {options.tolerance:g}")
+        _refuse(p, f"--polygon-tolerance must be a number of pixels from 0 to {MAX_TOLERANCE:g}, "
+                   f"got {options.tolerance:g}")
+    if options.tolerance > 0 and options.mask_format != "polygon":
+        _refuse(p, f"--polygon-tolerance simplifies polygons: give --mask-format polygon too (the masks are "
+                   f"{options.mask_format})")
     for flag, value in (("--vis-thresh", options.vis_thresh), ("--mask-alpha", options.mask_alpha)):
         if not 0.0 <= value <= 1.0:
-            refuse(f"{flag} must be between 0 and 1")
+            _refuse(p, f"{flag} must be between 0 and 1")
     return options
