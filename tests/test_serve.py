@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import http.client
 import json
 import multiprocessing
 import os
@@ -284,13 +285,96 @@ def test_dead_worker_is_replaced_and_its_request_answered(slow_server, images):
     t.join(60)
     status, _, body = result["r"]
     assert status == 500 and "died" in json.loads(body)["error"], body
+    # ready means a request sent now is served: not from the moment the death is known (before its 500 went out)
+    # until the replacement takes work (a CI run saw 200 here, and the next request waited past --timeout: 503)
+    for path in ("/health/ready", "/v2/health/ready", "/v2/models/maskrcnn_resnet50_fpn/ready"):
+        assert s.request("GET", path)[0] == 503, path
     deadline = time.monotonic() + START_S
-    while s.request("GET", "/health/ready")[0] != 200 or worker_pids(s) == [pid]:
+    while s.request("GET", "/health/ready")[0] != 200:
         assert time.monotonic() < deadline
-        time.sleep(0.2)
-    assert s.predict(png)[0] == 200
-    assert s.metric("minidet_worker_restarts_total") == 1
+        time.sleep(0.05)
+    status, _, body = s.predict(png)
+    assert status == 200, body
+    assert worker_pids(s) != [pid] and s.metric("minidet_worker_restarts_total") == 1
     assert any("died" in line for line in s.err)
+
+
+@SERIAL
+@pytest.mark.slow
+def test_a_dead_worker_stops_counting_as_ready_before_its_request_is_answered(tv_file, images):
+    """The pool in this process, one worker: killed during a request, which is answered 500 once the worker no
+    longer counts as ready (it used to count until the restart's log line was written: a log that blocks kept
+    /health/ready at 200 with no worker to serve); ready again once the replacement takes work, and a request sent
+    then is served within a --timeout of 0.5 s."""
+    import asyncio
+
+    from minidet.apps.serve.pool import Job, Pool
+    from minidet.apps.serve.protocol import Request, Result, ServerError
+    from minidet.apps.serve.worker import Spec
+    from minidet.config import load_cfg
+
+    cfg = load_cfg(str(CONFIG), ["INPUT.MIN_SIZE_TEST", "800", "INPUT.MAX_SIZE_TEST", "1333"])  # a second a forward
+    pool = Pool(Spec(cfg, str(tv_file), threads=1), 1, 1, timeout=0.5, on_restart=lambda line: time.sleep(2.0))
+    png = images[0].read_bytes()
+
+    async def answer(kill: bool) -> tuple[object, bool]:
+        """A request's answer, and whether the pool counted a worker ready when it arrived."""
+        loop = asyncio.get_running_loop()
+        job = Job(Request(png), loop, loop.create_future())
+        pool.submit(job)
+        if kill:
+            while not job.started:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # in its forward
+            os.kill(pool.pids[0], signal.SIGKILL)
+        got = await asyncio.wait_for(job.future, START_S)
+        return got, pool.ready
+
+    pool.start()
+    try:
+        deadline = time.monotonic() + START_S
+        while not pool.ready:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        dead, ready = asyncio.run(answer(kill=True))
+        assert isinstance(dead, ServerError) and dead.status == 500 and "died" in dead.line, dead
+        assert not ready and pool.ready_workers == 0, "a dead worker counted as ready when its 500 went out"
+        while not pool.ready:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        served, _ = asyncio.run(answer(kill=False))
+        assert isinstance(served, Result), served
+        assert pool.restarts == 1
+    finally:
+        pool.close()
+
+
+@SERIAL
+@pytest.mark.slow
+def test_a_request_sent_as_its_worker_dies_is_run_by_the_replacement(robust_server, images):
+    """S34: a request handed to a worker that died before reading it is run by the replacement (it used to be
+    answered 500, as if it had killed the worker): one sent to a stopped worker that is then killed with the request
+    in its pipe, one sent at once after the idle worker is killed. Only a request the worker said it started is
+    answered 500 when the worker dies (it is never run twice)."""
+    s = robust_server
+    jpeg = images[3].read_bytes()  # small: it fits in the stopped worker's pipe
+    for case in ("stopped", "killed while idle"):
+        [pid] = worker_pids(s)
+        restarts = s.metric("minidet_worker_restarts_total")
+        result: dict = {}
+        t = threading.Thread(target=lambda into=result: into.update(r=s.predict(jpeg, "image/jpeg")))
+        if case == "stopped":
+            os.kill(pid, signal.SIGSTOP)
+            t.start()
+            time.sleep(1.0)  # the request is in the stopped worker's pipe
+            os.kill(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            t.start()
+        t.join(START_S)
+        status, _, body = result["r"]
+        assert status == 200 and json.loads(body)["instances"], (case, body)
+        assert worker_pids(s) != [pid] and s.metric("minidet_worker_restarts_total") == restarts + 1, case
 
 
 @SERIAL
@@ -329,12 +413,16 @@ def test_options_out_of_range_are_one_usage_line(option, value, text, capsys):
     assert e.value.code == 2 and err.strip().splitlines()[-1].startswith(f"minidet serve: error: {text}"), err
 
 
+HEADER_TIMEOUT_S = 2.0  # robust_server's --header-timeout
+
+
 @pytest.fixture(scope="module")
 def robust_server(tmp_path_factory, tv_file):
     """One worker of one thread at short side 320, requests may wait 120 s for a worker (its replacement's load),
-    one more Host name allowed."""
+    one more Host name allowed, 2 s for a request's head."""
     s = Server("--config-file", str(CONFIG), "--threads", "1", "--timeout", "120", "--allowed-host", "minidet.test",
-               "MODEL.WEIGHTS", str(tv_file), *SMALL, cwd=tmp_path_factory.mktemp("robust"))
+               "--header-timeout", str(HEADER_TIMEOUT_S), "MODEL.WEIGHTS", str(tv_file), *SMALL,
+               cwd=tmp_path_factory.mktemp("robust"))
     try:
         s.wait_ready()
         yield s
@@ -388,7 +476,7 @@ def test_a_failure_inside_a_worker_is_that_requests_500_and_the_worker_serves_on
     refuses the simplification while the record is written): it answers 500 with the failure in one line, and
     serves the next request (it used to die with that request)."""
     from minidet.apps.outputs.options import OutputOptions
-    from minidet.apps.serve.protocol import STOP, Ready, Request, Result, ServerError
+    from minidet.apps.serve.protocol import STOP, Ready, Request, Result, ServerError, Started
     from minidet.apps.serve.worker import Spec, worker_main
     from minidet.config import load_cfg
 
@@ -402,10 +490,12 @@ def test_a_failure_inside_a_worker_is_that_requests_500_and_the_worker_serves_on
         assert ours.poll(START_S) and isinstance(ours.recv(), Ready)
         png = images[0].read_bytes()
         ours.send(Request(png, options=OutputOptions(mask_format="polygon", tolerance=1e300)))
+        assert ours.poll(120) and isinstance(ours.recv(), Started), "no acknowledgement"
         assert ours.poll(120), "no answer"
         answer = ours.recv()
         assert isinstance(answer, ServerError) and answer.status == 500 and "Epsilon" in answer.line, answer
         ours.send(Request(png, options=OutputOptions(mask_format="polygon", tolerance=0.5)))
+        assert ours.poll(120) and isinstance(ours.recv(), Started), "no acknowledgement"
         assert ours.poll(120), "no answer"
         answer = ours.recv()
         assert isinstance(answer, Result) and json.loads(answer.body)["instances"] and proc.is_alive()
@@ -484,6 +574,46 @@ def test_a_worker_dead_while_idle_is_replaced_before_the_next_request_runs(robus
     assert status == 200 and json.loads(body)["instances"], body
     assert worker_pids(s) != [pid] and s.metric("minidet_worker_restarts_total") == restarts + 1
     assert any("died while idle" in line for line in s.err), "".join(s.err)
+
+
+def closed_after(sock: socket.socket) -> tuple[float, bytes]:
+    """The seconds until the server closes ``sock``, and what it sent before."""
+    t0, got = time.monotonic(), bytearray()
+    sock.settimeout(60)
+    while chunk := sock.recv(65536):
+        got.extend(chunk)
+    return time.monotonic() - t0, bytes(got)
+
+
+@SERIAL
+@pytest.mark.slow
+def test_connections_that_send_no_request_are_closed(robust_server, images):
+    """9a: a connection that sends nothing, or part of a request's head and no more, is closed after
+    --header-timeout (it was kept open for ever): the second with a 408 and its JSON line. An upload slower than that
+    whose head came at once is served, as before."""
+    s = robust_server
+    silent = socket.create_connection((s.host, s.port), timeout=60)
+    partial = socket.create_connection((s.host, s.port), timeout=60)
+    partial.sendall(f"POST /predict HTTP/1.1\r\nHost: {s.host}:{s.port}\r\nContent-Type: image/png\r\n".encode())
+    with silent, partial:
+        took, got = closed_after(silent)
+        assert got == b"" and HEADER_TIMEOUT_S - 0.2 < took < HEADER_TIMEOUT_S + 5, (took, got)
+        took, got = closed_after(partial)
+    assert took < 5, took  # closed at about the same time as the silent one
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), got
+    line = json.loads(body)["error"]
+    assert "\n" not in line and f"within {HEADER_TIMEOUT_S:g} s (--header-timeout)" in line, line
+    # a slow upload: the head at once, the body over twice the head's bound
+    data = images[0].read_bytes()
+    step = len(data) // 8 + 1
+    with raw_upload(s, b"", len(data)) as sock:
+        for k in range(8):
+            time.sleep(HEADER_TIMEOUT_S / 4)
+            sock.sendall(data[k * step:(k + 1) * step])
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 200 and json.loads(response.read())["instances"]
 
 
 @SERIAL

@@ -114,7 +114,7 @@ class Settings:
     """The server's choices: the model's ``name`` (``/v2/models/<name>``), the bearer ``token`` (None: none),
     the largest body in bytes, ``timeout`` (seconds a request may wait for a worker; 0: no limit), the weights'
     file and SHA-256 (None: random weights), the config file, the ``hosts`` answered (None: any), the shutdown's
-    ``grace`` in seconds."""
+    ``grace`` in seconds, the ``header_timeout`` of each request's head (:class:`BoundedHead`)."""
 
     name: str
     token: str | None
@@ -125,6 +125,7 @@ class Settings:
     config_file: str
     hosts: Hosts | None
     grace: float
+    header_timeout: float = 0.0  # seconds a connection has to send each request's head (0: no limit)
 
 
 def note(line: str) -> None:
@@ -250,7 +251,9 @@ def server_timing(times: dict[str, float]) -> str:
 def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) -> Starlette:
     """The application; its lifespan starts the pool's workers and, at shutdown (after the requests in flight are
     answered, or their grace is over), stops them. ``app.state.stopping``: an event that, once set (by
-    :class:`Server`), has every request not answered yet answered 503; ``app.state.cut``: how many were."""
+    :class:`Server`), has every request not answered yet answered 503; ``app.state.cut``: how many were;
+    ``app.state.protocol``: the HTTP protocol to serve it with (``uvicorn.Config(http=...)``: the bound on each
+    request's head, :func:`head_bounded`)."""
     metrics = metrics or Metrics(pool)
     stopping = asyncio.Event()
     cut = [0]
@@ -364,8 +367,9 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
         return answered(JSONResponse({"live": True}), request.url.path)
 
     async def ready(request: Request) -> Response:
-        body = {"ready": pool.ready, "workers_ready": pool.ready_workers, "workers": pool.n}
-        return answered(JSONResponse(body, status_code=200 if pool.ready else 503), request.url.path)
+        ok, workers = pool.readiness()
+        body = {"ready": ok, "workers_ready": workers, "workers": pool.n}
+        return answered(JSONResponse(body, status_code=200 if ok else 503), request.url.path)
 
     async def metrics_text(request: Request) -> Response:
         return Response(metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -393,7 +397,8 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
 
     async def model_ready(request: Request) -> Response:
         model_or_404(request)
-        return JSONResponse({"name": settings.name, "ready": pool.ready}, status_code=200 if pool.ready else 503)
+        ok = pool.ready
+        return JSONResponse({"name": settings.name, "ready": ok}, status_code=200 if ok else 503)
 
     async def index(request: Request) -> Response:
         return HTMLResponse(page)
@@ -445,6 +450,8 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
                     exception_handlers={HTTPException: http_error, Exception: server_error})
     app.state.stopping = stopping
     app.state.cut = cut
+    app.state.protocol = head_bounded(settings.header_timeout,
+                                      lambda partial: metrics.rejections.labels("header_timeout").inc())
     return app
 
 
@@ -477,3 +484,71 @@ class Server(uvicorn.Server):
     async def shutdown(self, sockets=None) -> None:
         asyncio.get_running_loop().call_later(self.grace, self.stopping.set)
         await super().shutdown(sockets)
+
+
+class BoundedHead:
+    """A mixin for uvicorn's HTTP protocols (``uvicorn.Config(http=...)``, see :func:`head_bounded`): a connection
+    has ``head_timeout`` seconds, from its opening or from the previous answer, to send a request's line and headers
+    (0: no limit). One that sent none of them by then is closed; one that sent part of them is answered 408 with its
+    JSON line, then closed; ``on_late(partial)`` counts each. The body is not timed here: a slow upload whose head
+    came in time goes on, as the server's other limits allow. (uvicorn's keep-alive timeout bounds only the idle
+    time after an answer; a connection that sent nothing, or half a head, was kept open for ever.)"""
+
+    head_timeout: float = 0.0
+    on_late: Callable[[bool], None] | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_cycle = None
+        self._head_partial = False
+        self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        self._head_partial = True
+        super().data_received(data)
+        if self._head_timer is not None and self.cycle is not self._head_cycle:  # the head is complete
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def on_response_complete(self) -> None:
+        before = self.cycle
+        super().on_response_complete()
+        if self.cycle is before and not self.transport.is_closing():  # no next request's head yet
+            self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_cycle, self._head_partial, self._head_timer = self.cycle, False, None
+        if self.head_timeout > 0:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_late)
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        transport = self.transport
+        if transport.is_closing() or transport.get_protocol() is not self:  # closed, or upgraded to another protocol
+            return
+        if self._head_partial:
+            body = error(408, f"the request's line and headers did not arrive within {self.head_timeout:g} s "
+                         "(--header-timeout); the connection is closed").body
+            transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+        transport.close()
+        if self.on_late is not None:
+            self.on_late(self._head_partial)
+
+
+def head_bounded(seconds: float, on_late: Callable[[bool], None] | None = None) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (its ``auto`` choice) with :class:`BoundedHead`'s bound of ``seconds`` on each
+    request's head."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return type("BoundedHeadProtocol", (BoundedHead, AutoHTTPProtocol), {"head_timeout": seconds,
+                                                                          "on_late": staticmethod(on_late)})

@@ -57,7 +57,8 @@ class Metrics:
         self.rejections = Counter("minidet_rejections", "Requests refused or given up before a model answered "
                                   "them, by reason (queue_full: 429; timeout: waited past --timeout; host: a Host "
                                   "not the server's; client_gone: the upload broke off; stopping: not answered "
-                                  "within the shutdown's --grace)", ["reason"], registry=r)
+                                  "within the shutdown's --grace; header_timeout: a connection closed for sending "
+                                  "no complete request head within --header-timeout)", ["reason"], registry=r)
         self.stage = Histogram("minidet_stage_seconds", "Seconds per stage of a request's forward (minidet's stage "
                                "timer), and decoding", ["stage"], buckets=BUCKETS, registry=r)
         self.serialization = Histogram("minidet_serialization_seconds", "Seconds to make a request's JSON (RLE "

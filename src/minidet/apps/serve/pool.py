@@ -4,7 +4,11 @@ Each worker process (``worker.worker_main``) has a thread here that takes the ne
 to its process and hands the answer back to the event loop. A request that finds the queue full is refused at once
 (:class:`QueueFull`: the server's 429); one that waited longer than the timeout is dropped before any model sees it;
 one whose worker dies while running it is answered with an error, and a new worker takes the dead one's place; one
-handed to a worker that had died while idle goes back to the queue, for the next worker (its replacement, at worst)."""
+handed to a worker that died before it said it started it (``protocol.Started``) goes back to the queue, for the next
+worker (its replacement, at worst).
+
+A worker counts as ready (:attr:`Pool.ready_workers`, ``/health/ready``) from the moment it said it is ready and its
+thread takes requests to the moment its process ends: a request sent while one is ready is served."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as ended
 
 from minidet.apps.serve.protocol import STOP, Answer, Failed, Ready, Request, ServerError, Timeout
 from minidet.apps.serve.worker import Spec, worker_main
@@ -23,6 +28,7 @@ _STOP = object()  # put once per worker thread when the pool closes
 RESTART_PAUSE_S = 1.0  # between failed starts of a replacement worker
 IDLE_CHECK_S = 1.0  # how often an idle worker's thread checks that its process is alive
 STOP_WAIT_S = 2.0  # at close, how long a worker may take to finish its request and exit before it is killed
+NOT_RUN = "the server stopped before a worker took this request; it was not run"
 
 
 class QueueFull(Exception):
@@ -95,7 +101,7 @@ class Pool:
         self._pending = 0  # admitted and not answered (waiting or running)
         self.on_ready, self.on_fatal, self.on_restart = on_ready, on_fatal, on_restart
         self.facts: dict | None = None  # the first ready worker's (model, classes, config)
-        self.ready_workers = 0
+        self._up: set[int] = set()  # the slots whose worker said ready, until their thread finds it dead or stops it
         self.started_all = False  # every slot's first worker warmed up (or failed to start)
         self.restarts = 0
         self.pids: dict[int, int] = {}  # worker slot -> process id
@@ -107,9 +113,22 @@ class Pool:
         self._tried: set[int] = set()  # the slots whose first worker said ready or failed
 
     @property
+    def ready_workers(self) -> int:
+        """The workers that take requests now: each said it is ready, and its process has not ended (an end is seen
+        here at once, before its thread finds it at the next request or idle check)."""
+        with self._lock:
+            procs = [self._procs[slot] for slot in self._up]
+        return len(procs) - len(ended([p.sentinel for p in procs], timeout=0)) if procs else 0
+
+    def readiness(self) -> tuple[bool, int]:
+        """Whether requests are served (every slot's first worker warmed up or failed, and one is ready now), and how
+        many workers are ready, read once."""
+        n = self.ready_workers
+        return self.started_all and n > 0, n
+
+    @property
     def ready(self) -> bool:
-        """Whether requests are served: every slot's first worker warmed up (or failed), and one is up now."""
-        return self.started_all and self.ready_workers > 0
+        return self.readiness()[0]
 
     def start(self) -> None:
         """Start every worker (in the background: each thread loads its process's model)."""
@@ -122,8 +141,9 @@ class Pool:
         """Queue ``job``; :class:`QueueFull` at once when ``max_queue`` requests wait already beyond one running on
         each ready worker (counted as admitted and not yet answered: a worker that is between two requests does not
         make a waiting one look like two)."""
+        running = self.ready_workers
         with self._lock:
-            if self._pending >= self.max_queue + self.ready_workers:
+            if self._pending >= self.max_queue + running:
                 raise QueueFull
             self._pending += 1
         self.queue.put(job)
@@ -146,7 +166,7 @@ class Pool:
             except queue.Empty:
                 break
             if job is not _STOP and job.drop():
-                job.resolve(ServerError("the server stopped before a worker took this request; it was not run", 503))
+                job.resolve(ServerError(NOT_RUN, 503))
                 self.release(job)
         for _ in self._threads:
             self.queue.put(_STOP)
@@ -188,7 +208,7 @@ class Pool:
             return None
         self.pids[slot] = proc.pid
         with self._lock:
-            self.ready_workers += 1
+            self._up.add(slot)
             first = self.facts is None
             if first:
                 self.facts = said.facts
@@ -213,11 +233,14 @@ class Pool:
                 continue
             proc, conn = worker
             died = self._feed(slot, proc, conn)
-            with self._lock:
-                self.ready_workers -= 1
             if not died:
                 return
             self.restarts += 1
+
+    def _down(self, slot: int) -> None:
+        """The worker of ``slot`` no longer counts as ready (before any answer about its end goes out)."""
+        with self._lock:
+            self._up.discard(slot)
 
     def _feed(self, slot: int, proc, conn) -> bool:
         """Hand requests to the worker until the pool closes (True: the worker died, start another)."""
@@ -227,8 +250,9 @@ class Pool:
             except queue.Empty:
                 if proc.is_alive():
                     continue
-                return self._died_idle(slot, proc, conn, None)
+                return self._died(slot, proc, conn)
             if job is _STOP:
+                self._down(slot)
                 try:
                     conn.send(STOP)
                 except OSError:
@@ -247,37 +271,37 @@ class Pool:
                 if not proc.is_alive():
                     raise BrokenPipeError
                 conn.send(job.request)
-            except OSError:  # it died while idle: the request was never run, the next worker takes it
-                return self._died_idle(slot, proc, conn, job)
+                conn.recv()  # protocol.Started: from now on the worker's death may be this request's doing
+            except (EOFError, OSError):  # it died before it had the request: never run, the next worker takes it
+                return self._died(slot, proc, conn, job)
             try:
                 result = conn.recv()
             except (EOFError, OSError):
-                proc.join(5)
-                code = proc.exitcode
-                why = f"the worker running this request died (exit code {code}); a new worker is starting"
-                if self._closing:
-                    why = "the server stopped before this request's worker answered it"
-                job.resolve(ServerError(why, 503 if self._closing else 500))
-                self.release(job)
-                conn.close()
-                if self.on_restart is not None and not self._closing:
-                    self.on_restart(f"worker {slot} (pid {proc.pid}) died with exit code {code}; starting another")
-                return not self._closing
+                return self._died(slot, proc, conn, job, running=True)
             job.resolve(result)
             self.release(job)
 
-    def _died_idle(self, slot: int, proc, conn, job: Job | None) -> bool:
-        """The worker of ``slot`` died between two requests; ``job`` (taken, never sent to it) waits for the next
-        worker. True: start another."""
-        if job is not None and self._closing:
-            job.resolve(ServerError("the server stopped before a worker took this request; it was not run", 503))
+    def _died(self, slot: int, proc, conn, job: Job | None = None, running: bool = False) -> bool:
+        """The worker of ``slot`` ended. It stops counting as ready first; then ``job``, the request it was handed
+        (None: none), is answered 500 if the worker had started it (``running``: it may have died of it, and is never
+        run again), or waits for the next worker if not (503 either way when the pool is closing). True: start
+        another."""
+        self._down(slot)
+        proc.join(5)
+        conn.close()
+        code = proc.exitcode
+        if job is not None and (running or self._closing):
+            if self._closing:
+                job.resolve(ServerError("the server stopped before this request's worker answered it" if running
+                                        else NOT_RUN, 503))
+            else:
+                job.resolve(ServerError(f"the worker running this request died (exit code {code}); a new worker is "
+                                        "starting"))
             self.release(job)
         elif job is not None:
             job.untake()
             self.queue.put(job)
-        proc.join(5)
-        conn.close()
         if self.on_restart is not None and not self._closing:
-            self.on_restart(f"worker {slot} (pid {proc.pid}) died while idle (exit code {proc.exitcode}); "
-                            "starting another")
+            how = f"died with exit code {code}" if running else f"died while idle (exit code {code})"
+            self.on_restart(f"worker {slot} (pid {proc.pid}) {how}; starting another")
         return not self._closing

@@ -5,17 +5,18 @@ Usage::
 
     minidet serve --config-file CFG [--host 127.0.0.1] [--port 8080] [--workers N] [--threads T] [--max-queue N]
                   [--timeout S] [--token-file FILE] [--max-body-mb MB] [--name NAME] [--grace S]
-                  [--allowed-host NAME ...] [KEY VALUE ...]
+                  [--header-timeout S] [--allowed-host NAME ...] [KEY VALUE ...]
 
 The config and overrides are ``minidet infer``'s. ``--workers`` processes each load the model (``--threads`` torch
 threads each; default: torch's thread count, which ``minidet infer`` uses, shared out) and run one image per
 forward, so that an answer never depends on other requests; at most ``--max-queue`` requests wait for them (more:
-429 at once), none longer than ``--timeout`` seconds (then 503, never run). ``--token-file``: the requests need
-``Authorization: Bearer <the file's token>`` (the health endpoints and the page excepted). Requests whose ``Host`` is
-none of the server's are refused (DNS rebinding): its address, the loopback names for a loopback address, any IP
-address when it listens on all, and the ``--allowed-host`` names. SIGTERM or Ctrl-C: no new connections, the
-requests in flight answered within ``--grace`` seconds (those still unanswered then: 503), then exit (status 0 for
-SIGTERM, 130 for Ctrl-C). Endpoints: ``minidet.apps.serve.app``.
+429 at once), none longer than ``--timeout`` seconds (then 503, never run). A connection has ``--header-timeout``
+seconds to send each request's line and headers (then it is closed, with a 408 if it sent part of them).
+``--token-file``: the requests need ``Authorization: Bearer <the file's token>`` (the health endpoints and the page
+excepted). Requests whose ``Host`` is none of the server's are refused (DNS rebinding): its address, the loopback names
+for a loopback address, any IP address when it listens on all, and the ``--allowed-host`` names. SIGTERM or Ctrl-C: no
+new connections, the requests in flight answered within ``--grace`` seconds (those still unanswered then: 503), then
+exit (status 0 for SIGTERM, 130 for Ctrl-C). Endpoints: ``minidet.apps.serve.app``.
 Needs the ``serve`` extra: ``pip install 'minidet[serve]'``.
 """
 
@@ -37,8 +38,11 @@ EXTRA = "the serve extra is not installed: pip install 'minidet[serve]'"
 # each numeric option's range, checked by parse_args: a value outside is one usage line (--port 70000 and
 # --worker-nice -5 used to fail later, with a traceback or a worker that could not start)
 RANGES = (("--workers", 1, 1024), ("--max-queue", 1, 10**6), ("--threads", 1, 1024), ("--port", 0, 65535),
-          ("--worker-nice", 0, 19), ("--timeout", 0, 10**6), ("--max-body-mb", 1e-6, 10**6), ("--grace", 0, 3600))
+          ("--worker-nice", 0, 19), ("--timeout", 0, 10**6), ("--max-body-mb", 1e-6, 10**6), ("--grace", 0, 3600),
+          ("--header-timeout", 0, 3600))
 GRACE_S = 10.0  # the default --grace: after SIGTERM or Ctrl-C, the seconds the requests in flight have
+HEADER_TIMEOUT_S = 10.0  # the default --header-timeout: for a request's line and headers, from the connection's
+# opening or the previous answer (a client that connects and sends nothing held a connection for ever)
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> argparse.Namespace:
@@ -64,6 +68,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "minidet serve") -> ar
     p.add_argument("--grace", type=float, default=GRACE_S, metavar="S",
                    help=f"at SIGTERM or Ctrl-C, the seconds the requests in flight have to be answered; those still "
                         f"unanswered then get 503 and the server exits (default {GRACE_S:g})")
+    p.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, metavar="S",
+                   help="seconds a connection has to send each request's line and headers, from its opening or the "
+                        "previous answer; then it is closed (with a 408 if it sent part of them; the body is not "
+                        f"timed). 0: no limit (default {HEADER_TIMEOUT_S:g})")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="another name the requests' Host header may carry (repeat for more; '*': any), e.g. the "
                         "name a reverse proxy or a LAN uses; the address listened on (and localhost for a loopback "
@@ -163,10 +171,11 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     host, port = sock.getsockname()[:2]
     settings = Settings(name=name, token=token, max_bytes=int(args.max_body_mb * 2**20), timeout=args.timeout,
                         weights=weights, weights_sha256=digest, config_file=args.config_file,
-                        hosts=Hosts.bound((args.host, host), args.allowed_host), grace=args.grace)
+                        hosts=Hosts.bound((args.host, host), args.allowed_host), grace=args.grace,
+                        header_timeout=args.header_timeout)
     app = build_app(pool, settings)
     config = uvicorn.Config(app, log_level="info" if args.debug else "warning", access_log=args.debug,
-                            lifespan="on", server_header=False)
+                            lifespan="on", server_header=False, http=app.state.protocol)
     server = Server(config, app.state.stopping, args.grace)
     shown = f"[{host}]" if ":" in host else host
     print(f"serve: listening on http://{shown}:{port} ({args.workers} worker{'s' if args.workers > 1 else ''}, "

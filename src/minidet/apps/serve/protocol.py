@@ -6,8 +6,10 @@ On the pipe, in order:
 - the worker, once: :class:`Ready` (its model is loaded and warmed up, with what the server says of it) or
   :class:`Failed` (one line: why the model could not be loaded; the worker has ended);
 - then the server, one at a time: a :class:`Request` (an image's bytes, the file name its record carries, its
-  output options), each answered by the worker with one :class:`Answer`; :data:`STOP` (or the pipe's end) ends
-  the worker.
+  output options), which the worker acknowledges with :class:`Started` before it runs it, then answers with one
+  :class:`Answer`; :data:`STOP` (or the pipe's end) ends the worker. A worker that dies before its ``Started``
+  never ran the request: the pool hands it to the next worker. One that dies after it may have died of it: the
+  request is answered 500, never run again (a request that kills workers does not kill them all).
 
 An :class:`Answer` is :class:`Result` (the JSON record and the seconds of each stage), :class:`ClientError` (the
 request's image: 400 or 413) or :class:`ServerError` (500: the model or the serializer failed on it, and the worker
@@ -37,6 +39,11 @@ class Failed:
     """The worker could not load its model: ``line`` says why (one line)."""
 
     line: str
+
+
+@dataclass(frozen=True)
+class Started:
+    """The worker has the request it was sent and runs it now (sent before the request's :class:`Answer`)."""
 
 
 @dataclass(frozen=True)

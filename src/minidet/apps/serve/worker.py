@@ -2,9 +2,10 @@
 time over a pipe (:func:`worker_main`), one image per forward, so that an answer never depends on another request.
 
 The pipe's messages are ``protocol``'s: the worker says ``Ready`` once its model is loaded and warmed up (or
-``Failed``), then answers each ``Request`` with :func:`answer`'s ``Answer`` (any failure while answering one is that
-request's 500, and the worker goes on); ``STOP`` or the pipe's end stops it. It ignores SIGINT and SIGTERM: the
-server that owns it stops it when the requests in flight are answered (or killed when their grace is over)."""
+``Failed``), then says ``Started`` on receiving each ``Request`` and answers it with :func:`answer`'s ``Answer`` (any
+failure while answering one is that request's 500, and the worker goes on); ``STOP`` or the pipe's end stops it.
+It ignores SIGINT and SIGTERM: the server that owns it stops it when the requests in flight are answered (or killed
+when their grace is over)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from minidet.apps.outputs.records import dumps_record, keep_classes, keep_scores, to_record
-from minidet.apps.serve.protocol import STOP, Answer, ClientError, Failed, Ready, Request, Result, ServerError
+from minidet.apps.serve.protocol import STOP, Answer, ClientError, Failed, Ready, Request, Result, ServerError, Started
 from minidet.config import CfgNode
 from minidet.errors import MinidetError
 from minidet.imageio import ImageReadError, read_image_bytes
@@ -117,6 +118,7 @@ def worker_main(conn, spec: Spec) -> None:
         if message is STOP:
             return
         try:
+            conn.send(Started())  # before anything runs: a death from now on may be this request's doing
             conn.send(answer(predictor, message, max_pixels, spec.debug))
         except (BrokenPipeError, OSError):
             return
