@@ -3,6 +3,8 @@ on 127.0.0.1 (started here, serving generated files with ``Range`` support), and
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import dataclasses
 import gzip
 import hashlib
@@ -528,11 +530,11 @@ def test_weights_list_shows_each_zoos_licence(minidet_home):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     header = lines[0]
-    assert "weights licence" in header
-    at = header.index("weights licence")
+    assert header.endswith("  licence")
+    at = header.index("licence")
     for name, e in hub.REGISTRY.items():
         row = next(line for line in lines if line.startswith(f"{name} "))
-        assert row[at:].startswith(f"{hub.licence_of(e).licence}  "), row
+        assert row[at:] == hub.licence_of(e).licence, row
     assert "weights/README.md" in lines[-1]
 
 
@@ -571,15 +573,14 @@ def test_weights_app_list_get_verify(server, minidet_home, monkeypatch, capsys):
     out = capsys.readouterr().out
     for name in hub.REGISTRY:
         assert name in out
-    row = next(line for line in out.splitlines() if line.startswith("test/model "))
-    assert row.split()[-2:] == ["no", "none"]
+    row = _long_rows()["test/model"]
+    assert (row["cached"], row["sha256"], row["url"]) == ("no", "none", url)
 
     assert weights_app.main(["get", "test/model", "test/pub"]) == 0
     out = capsys.readouterr().out.split()
     assert out == [str(minidet_home / "weights" / "model.pth"), str(minidet_home / "weights" / "pub.pth")]
-    assert weights_app.main(["list"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("test/model "))
-    assert row.split()[-2:] == ["yes", "recorded"]
+    row = _long_rows()["test/model"]
+    assert (row["cached"], row["sha256"], row["size"]) == ("yes", "recorded", "1.0 MiB")  # the cached file's size
 
     assert weights_app.main(["verify", "test/model", "test/pub"]) == 0
     out = capsys.readouterr().out
@@ -603,6 +604,19 @@ def test_weights_app_list_get_verify(server, minidet_home, monkeypatch, capsys):
     assert weights_app.main(["get", f"http://127.0.0.1:{_free_port()}/gone.pth"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(errors) == 1 and errors[0].startswith("error: ") and "gone.pth" in errors[0]
+
+
+def _long_rows(*options: str) -> dict[str, dict[str, str]]:
+    """``minidet weights list --long``'s rows by name, each a {column: value} (columns are 2 or more spaces
+    apart)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert weights_app.main(["list", "--long", *options]) == 0
+    lines = out.getvalue().splitlines()
+    header = re.split(r"\s{2,}", lines[0])
+    rows = [dict(zip(header, re.split(r"\s{2,}", line))) for line in lines[1 : lines.index("")]]
+    assert all(len(r) == len(header) for r in rows)
+    return {r["name"]: r for r in rows}
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["list", "--help"], ["get", "--help"], ["verify", "--help"]])
@@ -725,3 +739,104 @@ def test_file_by_hand_that_agrees_with_its_name_is_used(minidet_home, monkeypatc
     assert json.loads(Path(f"{path}.verified").read_text())["sha256"] == _sha(data)
     assert weights_app.main(["verify", MMDET]) == 0
     assert re.search(rf"{re.escape(MMDET)}\s+ok \(digest prefix in its name\)\s", capsys.readouterr().out)
+
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# minidet weights list: a readable default, filters, sorting, every field for programs (issue 56, item 8)
+
+
+def _list(capsys, *options: str) -> tuple[int, str, str]:
+    code = weights_app.main(["list", *options])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_weights_list_default_fits_a_terminal(capsys):
+    """Name, box/mask AP, size and licence of every registry file, in registry order, each line at most 120
+    characters (the longest registry name is 86); the rest is in --long."""
+    code, out, _ = _list(capsys)
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) <= 120
+    assert re.split(r"\s{2,}", lines[0]) == ["name", "box/mask AP", "MiB", "licence"]
+    rows = [re.split(r"\s{2,}", line) for line in lines[1 : lines.index("")]]
+    assert [r[0] for r in rows] == list(hub.REGISTRY)
+    for (name, ap, mib, licence), e in zip(rows, hub.REGISTRY.values()):
+        shown = [None if v == "-" else float(v) for v in ap.split("/")]
+        assert shown == [e.box_ap, e.mask_ap] and licence == hub.licence_of(e).licence, name
+        assert mib == (f"{e.size / 2**20:.0f}" if e.size else "-"), name
+    assert lines[-1].startswith(f"{len(hub.REGISTRY)} of {len(hub.REGISTRY)} files; --long: ")
+
+
+# what each architecture's files are called (the zoos' own words in the config names), for the reference
+NAMED = {"cascade": "cascade", "dcn": "dconv", "gcb": "gcb", "regnet": "regnet", "ms-rcnn": "ms-rcnn"}
+
+
+def _names(out: str) -> list[str]:
+    lines = out.splitlines()
+    return [line.split()[0] for line in lines[1 : lines.index("")]]
+
+
+@pytest.mark.slow  # reads every config (seconds on 2 cores)
+def test_weights_list_filters_by_family_architecture_and_dataset(capsys):
+    """--family, --arch (from the configs: the zoos' names say the same) and --dataset each list exactly the files
+    of that kind, in registry order; filters combine."""
+    for family in ("torchvision", "detectron", "detectron2", "maskrcnn_benchmark", "mmdetection"):
+        assert _names(_list(capsys, "--family", family)[1]) == [e.name for e in FAMILIES[family].weights]
+    for arch, word in NAMED.items():
+        assert _names(_list(capsys, "--arch", arch)[1]) == [n for n in hub.REGISTRY if word in n], arch
+    plain = [n for n in hub.REGISTRY if not any(w in n for w in NAMED.values())]
+    assert _names(_list(capsys, "--arch", "plain")[1]) == plain
+    words = {"lvis": ("lvis",), "lvis-v0.5": ("lvis_v0.5", "lvis-v0.5"), "lvis-v1": ("lvis_v1", "lvis-v1"),
+             "cityscapes": ("cityscapes",)}
+    for dataset, said in words.items():
+        assert _names(_list(capsys, "--dataset", dataset)[1]) == [n for n in hub.REGISTRY if any(w in n for w in said)]
+    coco = [n for n in hub.REGISTRY if "lvis" not in n and "cityscapes" not in n]
+    assert _names(_list(capsys, "--dataset", "coco")[1]) == coco
+    both = _names(_list(capsys, "--family", "detectron2", "--arch", "cascade", "--dataset", "coco")[1])
+    assert both == [e.name for e in FAMILIES["detectron2"].weights if "cascade" in e.name]
+
+
+def test_weights_list_sorted_by_ap(capsys):
+    """--sort ap: by mask AP, then box AP, highest first; files without a published AP last."""
+    names = _names(_list(capsys, "--sort", "ap")[1])
+    assert sorted(names) == sorted(hub.REGISTRY)
+    low = float("-inf")  # no AP published
+    keys = [(hub.REGISTRY[n].mask_ap or low, hub.REGISTRY[n].box_ap or low) for n in names]
+    assert all(a >= b for a, b in zip(keys, keys[1:]))  # tuples: mask AP first, then box AP
+    assert _names(_list(capsys, "--sort", "name")[1]) == sorted(hub.REGISTRY)
+
+
+def test_weights_list_matching_nothing_is_one_line(capsys):
+    """Filters that no file passes together: one line naming what each filter allows with the others; a value
+    that is none of its choices: one error line with the choices, exit status 2."""
+    code, out, err = _list(capsys, "--family", "torchvision", "--dataset", "lvis")
+    assert (code, out) == (0, "")
+    assert err == ("minidet: no registry file matches --family torchvision --dataset lvis; with --dataset lvis: "
+                   "--family detectron2, mmdetection; with --family torchvision: --dataset coco\n")
+    assert _list(capsys, "--family", "torchvision", "--dataset", "lvis", "--format", "json")[1] == "[]\n"
+    code, out, err = _list(capsys, "--arch", "cascde")
+    assert (code, out) == (2, "")
+    assert err == "error: --arch cascde: no such architecture; choices: plain, cascade, dcn, gcb, ms-rcnn, regnet\n"
+    code, _, err = _list(capsys, "--family", "mmdet")
+    assert code == 2 and err.startswith("error: --family mmdet: no such family; choices: torchvision, detectron, ")
+
+
+def test_weights_list_every_field_for_programs(minidet_home, capsys):
+    """--format json and tsv: every field of every file (what --long shows: config, URL, digest, cached)."""
+    _by_hand(MMDET, checkpoint_bytes(100_000))
+    records = json.loads(_list(capsys, "--format", "json", "--family", "mmdetection")[1])
+    assert [r["name"] for r in records] == [e.name for e in FAMILIES["mmdetection"].weights]
+    by_name = {r["name"]: r for r in records}
+    e = hub.REGISTRY[MMDET]
+    assert by_name[MMDET] == {
+        "name": MMDET, "family": "mmdetection", "config": e.config, "box_ap": e.box_ap, "mask_ap": e.mask_ap,
+        "size": 100_000, "licence": hub.NOT_STATED, "cached": True, "digest": "prefix",
+        "sha256": f"{e.name_prefix}...", "url": e.url, "path": str(minidet_home / "weights" / e.filename),
+        "architecture": "plain", "dataset": "coco"}
+    table = list(csv.DictReader(io.StringIO(_list(capsys, "--format", "tsv", "--family", "mmdetection")[1]),
+                                delimiter="\t"))
+    assert [r["name"] for r in table] == list(by_name)
+    assert table[0] == {k: "" if v is None else {True: "yes", False: "no"}.get(v, v) if isinstance(v, bool) else
+                        str(v) for k, v in records[0].items()}
+    assert _long_rows("--family", "mmdetection")[MMDET]["url"] == e.url

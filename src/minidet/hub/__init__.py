@@ -20,11 +20,25 @@ from .cache import (
     weights_path,
 )
 from .downloads import DownloadError, download, file_sha256, not_a_checkpoint, recorded_digest
-from .registry import NOT_STATED, REGISTRY, ZOO_LICENCES, WeightsEntry, ZooLicence, entry_for, licence_of
+from .registry import (
+    ARCHITECTURES,
+    DATASETS,
+    NOT_STATED,
+    PLAIN,
+    REGISTRY,
+    ZOO_LICENCES,
+    Traits,
+    WeightsEntry,
+    ZooLicence,
+    entry_for,
+    family_of,
+    licence_of,
+    traits,
+)
 
 __all__ = [
-    "NOT_STATED", "REGISTRY", "ZOO_LICENCES", "DownloadError", "WeightsEntry", "ZooLicence", "cache_path",
-    "check_cached", "download", "entry_for", "fetch", "file_sha256", "home", "is_url", "licence_of",
-    "not_a_checkpoint", "recorded_digest", "resolve_weights", "verify_cached", "verify_file", "weights_dir",
-    "weights_path",
+    "ARCHITECTURES", "DATASETS", "NOT_STATED", "PLAIN", "REGISTRY", "ZOO_LICENCES", "DownloadError", "Traits",
+    "WeightsEntry", "ZooLicence", "cache_path", "check_cached", "download", "entry_for", "family_of", "fetch",
+    "file_sha256", "home", "is_url", "licence_of", "not_a_checkpoint", "recorded_digest", "resolve_weights", "traits",
+    "verify_cached", "verify_file", "weights_dir", "weights_path",
 ]

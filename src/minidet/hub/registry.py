@@ -1,10 +1,15 @@
 """The pre-trained weights registry: every weight family's published checkpoints (``Family.weights``) by name, and
-the licence each zoo states for its weights (:data:`ZOO_LICENCES`, :func:`licence_of`)."""
+the licence each zoo states for its weights (:data:`ZOO_LICENCES`, :func:`licence_of`), and what each file is
+(:func:`traits`: its family, architecture and dataset, from its config)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from ..errors import MinidetError
 from ..families import FAMILIES, WeightsEntry
 
 # every family's published weights, by name
@@ -43,7 +48,7 @@ def family_mismatch(weights: str, convention: str) -> str | None:
     downloaded; the loader would refuse the file after its download); None for any other value. A file's family
     fixes the config's family, whatever classes it was fine-tuned on."""
     entry = entry_for(str(weights))
-    family = _ZOO_OF.get(entry.name) if entry is not None else None
+    family = family_of(entry) if entry is not None else None
     if family is None or family == convention:
         return None
     return (f"MODEL.WEIGHTS {str(weights).strip()} is a {family} checkpoint but the config is of the {convention} "
@@ -53,7 +58,7 @@ def family_mismatch(weights: str, convention: str) -> str | None:
 
 def licence_of(entry: WeightsEntry) -> ZooLicence | None:
     """The licence the zoo of registry ``entry`` states for its weights; None for an entry of no family."""
-    zoo = _ZOO_OF.get(entry.name)
+    zoo = family_of(entry)
     return ZOO_LICENCES.get(zoo) if zoo is not None else None
 
 
@@ -82,3 +87,48 @@ def close_hint(text: str) -> str:
 
     close = close_names(text, list(REGISTRY))
     return f"{'; close names: ' + ', '.join(close) if close else ''} (`minidet weights list` lists them)"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what a registry file is, from its config: `minidet weights list --family/--arch/--dataset`
+
+PLAIN = "plain"  # the architecture of a file none of ARCHITECTURES describes: Mask R-CNN with a ResNet body
+# what a config sets for each architecture beyond the plain one (a file may have several: cascade+dcn)
+ARCHITECTURES: dict[str, Callable[[Any], bool]] = {
+    "cascade": lambda m: len(m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS) > 1,  # Cascade Mask R-CNN
+    "dcn": lambda m: any(m.RESNETS.DEFORM_ON_PER_STAGE),  # deformable convolutions
+    "gcb": lambda m: any(m.RESNETS.CONTEXT_ON_PER_STAGE),  # global context blocks (GCNet)
+    "ms-rcnn": lambda m: bool(m.MASKIOU_ON),  # Mask Scoring R-CNN
+    "regnet": lambda m: m.REGNET.DEPTH > 0,  # a RegNet body
+}
+# the dataset a file was trained on, by the classes its config counts (without the background)
+DATASETS: dict[int, str] = {80: "coco", 90: "coco", 1230: "lvis-v0.5", 1203: "lvis-v1", 8: "cityscapes"}
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a registry file is beside its family (:func:`family_of`): its ``architectures`` (``ARCHITECTURES``
+    names, or ``(PLAIN,)``) and its ``dataset`` (a ``DATASETS`` name)."""
+
+    architectures: tuple[str, ...]
+    dataset: str
+
+
+def family_of(entry: WeightsEntry) -> str | None:
+    """The family (zoo) of a registry ``entry``; None for an entry of no family."""
+    return _ZOO_OF.get(entry.name)
+
+
+@functools.cache
+def traits(name: str) -> Traits:
+    """The :class:`Traits` of the registry file ``name``, read from its config (``entry.config``; ``?`` for an entry
+    whose config is not shipped: one added by a program)."""
+    from ..config import get_cfg  # noqa: PLC0415 (the config module reads images: not for a plain `weights list`)
+
+    try:
+        m = get_cfg(REGISTRY[name].config).MODEL
+    except MinidetError:
+        return Traits(("?",), "?")
+    archs = tuple(a for a, has in ARCHITECTURES.items() if has(m)) or (PLAIN,)
+    classes = m.ROI_HEADS.NUM_CLASSES - (0 if FAMILIES[m.CONVENTION].background_last else 1)
+    return Traits(archs, DATASETS.get(classes, f"{classes} classes"))
