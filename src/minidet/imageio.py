@@ -194,14 +194,20 @@ def _check_pixels(name: str, size: tuple[int, int] | None, max_pixels: int) -> N
         raise ImageReadError(name, f"{width} x {height} = {n} pixels exceeds INPUT.MAX_PIXELS ({max_pixels})", True)
 
 
+def uint16_to_uint8(img: np.ndarray) -> np.ndarray:
+    """16-bit samples as 8-bit ones, each v as round(v / 257) (0..65535 onto 0..255), any shape; in bands along the
+    first axis, so that the uint32 temporaries stay small."""
+    out = np.empty(img.shape, np.uint8)
+    rows = max(1, (1 << 22) // max(1, img[0].size))
+    for i in range(0, img.shape[0], rows):
+        out[i : i + rows] = (img[i : i + rows].astype(np.uint32) + 128) // 257
+    return out
+
+
 def _to_bgr8(img: np.ndarray, name: str) -> np.ndarray:
     """Normalize a decoded array to contiguous HxWx3 uint8 BGR."""
-    if img.dtype == np.uint16:  # in bands of rows: the uint32 temporaries stay small
-        out = np.empty(img.shape, np.uint8)
-        rows = max(1, (1 << 22) // max(1, img[0].size))
-        for i in range(0, img.shape[0], rows):
-            out[i : i + rows] = (img[i : i + rows].astype(np.uint32) + 128) // 257
-        img = out
+    if img.dtype == np.uint16:
+        img = uint16_to_uint8(img)
     elif img.dtype != np.uint8:
         raise ImageReadError(name, f"unsupported sample type {img.dtype} (only 8- and 16-bit images)")
     if img.ndim == 3 and img.shape[2] == 1:

@@ -2,8 +2,11 @@
 reads each tile's pixels from the file, never the whole raster.
 
 ``open_raster(path)`` gives a :class:`RasterImage` for a raster that has a coordinate system (else None: the file
-is read as an ordinary image). It reads like the HxWx3 uint8 BGR array it stands for where that is cheap:
-``shape``, ``image[y0:y1, x0:x1]`` (that window, read from the file), ``np.asarray(image)`` (all of it: a drawing).
+is read as an ordinary image); infer reads such a raster through it with and without ``--slice`` (the same pixels,
+the same refusals: 8- and 16-bit samples, 16-bit scaled as every 16-bit image is; 1 band grey, 2 grey and alpha,
+3 or more RGB; a damaged file one ``damaged GeoTIFF`` line). It reads like the HxWx3 uint8 BGR array it stands for
+where that is cheap: ``shape``, ``image[y0:y1, x0:x1]`` (that window, read from the file), ``np.asarray(image)``
+(all of it: a drawing, or a run without ``--slice``).
 """
 
 from __future__ import annotations
@@ -14,18 +17,23 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .imageio import ImageReadError
+from .imageio import ImageReadError, _print_warning, uint16_to_uint8
 
 GEO_EXTENSIONS = (".tif", ".tiff", ".jp2", ".vrt")
 
 
+_KINDS = {"GTiff": "GeoTIFF", "JP2OpenJPEG": "JPEG 2000", "VRT": "VRT"}  # GDAL's driver: what a user calls the file
+_SAMPLES = ("uint8", "uint16")  # 16-bit samples are scaled as every 16-bit image is (``imageio.uint16_to_uint8``)
+
+
 class RasterImage:
-    """The first three bands of a raster (one band: as grey) as HxWx3 uint8 BGR, read window by window."""
+    """A raster's pixels as HxWx3 uint8 BGR, read window by window: ``bands`` (1-based, in RGB order) are the
+    first three, or band 1 thrice (grey); 16-bit samples scaled to 8 bits; ``kind`` names the file in messages."""
 
     ndim, dtype = 3, np.dtype(np.uint8)
 
-    def __init__(self, path: str, height: int, width: int, bands: int) -> None:
-        self.path, self.height, self.width, self.bands = path, height, width, bands
+    def __init__(self, path: str, height: int, width: int, bands: list[int], kind: str = "raster") -> None:
+        self.path, self.height, self.width, self.bands, self.kind = path, height, width, bands, kind
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -38,25 +46,39 @@ class RasterImage:
         return self.read(x0, y0, x1, y1)
 
     def read(self, x0: int, y0: int, x1: int, y1: int) -> np.ndarray:
-        """The window's pixels (x1, y1 exclusive) as an HxWx3 uint8 BGR array."""
+        """The window's pixels (x1, y1 exclusive) as an HxWx3 uint8 BGR array; :class:`ImageReadError` where the
+        file's pixels cannot be read (a truncated or corrupt file: found only when its blocks are read)."""
         import rasterio
         from rasterio.windows import Window
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
-            with rasterio.open(self.path) as src:
-                bands = [1, 2, 3] if self.bands >= 3 else [1, 1, 1]
-                data = src.read(bands, window=Window(x0, y0, x1 - x0, y1 - y0))
-        return np.ascontiguousarray(data[::-1].transpose(1, 2, 0))  # RGB bands -> BGR
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
+                with rasterio.open(self.path) as src:
+                    data = src.read(self.bands, window=Window(x0, y0, x1 - x0, y1 - y0))
+        except rasterio.errors.RasterioError as e:
+            raise ImageReadError(self.path, f"damaged {self.kind}: its pixels cannot be read (truncated or corrupt): "
+                                            f"{_gdal_message(e, self.path)}") from None
+        data = data[::-1].transpose(1, 2, 0)  # RGB bands -> BGR, bands last
+        return uint16_to_uint8(data) if data.dtype == np.uint16 else np.ascontiguousarray(data)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         a = self.read(0, 0, self.width, self.height)
         return a if dtype is None else a.astype(dtype)
 
 
+def _gdal_message(e: BaseException, path: str) -> str:
+    """GDAL's own words under rasterio's error (the first cause: rasterio's "Read failed. See previous exception"
+    says nothing), on one line, without the file's name (the line names it)."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    text = " ".join(str(e).replace(path, "").replace(os.path.basename(path), "").split()).strip(" ,:")
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _describe(path: str):
-    """``(height, width, bands, dtypes, transform, CRS name)`` of a raster with a coordinate system; None for another
-    file, or without rasterio."""
+    """``(height, width, bands, dtypes, transform, CRS name, colour interpretations, driver)`` of a raster with a
+    coordinate system; None for another file, or without rasterio."""
     if not os.fspath(path).lower().endswith(GEO_EXTENSIONS) or not os.path.isfile(path):
         return None  # a FIFO or a device would block the open
     try:
@@ -69,24 +91,40 @@ def _describe(path: str):
             with rasterio.open(path) as src:
                 if src.crs is None:
                     return None
-                return src.height, src.width, src.count, set(src.dtypes), src.transform, src.crs.to_string()
+                return (src.height, src.width, src.count, set(src.dtypes), src.transform, src.crs.to_string(),
+                        [c.name for c in src.colorinterp], src.driver)
     except (OSError, rasterio.errors.RasterioError):
         return None
 
 
-def open_raster(path: str, max_pixels: int = 0) -> RasterImage | None:
+def _bands(path: str, colours: list[str], on_warning: Callable[[str], None]) -> list[int]:
+    """The bands read as RGB: 1 band, or 2 (grey and alpha, as RGBA is RGB): band 1 as grey; 3 or more: the first
+    three. Two bands the second of which is not alpha are read as grey too, and ``on_warning`` says so."""
+    if len(colours) >= 3:
+        return [1, 2, 3]
+    if len(colours) == 2 and colours[1] != "alpha":
+        on_warning(f"{path}: 2 bands, the second not alpha: read as grey from band 1 (minidet reads 1 band as grey, "
+                   "2 as grey and alpha, 3 or more as RGB from the first three)")
+    return [1, 1, 1]
+
+
+def open_raster(path: str, max_pixels: int = 0,
+                on_warning: Callable[[str], None] | None = None) -> RasterImage | None:
     """A :class:`RasterImage` of ``path`` where it is a raster with a coordinate system and rasterio is installed,
-    else None; :class:`ImageReadError` for one it cannot run (not 8-bit, more than ``max_pixels`` pixels)."""
+    else None; :class:`ImageReadError` for one it cannot run (samples neither 8- nor 16-bit, more than
+    ``max_pixels`` pixels). A 2-band raster whose second band is not alpha calls ``on_warning("<path>: <what>")``
+    (default: a ``warning:`` line on stderr, as an image decoded despite its decoder's complaint)."""
     if (info := _describe(path)) is None:
         return None
-    h, w, n, dtypes, _, _ = info
-    if dtypes != {"uint8"}:
-        raise ImageReadError(path, f"a raster of {', '.join(sorted(dtypes))} bands: minidet reads 8-bit bands "
-                                   "(scale it to 8 bits, e.g. gdal_translate -ot Byte -scale)")
+    h, w, _, dtypes, _, _, colours, driver = info
+    if not dtypes <= set(_SAMPLES) or len(dtypes) != 1:
+        raise ImageReadError(path, f"a raster of {', '.join(sorted(dtypes))} bands: minidet reads 8- and 16-bit "
+                                   "bands (scale it to 8 bits, e.g. gdal_translate -ot Byte -scale)")
     if max_pixels and h * w > max_pixels:
         raise ImageReadError(path, f"{w} x {h} = {w * h} pixels exceeds INPUT.MAX_PIXELS ({max_pixels})",
                              too_large=True)
-    return RasterImage(os.fspath(path), h, w, n)
+    bands = _bands(os.fspath(path), colours, on_warning or _print_warning)
+    return RasterImage(os.fspath(path), h, w, bands, _KINDS.get(driver, "raster"))
 
 
 def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str, tuple[int, int]] | None:

@@ -26,6 +26,7 @@ from minidet.apps.bulk.loader import ImageFiles, collate, worker_init_fn
 from minidet.apps.bulk.sliced import image_reader
 from minidet.apps.outputs.records import keep_classes, render
 from minidet.errors import MinidetError
+from minidet.imageio import ImageReadError
 
 Output = Callable[[], tuple[dict, "bytes | None"]]  # makes one image's record and drawing (in a writer thread)
 
@@ -75,6 +76,8 @@ def run_batches(predictor, files: ImageFiles, batch_size: int, workers: int, deb
         if debug:
             traceback.print_exc()
         what = str(e) if isinstance(e, MinidetError) else f"{type(e).__name__}: {e}"  # minidet's: one line already
+        if isinstance(e, ImageReadError):  # names its file already (a raster's tile read in the model's loop)
+            return image_id, what
         return image_id, " ".join(f"{paths[image_id]}: {what}".split())
 
     while True:

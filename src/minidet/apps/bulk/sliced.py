@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 
+import numpy as np
 from tqdm import tqdm
 
 from minidet.imageio import read_image
@@ -48,15 +49,16 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def image_reader(slicing: Slicing | None):
-    """How the loader reads an input: with ``slicing`` (``--slice``), a georeferenced raster (a GeoTIFF, with the geo
-    extra) as a ``RasterImage`` whose tiles are read window by window; everything else, and every input without
-    ``slicing``, decoded whole (``read_image``)."""
-    if slicing is None:
-        return read_image
+    """How the loader reads an input: a georeferenced raster (a GeoTIFF, with the geo extra) through
+    ``rasters.open_raster``, with ``slicing`` (``--slice``) as a ``RasterImage`` whose tiles are read window by
+    window, without it read whole (the same pixels and the same refusals either way); everything else decoded whole
+    (``read_image``)."""
 
     def read(path: str, max_pixels: int):
         raster = open_raster(path, max_pixels)
-        return raster if raster is not None else read_image(path, max_pixels)
+        if raster is None:
+            return read_image(path, max_pixels)
+        return raster if slicing is not None else np.asarray(raster)
 
     return read
 
