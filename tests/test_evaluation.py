@@ -227,7 +227,7 @@ def test_check_categories(small_gt, tmp_path):
         ),
         (
             [{"image_id": 1, "category_id": 1, "score": 1, "segmentation": [[0, 0, 1, 0]]}],
-            "polygon segmentation must be lists of x, y numbers",
+            "segmentation polygon 0 must be a list of x, y numbers (an even count, at least 3 points), got 4 numbers",
         ),
         (
             [{"image_id": 1, "category_id": 1, "score": 1, "segmentation": {"size": [10, 10], "counts": "01"}}],

@@ -4,6 +4,7 @@ outlive a killed run, results files that cover some of the images or carry broke
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -272,3 +273,39 @@ def test_rle_string_totals_of_pycocotools_strings():
     assert rle_string_totals(strings).tolist() == sums
     broken = ["PP", "zz", " ", "\x7f", "é", strings[1] + "P", "O"]  # "O" is one run of -1
     assert rle_string_totals([*broken, strings[1]]).tolist() == [NOT_RLE] * 6 + [NEGATIVE_RUN, sums[1]]
+
+
+# ------------------------------------------------------------------------------ issue 56: polygons of 1e9
+
+
+@pytest.mark.slow
+def test_a_polygon_of_1e9_is_refused_before_pycocotools_rasterizes_it(tmp_path):
+    """One polygon with coordinates of 1e9, in the results or in the ground truth: pycocotools' C code crashed the
+    process (status 139, no output); now status 2 and one line naming the file and the entry, whatever the backend.
+    Run as processes: a crash must not take pytest with it."""
+    from helpers import run_tool
+    from minidet.apps.synthetic import dense_coco_set
+    from test_scoring import TOOL
+
+    data, results = dense_coco_set(3, 5, seed=1)
+    huge = [[5.0, 5.0, 1e9, 5.0, 1e9, 1e9]]
+    i = next(k for k, a in enumerate(data["annotations"]) if isinstance(a["segmentation"], list))
+    bad_gt = json.loads(json.dumps(data))
+    bad_gt["annotations"][i]["segmentation"] = huge
+    bad_results = [*results[:2], {**results[2], "segmentation": huge}]
+    files = {name: tmp_path / f"{name}.json" for name in ("gt", "bad_gt", "results", "bad_results")}
+    for name, doc in zip(files, (data, bad_gt, results, bad_results)):
+        files[name].write_text(json.dumps(doc))
+    bound = "lies outside the image extended by its size on each side (x in [-640, 1280], y in [-480, 960])"
+    cases = [
+        ("gt", "bad_results", "pycocotools", f"error: {files['bad_results']}: entry 2: segmentation polygon 0: point (1e+09, 5) "),
+        ("bad_gt", "results", "pycocotools", f"error: {files['bad_gt']}: annotations[{i}]: segmentation polygon 0: point (1e+09, 5) "),
+    ]
+    if importlib.util.find_spec("hotcoco"):  # the eval extra
+        cases.append(("bad_gt", "results", "hotcoco", f"error: {files['bad_gt']}: annotations[{i}]: segmentation polygon 0: point (1e+09, 5) "))
+    for gt, res, backend, start in cases:
+        r = run_tool(TOOL, "--ann", str(files[gt]), "--results", str(files[res]), "--output", str(tmp_path / "o"),
+                     "--backend", backend, cwd=tmp_path, threads=1)
+        assert r.returncode == 2, (gt, res, backend, r.returncode, r.stderr[-2000:])
+        line = one_error_line(r.stderr)
+        assert line.startswith(start) and bound in line, line

@@ -20,6 +20,7 @@ import contextlib
 import copy
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -677,3 +678,160 @@ def test_pycocotools_is_refused_on_an_lvis_file(lvis_set, tmp_path, capfd):
     gt = load_coco_annotations(str(ann))
     with pytest.raises(EvaluationError, match="does not score LVIS"):
         Scorer(gt, "pycocotools")
+
+
+# ------------------------------------------------------------- issue 56: ground truth read alike for every backend
+
+
+def _small_set(seed: int = 3) -> tuple[dict, list[dict]]:
+    """A small synthetic COCO set (8 images of 480 x 640, polygons, crowd RLE) and its results."""
+    return dense_coco_set(8, 30, seed=seed)
+
+
+def _first_polygon(data: dict) -> int:
+    """The index of the first annotation with polygons (not a crowd)."""
+    return next(i for i, a in enumerate(data["annotations"]) if isinstance(a["segmentation"], list) and a["area"])
+
+
+# each a change to one polygon annotation of the 480 x 640 images, and what the one line says of it
+BAD_GT = {
+    "polygon far outside": ({"segmentation": [[5, 5, 1e5, 5, 1e5, 1e5]]}, "lies outside the image extended by its "
+                            "size on each side (x in [-640, 1280], y in [-480, 960])"),
+    "7-number polygon": ({"segmentation": [[5, 5, 25, 5, 25, 25, 5]]}, "an even count"),
+    "one-point polygon": ({"segmentation": [[5, 5]]}, "at least 3 points"),
+    "two-point polygon": ({"segmentation": [[5, 5, 25, 25]]}, "at least 3 points"),
+    "polygon with NaN": ({"segmentation": [[5, 5, 25, float("nan"), 25, 25]]}, "finite numbers"),
+    "RLE of another size": ({"segmentation": {"size": [10, 10], "counts": "0:"}},
+                            "segmentation size [10, 10] is not the image's [height, width] [480, 640]"),
+    "garbage counts": ({"segmentation": {"size": [480, 640], "counts": "zzzz"}}, "is not a compressed COCO RLE"),
+    "short counts": ({"segmentation": {"size": [480, 640], "counts": "P1"}}, "do not decode to the image's"),
+    "counts list of another total": ({"segmentation": {"size": [480, 640], "counts": [5, 6]}},
+                                     "non-negative integers summing to H*W"),
+    "negative area": ({"area": -5.0}, "'area' must be a finite number >= 0, got -5.0"),
+    "negative width": ({"bbox": [5, 5, -1, 20]}, "'bbox' must be [x, y, width, height] with width, height >= 0"),
+    "iscrowd 2": ({"iscrowd": 2}, "'iscrowd' must be 0 or 1, got 2"),
+}
+
+
+@needs_hotcoco
+@pytest.mark.parametrize("case", list(BAD_GT))
+def test_bad_ground_truth_is_refused_alike_by_every_backend(case, tmp_path, capfd):
+    """A broken annotation is refused in one line naming the file and ``annotations[i] (id ...)`` before any backend
+    runs: the same line whatever ``--backend`` (before, pycocotools and hotcoco scored most of these silently, or
+    one of them failed with a line that names nothing)."""
+    data, results = _small_set()
+    i = _first_polygon(data)
+    change, says = BAD_GT[case]
+    data["annotations"][i].update(change)
+    ann, res = _write(tmp_path / "gt.json", data), _write(tmp_path / "r.json", results)
+    lines = set()
+    for backend in ("pycocotools", "hotcoco"):
+        r = call_tool(TOOL, "--ann", str(ann), "--results", str(res), "--output", str(tmp_path / backend),
+                      "--backend", backend, capture=capfd, cwd=tmp_path)
+        lines.add(one_error_line(r.stderr))
+        assert r.returncode == 2 and not (tmp_path / backend / "metrics.json").exists()
+    (line,) = lines
+    assert line.startswith(f"error: {ann}: annotations[{i}]: ") and says in line
+    assert line.endswith(f" (annotation id {data['annotations'][i]['id']})")
+
+
+@needs_hotcoco
+@needs_lvis
+@pytest.mark.parametrize("case", ["polygon far outside", "7-number polygon", "RLE of another size", "negative area"])
+def test_bad_lvis_ground_truth_is_refused_alike_by_hotcoco_and_the_lvis_api(case, tmp_path):
+    data, _, _ = _lvis_set()
+    i = _first_polygon(data)
+    change, says = BAD_GT[case]
+    data["annotations"][i].update(change)
+    ann = _write(tmp_path / "lvis.json", data)
+    with pytest.raises(EvaluationError) as err:
+        load_coco_annotations(str(ann))
+    line = str(err.value)
+    assert line.startswith(f"{ann}: annotations[{i}]: ") and says in line
+    assert line.endswith(f" (annotation id {data['annotations'][i]['id']})")
+
+
+@needs_hotcoco
+def test_borderline_ground_truth_scores_alike_on_every_backend(tmp_path):
+    """What a COCO file may hold and pycocotools rasterizes as it is: a polygon reaching a little outside the image
+    (clipped), an area of 0, a crowd region given as polygons, uncompressed RLE, a polygon at the extended image's
+    edge. Accepted, and hotcoco == pycocotools by hand, bbox and segm under both mask rules."""
+    data, results = _small_set()
+    polys = [i for i, a in enumerate(data["annotations"]) if isinstance(a["segmentation"], list) and a["area"]]
+    a, b, c, d = (data["annotations"][k] for k in polys[:4])
+    x, y, w, h = a["bbox"]
+    a["segmentation"] = [[x - 30, y - 5, x + w, y - 5, x + w, y + h, x - 30, y + h]]  # may cross the left edge
+    a["segmentation"][0][0] = a["segmentation"][0][6] = -12.5
+    b["area"] = 0
+    c["iscrowd"] = 1
+    seg = d["segmentation"][0]
+    d["segmentation"] = [seg, [-640, -480, 1280, -480, 1280, 960]]  # the corners of the extended image
+    ann = _write(tmp_path / "gt.json", data)
+    gt = load_coco_annotations(str(ann))
+    _check_coco(gt, ann, results, "borderline ground truth")
+    _check_coco(gt, ann, results, "borderline ground truth", backend="pycocotools", rules=("mask",))
+
+
+@needs_hotcoco
+def test_an_empty_polygon_list_is_a_box_only_annotation(tmp_path):
+    """``"segmentation": []`` (box-only datasets write it) is read: boxes score alike on pycocotools and hotcoco;
+    masks are refused in one line by both (pycocotools failed with an IndexError, hotcoco took an empty mask)."""
+    data, results = _small_set()
+    i = _first_polygon(data)
+    data["annotations"][i]["segmentation"] = []
+    ann = _write(tmp_path / "gt.json", data)
+    gt = load_coco_annotations(str(ann))
+    ref = _pycocotools(ann, results, "bbox")
+    for backend in ("pycocotools", "hotcoco"):
+        _assert_same(Scorer(gt, backend).score(results, ["bbox"]).metrics["bbox"]["stats"], ref, METRIC_NAMES,
+                     f"{backend} bbox with an empty polygon list")
+        with pytest.raises(EvaluationError) as err:
+            Scorer(gt, backend).score(results, ["segm"])
+        assert str(err.value) == (f"annotation {data['annotations'][i]['id']} has no segmentation (an empty polygon "
+                                  "list); cannot evaluate masks")
+
+
+def test_lvis_is_told_from_the_whole_file(lvis_set, tmp_path):
+    """An LVIS file is LVIS whatever its first image holds; one that mixes images with and without LVIS's lists is
+    refused naming the first image that lacks them (index and id); a category ``frequency`` outside r/c/f too."""
+    ann, _, _ = lvis_set
+    data = json.loads(ann.read_text())
+    plain = [{k: v for k, v in im.items() if k not in ("neg_category_ids", "not_exhaustive_category_ids")}
+             for im in data["images"]]
+    coco_cats = [{k: v for k, v in c.items() if k != "frequency"} for c in data["categories"]]
+    mixed = {**data, "images": plain[:3] + data["images"][3:], "categories": coco_cats}
+    assert dataset_format(mixed) == "lvis"
+    path = _write(tmp_path / "mixed.json", mixed)
+    with pytest.raises(EvaluationError) as err:
+        load_coco_annotations(str(path))
+    assert str(err.value) == (f"{path}: images[0] (id {plain[0]['id']}) has no 'neg_category_ids' list, which every "
+                              "image of an LVIS file needs (the file is LVIS: images[3] has LVIS's lists)")
+    half = {**data, "images": data["images"][:3] + [{**plain[3], "neg_category_ids": []}] + data["images"][4:]}
+    path = _write(tmp_path / "half.json", half)
+    with pytest.raises(EvaluationError, match=r"images\[3\] \(id \d+\) has no 'not_exhaustive_category_ids' list"):
+        load_coco_annotations(str(path))
+    odd = copy.deepcopy(data)
+    odd["categories"][2]["frequency"] = "x"
+    path = _write(tmp_path / "odd.json", odd)
+    with pytest.raises(EvaluationError) as err:
+        load_coco_annotations(str(path))
+    assert str(err.value) == (f"{path}: categories[2] (id {odd['categories'][2]['id']}): 'frequency' must be 'r', "
+                              "'c' or 'f' (LVIS's rare, common, frequent), got 'x'")
+
+
+@needs_lvis
+def test_the_lvis_backend_names_the_module_that_failed_to_import(lvis_set, tmp_path):
+    """``--backend lvis`` where the LVIS API is installed but matplotlib (which it imports) is not: one line naming
+    matplotlib, not the LVIS API's install hint."""
+    import subprocess
+
+    ann, results, _ = lvis_set
+    res = _write(tmp_path / "r.json", results[:20])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tools" / "without_extras"), "MINIDET_HIDE_MODULES": "matplotlib"}
+    r = subprocess.run([sys.executable, str(TOOL), "--ann", str(ann), "--results", str(res), "--output",
+                        str(tmp_path / "o"), "--backend", "lvis"], env=env, capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 2
+    assert one_error_line(r.stderr) == (
+        "error: --backend lvis cannot be imported: No module named 'matplotlib.pyplot'; 'matplotlib' is not a "
+        "package (lvis needs the module 'matplotlib': pip install matplotlib)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
@@ -23,6 +23,7 @@ from minidet.apps.scoring import (  # noqa: F401 (evaluation's API)
     Scorer,
     Scores,
     _quiet,
+    check_lvis,
     dataset_format,
     polygons_as_rle,
 )
@@ -74,7 +75,9 @@ def load_coco_annotations(path: str) -> COCO:
     """Read a COCO instances annotation file (or an LVIS one: :func:`minidet.apps.scoring.dataset_format`) into a
     pycocotools ``COCO``: ids must be unique integers, every annotation must name a listed image and category
     (``info``, ``licenses``, crowd RLE and images without annotations are fine; LVIS has no ``iscrowd``, and its
-    images' ``coco_url`` gives their ``file_name``). Raises :class:`EvaluationError` naming ``path`` and the entry
+    images' ``coco_url`` gives their ``file_name``); each annotation's box, area, ``iscrowd`` and segmentation are
+    checked as :func:`_check_annotation` says, an LVIS file's lists as :func:`minidet.apps.scoring.check_lvis`, so
+    that every backend gets the same file or none. Raises :class:`EvaluationError` naming ``path`` and the entry
     otherwise."""
     data = _load_json(path, "annotation file")
     if not isinstance(data, dict):
@@ -83,6 +86,8 @@ def load_coco_annotations(path: str) -> COCO:
         if not isinstance(data.get(key), list):
             raise EvaluationError(f"{path}: not a COCO annotation file (no {key!r} list)")
     lvis = dataset_format(data) == "lvis"
+    if lvis:
+        check_lvis(data, path)
     gt_keys = tuple(k for k in _GT_KEYS if not (lvis and k == "iscrowd"))
     image_ids: set[int] = set()
     for i, im in enumerate(data["images"]):
@@ -106,27 +111,54 @@ def load_coco_annotations(path: str) -> COCO:
         category_ids.add(cat["id"])
     if not category_ids:
         raise EvaluationError(f"{path}: no categories (the 'categories' list is empty); nothing to evaluate")
-    ann_ids: set[int] = set()
-    for i, ann in enumerate(data["annotations"]):
-        if missing := [k for k in gt_keys if not isinstance(ann, dict) or k not in ann]:
-            raise EvaluationError(f"{path}: annotations[{i}] lacks {', '.join(map(repr, missing))}")
-        where = f"{path}: annotations[{i}]"
-        if not _is_int(ann["image_id"]) or ann["image_id"] not in image_ids:
-            raise EvaluationError(f"{where}: image_id {ann['image_id']!r} is not in 'images'")
-        if not _is_int(ann["category_id"]) or ann["category_id"] not in category_ids:
-            raise EvaluationError(f"{where}: category_id {ann['category_id']!r} is not in 'categories'")
-        if not _is_int(ann["id"]) or ann["id"] in ann_ids:  # pycocotools finds annotations by id
-            raise EvaluationError(f"{where}: annotation id {ann['id']!r} is not an integer or appears twice")
-        ann_ids.add(ann["id"])
-        b = ann["bbox"]
-        if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and _is_real(ann["area"])):
-            raise EvaluationError(f"{where}: 'bbox' must be [x, y, width, height] and 'area' a number")
-        if not isinstance(ann.get("segmentation", []), (list, dict)):
-            raise EvaluationError(f"{where}: 'segmentation' must be polygons (a list) or an RLE object")
+    _check_annotations(data, path, gt_keys, category_ids)
     coco = COCO()
     coco.dataset = data
     _quiet(coco.createIndex)
     return coco
+
+
+def _check_annotations(data: dict, path: str, gt_keys: tuple[str, ...], category_ids: set[int]) -> None:
+    """Check every annotation of ``data`` (:func:`_check_annotation`), then their compressed RLE counts all at once."""
+    anns, images = data["annotations"], {im["id"]: im for im in data["images"]}
+    ann_ids: set[int] = set()
+    strings: list[tuple[int, str, int, int]] = []  # compressed RLE counts: (annotation, counts, H, W)
+    for i, ann in enumerate(anns):
+        if missing := [k for k in gt_keys if not isinstance(ann, dict) or k not in ann]:
+            raise EvaluationError(f"{path}: annotations[{i}] lacks {', '.join(map(repr, missing))}")
+        if not _is_int(ann["id"]) or ann["id"] in ann_ids:  # pycocotools finds annotations by id
+            raise EvaluationError(f"{path}: annotations[{i}]: annotation id {ann['id']!r} is not an integer or "
+                                  "appears twice")
+        ann_ids.add(ann["id"])
+        try:
+            counts = _check_annotation(ann, f"{path}: annotations[{i}]", images, category_ids)
+        except EvaluationError as e:
+            raise EvaluationError(f"{e} (annotation id {ann['id']})") from None
+        if counts:
+            image = images[ann["image_id"]]
+            strings.append((i, counts, image["height"], image["width"]))
+    _check_rle_strings(strings, lambda i: f"{path}: annotations[{i}]", lambda i: f" (annotation id {anns[i]['id']})")
+
+
+def _check_annotation(ann: dict, where: str, images: dict[int, dict], category_ids: set[int]) -> str | None:
+    """Check one ground-truth annotation: a listed image and category, ``bbox`` [x, y, w, h] with w, h >= 0, ``area``
+    a finite number >= 0, ``iscrowd`` 0 or 1 (where given), ``segmentation`` (where given) as
+    :func:`check_segmentation` says (an empty polygon list is a box-only annotation). Returns its compressed RLE
+    counts (checked later), else None; raises :class:`EvaluationError` naming ``where``."""
+    if not _is_int(ann["image_id"]) or ann["image_id"] not in images:
+        raise EvaluationError(f"{where}: image_id {ann['image_id']!r} is not in 'images'")
+    if not _is_int(ann["category_id"]) or ann["category_id"] not in category_ids:
+        raise EvaluationError(f"{where}: category_id {ann['category_id']!r} is not in 'categories'")
+    b = ann["bbox"]
+    if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
+        raise EvaluationError(f"{where}: 'bbox' must be [x, y, width, height] with width, height >= 0; got {b!r}")
+    if not (_is_real(ann["area"]) and ann["area"] >= 0):
+        raise EvaluationError(f"{where}: 'area' must be a finite number >= 0, got {ann['area']!r}")
+    if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd"), (bool, float)):
+        raise EvaluationError(f"{where}: 'iscrowd' must be 0 or 1, got {ann['iscrowd']!r}")
+    if "segmentation" not in ann:
+        return None
+    return check_segmentation(ann["segmentation"], images[ann["image_id"]], where)
 
 
 def check_categories(coco_gt: COCO, layout: str, source: str) -> None:
@@ -208,7 +240,7 @@ def validate_results(results, coco_gt: COCO, source: str) -> tuple[str, ...]:
                 strings.append((i, counts, *sizes[image_id]))
         elif rle := _check_entry(r, f"{source}: entry {i}", needed, coco_gt):
             strings.append((i, *rle))
-    _check_rle_strings(strings, source)
+    _check_rle_strings(strings, lambda i: f"{source}: entry {i}")
     return types
 
 
@@ -234,48 +266,84 @@ def _check_entry(r, where: str, needed: tuple[str, ...], coco_gt: COCO) -> tuple
 
 
 def _check_rle(r: dict, image: dict, where: str) -> tuple[str, int, int] | None:
-    """Check one entry's RLE; returns ``(counts, H, W)`` of compressed counts (their runs are checked later), None
-    for uncompressed counts (compressed in place)."""
+    """Check one results entry's segmentation (:func:`check_segmentation`); returns ``(counts, H, W)`` of compressed
+    counts (their runs are checked later), None for polygons and uncompressed counts (made compressed RLE in place:
+    the results APIs take RLE)."""
     seg = r["segmentation"]
+    counts = check_segmentation(seg, image, where)
     if isinstance(seg, list):  # COCO polygons: scored as pycocotools rasterizes them
-        if not all(isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 and all(_is_real(v) for v in p)
-                   for p in seg):
-            raise EvaluationError(f"{where}: polygon segmentation must be lists of x, y numbers (at least 3 points)")
         r["segmentation"] = polygons_as_rle(r, image)["segmentation"]
+    elif counts is None:
+        size = seg["size"]
+        compressed = mask_utils.frPyObjects(seg, size[0], size[1])
+        r["segmentation"] = {"size": size, "counts": compressed["counts"].decode("ascii")}
+    return None if counts is None else (counts, image["height"], image["width"])
+
+
+def check_segmentation(seg, image: dict, where: str) -> str | None:
+    """Check one segmentation of ``image`` (a results entry's or an annotation's) before any rasterizer sees it:
+    COCO polygons (:func:`polygon_problem`), or RLE ``{"size": [H, W], "counts": ...}`` of the image's size whose
+    uncompressed counts are non-negative integers summing to H*W. Returns compressed counts (a string, checked by
+    :func:`_check_rle_strings`), else None; raises :class:`EvaluationError` naming ``where``."""
+    h, w = image["height"], image["width"]
+    if isinstance(seg, list):
+        if problem := polygon_problem(seg, h, w):
+            raise EvaluationError(f"{where}: segmentation {problem}")
         return None
     if not (isinstance(seg, dict) and "size" in seg and "counts" in seg):
         raise EvaluationError(f"{where}: segmentation must be an RLE object {{'size': [H, W], 'counts': ...}} or "
                               "COCO polygons")
-    size, hw = seg["size"], [image["height"], image["width"]]
-    if not (isinstance(size, list) and size == hw):
-        raise EvaluationError(f"{where}: segmentation size {size!r} is not the image's [height, width] {hw}")
-    counts = seg["counts"]
+    size, counts = seg["size"], seg["counts"]
+    if not (isinstance(size, list) and size == [h, w]):
+        raise EvaluationError(f"{where}: segmentation size {size!r} is not the image's [height, width] {[h, w]}")
     if isinstance(counts, list):
-        if not all(_is_int(c) and c >= 0 for c in counts) or sum(counts) != size[0] * size[1]:
-            raise EvaluationError(f"{where}: uncompressed RLE counts must be non-negative integers summing to H*W")
-        compressed = mask_utils.frPyObjects(seg, size[0], size[1])
-        r["segmentation"] = {"size": size, "counts": compressed["counts"].decode("ascii")}
+        if not all(_is_int(c) and c >= 0 for c in counts) or sum(counts) != h * w:
+            raise EvaluationError(f"{where}: uncompressed RLE counts must be non-negative integers summing to H*W "
+                                  f"({h} x {w} = {h * w})")
         return None
     if not isinstance(counts, str):
         raise EvaluationError(f"{where}: segmentation counts must be an RLE string or a list of run lengths")
-    return counts, size[0], size[1]
+    return counts
 
 
-def _check_rle_strings(entries: list[tuple[int, str, int, int]], source: str, batch: int = 4096) -> None:
-    """Compressed counts ``(entry, counts, H, W)`` must decode to runs covering H*W pixels: of
-    another total, pycocotools' decode leaves pixels uninitialized or fails naming no entry."""
+def polygon_problem(polygons: list, height: int, width: int) -> str | None:
+    """What makes COCO ``polygons`` of a height x width image unfit to rasterize, or None. Each polygon is a list of
+    x, y numbers (an even count, at least 3 points), finite, within the image extended by its size on each side
+    (x in [-W, 2W], y in [-H, 2H]). pycocotools' ``rleFrPoly`` clips a polygon to the image, so a point outside it
+    is fine; but it scales each coordinate by 5 into a C int and walks every edge one point per fifth of a pixel:
+    a huge coordinate overflows (a crash) or takes memory in proportion, NaN is undefined, fewer than 6 numbers
+    are read as a box or refused, and an odd count loses its last number."""
+    for k, p in enumerate(polygons):
+        if not (isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0):
+            what = f"{len(p)} numbers" if isinstance(p, list) else type(p).__name__
+            return (f"polygon {k} must be a list of x, y numbers (an even count, at least 3 points), got {what}")
+        if not all(_is_real(v) for v in p):
+            return f"polygon {k} must hold finite numbers, got {next(v for v in p if not _is_real(v))!r}"
+        xs, ys = p[0::2], p[1::2]
+        if min(xs) < -width or max(xs) > 2 * width or min(ys) < -height or max(ys) > 2 * height:
+            x, y = next((x, y) for x, y in zip(xs, ys) if not (-width <= x <= 2 * width and -height <= y <= 2 * height))
+            return (f"polygon {k}: point ({x:g}, {y:g}) lies outside the image extended by its size on each side "
+                    f"(x in [{-width}, {2 * width}], y in [{-height}, {2 * height}])")
+    return None
+
+
+def _check_rle_strings(entries: list[tuple[int, str, int, int]], name: Callable[[int], str],
+                       tail: Callable[[int], str] = lambda i: "", batch: int = 4096) -> None:
+    """Compressed counts ``(entry, counts, H, W)`` must decode to runs covering H*W pixels: of another total,
+    pycocotools' decode leaves pixels uninitialized or fails naming no entry. ``name(entry)`` says where an entry is
+    (``r.json: entry 3``), ``tail(entry)`` ends the line."""
     for k in range(0, len(entries), batch):
         part = entries[k : k + batch]
         totals = rle_string_totals([c for _, c, _, _ in part])
         for (i, counts, h, w), total in zip(part, totals.tolist()):
             if total == h * w:
                 continue
-            where = f"{source}: entry {i}: segmentation counts"
+            where = f"{name(i)}: segmentation counts"
             if total == NOT_RLE:
                 text = counts if len(counts) <= 20 else counts[:20] + "..."
-                raise EvaluationError(f"{where} {text!r} is not a compressed COCO RLE string")
+                raise EvaluationError(f"{where} {text!r} is not a compressed COCO RLE string{tail(i)}")
             what = "a run below 0" if total == NEGATIVE_RUN else f"runs covering {total} pixels"
-            raise EvaluationError(f"{where} do not decode to the image's {h} x {w} pixels ({what})")
+            raise EvaluationError(f"{where} do not decode to the image's {h} x {w} pixels ({what}){tail(i)}")
 
 
 def load_results(path: str, coco_gt: COCO) -> tuple[list[dict], tuple[str, ...]]:

@@ -45,6 +45,7 @@ STAGES = ("load", "match", "accumulate", "summarize")
 MASK_AREAS = ("mask", "box")
 RESULT_FIELD = {"bbox": "bbox", "segm": "segmentation"}  # a results entry's field of each IoU type
 _LVIS_IMAGE_KEYS = ("not_exhaustive_category_ids", "neg_category_ids")
+_LVIS_FREQUENCIES = ("r", "c", "f")  # the LVIS API's frequency groups (LVISEval's img_count_lbl)
 
 
 class EvaluationError(InputError, ValueError):
@@ -75,19 +76,58 @@ CHOICES = ("auto", *BACKENDS)
 
 
 def dataset_format(data: dict) -> str:
-    """``lvis`` for an LVIS annotation file (its images' negative / not-exhaustive category lists, its categories'
-    frequency groups), else ``coco``."""
+    """``lvis`` for an LVIS annotation file (any image with LVIS's negative / not-exhaustive category lists, any
+    category with a frequency group: the whole file decides, and :func:`check_lvis` refuses one that mixes), else
+    ``coco``."""
+    return "lvis" if _lvis_mark(data) else "coco"
+
+
+def _lvis_mark(data: dict) -> str:
+    """What makes ``data`` an LVIS file (``images[3] has LVIS's lists``), or ''."""
     images, cats = data.get("images") or [], data.get("categories") or []
-    lvis = any(isinstance(m, dict) and any(k in m for k in _LVIS_IMAGE_KEYS) for m in images[:1]) or any(
-        isinstance(c, dict) and "frequency" in c for c in cats[:1])
-    return "lvis" if lvis else "coco"
+    image = next((i for i, m in enumerate(images) if isinstance(m, dict) and any(k in m for k in _LVIS_IMAGE_KEYS)),
+                 None)
+    if image is not None:
+        return f"images[{image}] has LVIS's lists"
+    cat = next((i for i, c in enumerate(cats) if isinstance(c, dict) and "frequency" in c), None)
+    return "" if cat is None else f"categories[{cat}] has a 'frequency'"
+
+
+def check_lvis(data: dict, path: str) -> None:
+    """Refuse an LVIS file (:func:`dataset_format`) that the LVIS API cannot score, naming ``path`` and the first
+    image or category at fault: every image needs ``neg_category_ids`` and ``not_exhaustive_category_ids`` (lists of
+    integer category ids: the federated rules read them), every category a ``frequency`` of ``r``, ``c`` or ``f``
+    (its AP group). The same file is then scored, or refused, alike by every backend."""
+    why = _lvis_mark(data)
+    for i, m in enumerate(data["images"]):
+        for key in _LVIS_IMAGE_KEYS[::-1]:
+            ids = m.get(key) if isinstance(m, dict) else None
+            if not (isinstance(ids, list) and all(isinstance(c, int) and not isinstance(c, bool) for c in ids)):
+                name = f"images[{i}] (id {m.get('id')!r})" if isinstance(m, dict) else f"images[{i}]"
+                raise EvaluationError(f"{path}: {name} has no {key!r} list, which every image of an LVIS file needs "
+                                      f"(the file is LVIS: {why})")
+    for i, c in enumerate(data["categories"]):
+        if isinstance(c, dict) and c.get("frequency") not in _LVIS_FREQUENCIES:
+            raise EvaluationError(f"{path}: categories[{i}] (id {c.get('id')!r}): 'frequency' must be 'r', 'c' or 'f' "
+                                  f"(LVIS's rare, common, frequent), got {c.get('frequency')!r}")
+
+
+def _import_problem(backend: Backend) -> str:
+    """Why ``backend`` cannot be imported ('' when it can): its install hint when the package itself is missing, the
+    import error and the module to install when a module it needs is (the LVIS API needs matplotlib)."""
+    try:
+        importlib.import_module(backend.module)
+    except ImportError as e:
+        needed = (e.name or "").split(".")[0]
+        if needed and needed != backend.module.split(".")[0]:
+            return f"cannot be imported: {e} ({backend.name} needs the module {needed!r}: pip install {needed})"
+        return f"is not installed: {backend.install}"
+    return ""
 
 
 def version(backend: Backend) -> str | None:
     """The installed version of ``backend``'s package, or None when it cannot be imported."""
-    try:
-        importlib.import_module(backend.module)
-    except ImportError:
+    if _import_problem(backend):
         return None
     try:
         return importlib.metadata.version(backend.distribution)
@@ -103,8 +143,8 @@ def choose(name: str, fmt: str) -> tuple[Backend, str]:
             if fmt in b.formats and not b.refused and (v := version(b)):
                 return b, v
         usable = [b for b in BACKENDS.values() if fmt in b.formats and not b.refused]
-        raise EvaluationError(f"no backend for {fmt.upper()} annotations is installed; "
-                              + " or ".join(f"{b.install} ({b.name})" for b in usable))
+        raise EvaluationError(f"no backend for {fmt.upper()} annotations can be used: "
+                              + "; ".join(f"{b.name} {_import_problem(b)}" for b in usable))
     if name not in BACKENDS:
         raise EvaluationError(f"unknown scoring backend {name!r}; expected one of {', '.join(CHOICES)}")
     b = BACKENDS[name]
@@ -114,9 +154,9 @@ def choose(name: str, fmt: str) -> tuple[Backend, str]:
     if fmt not in b.formats:
         raise EvaluationError(f"--backend {name} does not score {fmt.upper()} annotations (it scores "
                               f"{', '.join(f.upper() for f in b.formats)}); use {' or '.join(others)}")
-    if not (v := version(b)):
-        raise EvaluationError(f"--backend {name} is not installed: {b.install}")
-    return b, v
+    if problem := _import_problem(b):
+        raise EvaluationError(f"--backend {name} {problem}")
+    return b, version(b) or "?"
 
 
 def _quiet(fn, *args, **kwargs):
@@ -326,8 +366,10 @@ class Scorer:
             if iou_type not in IOU_TYPES:
                 raise ValueError(f"unknown IoU type {iou_type!r}; expected one of {IOU_TYPES}")
             if iou_type == "segm":
-                if lacking := [a["id"] for a in gt.dataset["annotations"] if "segmentation" not in a]:
-                    raise EvaluationError(f"annotation {lacking[0]} has no segmentation; cannot evaluate masks")
+                if lacking := [a for a in gt.dataset["annotations"] if a.get("segmentation", []) == []]:
+                    empty = " (an empty polygon list)" if "segmentation" in lacking[0] else ""
+                    raise EvaluationError(f"annotation {lacking[0]['id']} has no segmentation{empty}; cannot "
+                                          "evaluate masks")
             t0 = time.perf_counter()
             api = self._backend_api()  # hotcoco's and the LVIS API's ground truth: part of the first load
             if self.format == "coco" and (unknown := {r["category_id"] for r in results} - set(gt.cats)):
