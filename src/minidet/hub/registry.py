@@ -1,6 +1,6 @@
 """The pre-trained weights registry: every weight family's published checkpoints (``Family.weights``) by name, and
 the licence each zoo states for its weights (:data:`ZOO_LICENCES`, :func:`licence_of`), and what each file is
-(:func:`traits`: its family, architecture and dataset, from its config)."""
+(:func:`family_of`; :func:`traits`: its architecture and dataset, from its config)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ REGISTRY: dict[str, WeightsEntry] = {e.name: e for f in FAMILIES.values() for e 
 _ZOO_OF: dict[str, str] = {e.name: f.name for f in FAMILIES.values() for e in f.weights}
 
 NOT_STATED = "not stated"
+
+
+def family_of(entry: WeightsEntry) -> str | None:
+    """The family (zoo) of a registry ``entry``; None for an entry of no family."""
+    return _ZOO_OF.get(entry.name)
 
 
 @dataclass(frozen=True)
@@ -112,11 +117,6 @@ class Traits:
 
     architectures: tuple[str, ...]
     dataset: str
-
-
-def family_of(entry: WeightsEntry) -> str | None:
-    """The family (zoo) of a registry ``entry``; None for an entry of no family."""
-    return _ZOO_OF.get(entry.name)
 
 
 @functools.cache
