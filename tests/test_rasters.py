@@ -123,3 +123,24 @@ def test_infer_runs_a_16_bit_geotiff_sliced_as_whole_and_reports_a_truncated_one
         assert "Traceback" not in r.stderr and "Read failed" not in r.stderr
         records[name] = json.loads((tmp_path / name / "ortho16.json").read_text())
     assert records["whole"]["instances"] and records["whole"] == records["sliced"]
+
+
+@pytest.mark.parametrize("how", list(READERS))
+def test_a_paletted_geotiff_is_read_in_its_colours_with_and_without_slice(tmp_path, how):
+    """A GeoTIFF of palette indices (a classified map) is its colours, as OpenCV read it without ``--slice`` before
+    infer read GeoTIFFs with rasterio (and not its indices as grey, as the sliced reader did)."""
+    import rasterio
+    from rasterio.transform import from_origin
+
+    rng = np.random.default_rng(5)
+    index = rng.integers(0, 4, (1, 50, 60), dtype=np.uint8)
+    colours = {0: (255, 0, 0, 255), 1: (0, 255, 0, 255), 2: (0, 0, 255, 255), 3: (10, 20, 30, 255)}
+    path = tmp_path / "classes.tif"
+    with rasterio.open(path, "w", driver="GTiff", height=50, width=60, count=1, dtype="uint8", crs="EPSG:32633",
+                       transform=from_origin(500000.0, 4500000.0, 10.0, 10.0), photometric="palette") as dst:
+        dst.write(index)
+        dst.write_colormap(1, colours)
+    table = np.zeros((256, 3), np.uint8)
+    for k, rgba in colours.items():
+        table[k] = rgba[:3]
+    assert np.array_equal(_read(how, str(path)), table[index[0]][:, :, ::-1])  # BGR

@@ -4,9 +4,9 @@ reads each tile's pixels from the file, never the whole raster.
 ``open_raster(path)`` gives a :class:`RasterImage` for a raster that has a coordinate system (else None: the file
 is read as an ordinary image); infer reads such a raster through it with and without ``--slice`` (the same pixels,
 the same refusals: 8- and 16-bit samples, 16-bit scaled as every 16-bit image is; 1 band grey, 2 grey and alpha,
-3 or more RGB; a damaged file one ``damaged GeoTIFF`` line). It reads like the HxWx3 uint8 BGR array it stands for
-where that is cheap: ``shape``, ``image[y0:y1, x0:x1]`` (that window, read from the file), ``np.asarray(image)``
-(all of it: a drawing, or a run without ``--slice``).
+3 or more RGB, a palette's colours; a damaged file one ``damaged GeoTIFF`` line). It reads like the HxWx3 uint8
+BGR array it stands for where that is cheap: ``shape``, ``image[y0:y1, x0:x1]`` (that window, read from the file),
+``np.asarray(image)`` (all of it: a drawing, or a run without ``--slice``).
 """
 
 from __future__ import annotations
@@ -14,26 +14,31 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .imageio import ImageReadError, _print_warning, uint16_to_uint8
 
+if TYPE_CHECKING:
+    from affine import Affine
+
 GEO_EXTENSIONS = (".tif", ".tiff", ".jp2", ".vrt")
-
-
 _KINDS = {"GTiff": "GeoTIFF", "JP2OpenJPEG": "JPEG 2000", "VRT": "VRT"}  # GDAL's driver: what a user calls the file
 _SAMPLES = ("uint8", "uint16")  # 16-bit samples are scaled as every 16-bit image is (``imageio.uint16_to_uint8``)
 
 
 class RasterImage:
     """A raster's pixels as HxWx3 uint8 BGR, read window by window: ``bands`` (1-based, in RGB order) are the
-    first three, or band 1 thrice (grey); 16-bit samples scaled to 8 bits; ``kind`` names the file in messages."""
+    first three, or band 1 thrice (grey); 16-bit samples scaled to 8 bits; ``palette`` (256 x 3 RGB, or None): band
+    1's indices looked up in its colour table; ``kind`` names the file in messages."""
 
     ndim, dtype = 3, np.dtype(np.uint8)
 
-    def __init__(self, path: str, height: int, width: int, bands: list[int], kind: str = "raster") -> None:
+    def __init__(self, path: str, height: int, width: int, bands: list[int], kind: str = "raster",
+                 palette: np.ndarray | None = None) -> None:
         self.path, self.height, self.width, self.bands, self.kind = path, height, width, bands, kind
+        self.palette = palette
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -59,6 +64,8 @@ class RasterImage:
         except rasterio.errors.RasterioError as e:
             raise ImageReadError(self.path, f"damaged {self.kind}: its pixels cannot be read (truncated or corrupt): "
                                             f"{_gdal_message(e, self.path)}") from None
+        if self.palette is not None:
+            data = self.palette[data[0]].transpose(2, 0, 1)  # indices -> RGB bands
         data = data[::-1].transpose(1, 2, 0)  # RGB bands -> BGR, bands last
         return uint16_to_uint8(data) if data.dtype == np.uint16 else np.ascontiguousarray(data)
 
@@ -76,9 +83,20 @@ def _gdal_message(e: BaseException, path: str) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _describe(path: str):
-    """``(height, width, bands, dtypes, transform, CRS name, colour interpretations, driver)`` of a raster with a
-    coordinate system; None for another file, or without rasterio."""
+class _Raster(NamedTuple):
+    height: int
+    width: int
+    dtypes: set[str]
+    transform: Affine
+    crs: str
+    colours: list[str]  # GDAL's colour interpretation of each band: gray, red, ..., alpha, palette, undefined
+    driver: str
+    palette: np.ndarray | None  # band 1's colour table as 256 x 3 RGB (a paletted 8-bit raster), else None
+
+
+def _describe(path: str) -> _Raster | None:
+    """What reading a raster with a coordinate system needs to know of it; None for another file, or without
+    rasterio."""
     if not os.fspath(path).lower().endswith(GEO_EXTENSIONS) or not os.path.isfile(path):
         return None  # a FIFO or a device would block the open
     try:
@@ -91,8 +109,13 @@ def _describe(path: str):
             with rasterio.open(path) as src:
                 if src.crs is None:
                     return None
-                return (src.height, src.width, src.count, set(src.dtypes), src.transform, src.crs.to_string(),
-                        [c.name for c in src.colorinterp], src.driver)
+                colours = [c.name for c in src.colorinterp]
+                palette = None
+                if colours[0] == "palette" and src.dtypes[0] == "uint8":
+                    table = src.colormap(1)
+                    palette = np.array([table.get(k, (0, 0, 0, 255))[:3] for k in range(256)], np.uint8)
+                return _Raster(src.height, src.width, set(src.dtypes), src.transform, src.crs.to_string(), colours,
+                               src.driver, palette)
     except (OSError, rasterio.errors.RasterioError):
         return None
 
@@ -116,15 +139,15 @@ def open_raster(path: str, max_pixels: int = 0,
     (default: a ``warning:`` line on stderr, as an image decoded despite its decoder's complaint)."""
     if (info := _describe(path)) is None:
         return None
-    h, w, _, dtypes, _, _, colours, driver = info
-    if not dtypes <= set(_SAMPLES) or len(dtypes) != 1:
-        raise ImageReadError(path, f"a raster of {', '.join(sorted(dtypes))} bands: minidet reads 8- and 16-bit "
+    h, w = info.height, info.width
+    if not info.dtypes <= set(_SAMPLES) or len(info.dtypes) != 1:
+        raise ImageReadError(path, f"a raster of {', '.join(sorted(info.dtypes))} bands: minidet reads 8- and 16-bit "
                                    "bands (scale it to 8 bits, e.g. gdal_translate -ot Byte -scale)")
     if max_pixels and h * w > max_pixels:
         raise ImageReadError(path, f"{w} x {h} = {w * h} pixels exceeds INPUT.MAX_PIXELS ({max_pixels})",
                              too_large=True)
-    bands = _bands(os.fspath(path), colours, on_warning or _print_warning)
-    return RasterImage(os.fspath(path), h, w, bands, _KINDS.get(driver, "raster"))
+    bands = _bands(os.fspath(path), info.colours, on_warning or _print_warning)
+    return RasterImage(os.fspath(path), h, w, bands, _KINDS.get(info.driver, "raster"), info.palette)
 
 
 def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str, tuple[int, int]] | None:
@@ -132,9 +155,9 @@ def georeference(path: str) -> tuple[Callable[[np.ndarray], np.ndarray], str, tu
     width); None for a file that is not a georeferenced raster, or without rasterio."""
     if (info := _describe(path)) is None:
         return None
-    t, crs = info[4], info[5]
+    t = info.transform
 
     def apply(xy: np.ndarray) -> np.ndarray:
         return np.stack([t.a * xy[:, 0] + t.b * xy[:, 1] + t.c, t.d * xy[:, 0] + t.e * xy[:, 1] + t.f], axis=1)
 
-    return apply, crs, (info[0], info[1])
+    return apply, info.crs, (info.height, info.width)
