@@ -110,39 +110,44 @@ def render(rows: list[dict[str, str]]) -> str:
 
 @dataclass(frozen=True)
 class Part:
-    """A part a file may hold, as the README's support table shows it: ``holds(cfg)`` tells it from the file's
-    shipped config; ``ops``: the ONNX operators of its graph that not every runtime runs (``onnxfile.UNSUPPORTED``);
-    ``kept_float``: the int8 export's name for what it keeps in float32 (``quantize.KEPT_FLOAT``/``_BLOCKS``);
-    ``bench``: its ``minidet bench --norms`` variants (``report.ARCHITECTURES``, plain norms for the plain model)."""
+    """A part a file may hold, as the README's support table shows it: ``holds(architectures, model)`` tells it from
+    the file's architectures (``hub.registry.ARCHITECTURES``' names, as ``minidet weights list --arch`` reads them)
+    and its shipped config's ``MODEL`` node; ``ops``: the ONNX operators of its graph that not every runtime runs
+    (``onnxfile.UNSUPPORTED``); ``kept_float``: the int8 export's name for what it keeps in float32
+    (``quantize.KEPT_FLOAT``/``_BLOCKS``); ``bench``: its ``minidet bench --norms`` variants."""
 
     name: str
-    holds: Callable[[Any], bool]
+    holds: Callable[[tuple[str, ...], Any], bool]
     ops: frozenset[str] = frozenset()
     kept_float: str = ""
     bench: tuple[str, ...] = ()
 
 
+def _has(arch: str) -> Callable[[tuple[str, ...], Any], bool]:
+    return lambda archs, _: arch in archs
+
+
 PARTS = (
-    Part("ResNet or ResNeXt body, FPN, RPN, box and mask heads", lambda c: not c.MODEL.REGNET.DEPTH,
+    Part("ResNet or ResNeXt body, FPN, RPN, box and mask heads", lambda archs, _: "regnet" not in archs,
          bench=("FrozenBN", "Affine", "GN")),
-    Part("RegNet body", lambda c: bool(c.MODEL.REGNET.DEPTH), bench=("regnetx-3.2gf", "regnetx-4gf", "regnety-4gf")),
-    Part("GroupNorm (and weight standardization)", lambda c: "GN" in (c.MODEL.NORM, c.MODEL.HEAD_NORM), bench=("GN",)),
-    Part("Cascade R-CNN", lambda c: bool(c.MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS), bench=("cascade",)),
-    Part("deformable convolution (v1, v2)", lambda c: any(c.MODEL.RESNETS.DEFORM_ON_PER_STAGE),
-         ops=frozenset({"DeformConv"}), bench=("dcn", "dcnv2")),
-    Part("GC blocks", lambda c: any(c.MODEL.RESNETS.CONTEXT_ON_PER_STAGE), kept_float="context", bench=("gcb",)),
-    Part("Mask Scoring R-CNN", lambda c: bool(c.MODEL.MASKIOU_ON), kept_float="mask_iou_head", bench=("maskiou",)),
+    Part("RegNet body", _has("regnet"), bench=("regnetx-3.2gf", "regnetx-4gf", "regnety-4gf")),
+    Part("GroupNorm (and weight standardization)", lambda _, m: "GN" in (m.NORM, m.HEAD_NORM), bench=("GN",)),
+    Part("Cascade R-CNN", _has("cascade"), bench=("cascade",)),
+    Part("deformable convolution (v1, v2)", _has("dcn"), ops=frozenset({"DeformConv"}), bench=("dcn", "dcnv2")),
+    Part("GC blocks", _has("gcb"), kept_float="context", bench=("gcb",)),
+    Part("Mask Scoring R-CNN", _has("ms-rcnn"), kept_float="mask_iou_head", bench=("maskiou",)),
 )
 
 
 def parts_table(names: list[str]) -> list[str]:
-    """The support table's lines for the configs ``names`` (the files minidet runs)."""
+    """The support table's lines for the registry files ``names`` (the files minidet runs)."""
     from minidet.apps.bench.report import ARCHITECTURES, VARIANTS
     from minidet.config import get_cfg
     from minidet.export.onnxfile import UNSUPPORTED
     from minidet.export.quantize import KEPT_FLOAT, KEPT_FLOAT_BLOCKS
+    from minidet.hub.registry import REGISTRY, traits
 
-    cfgs = [get_cfg(name) for name in names]
+    files = [(traits(name).architectures, get_cfg(REGISTRY[name].config).MODEL) for name in names]
     out = ["| the file holds | files | ONNX Runtime | OpenVINO | int8 (OpenVINO) | `minidet bench --norms` |",
            "|---|---|---|---|---|---|"]
     for part in PARTS:
@@ -153,7 +158,7 @@ def parts_table(names: list[str]) -> list[str]:
         lacks = sorted(UNSUPPORTED["openvino"][op] for op in part.ops if op in UNSUPPORTED["openvino"])
         openvino = f"no ({', '.join(lacks)})" if lacks else "yes"
         int8 = "no" if lacks else ("yes (this part in float32)" if part.kept_float else "yes")
-        count = sum(1 for c in cfgs if part.holds(c))
+        count = sum(1 for archs, model in files if part.holds(archs, model))
         out.append(f"| {part.name} | {count} | yes | {openvino} | {int8} | {', '.join(part.bench)} |")
     return out
 
