@@ -15,8 +15,10 @@ name of its own pointed at this machine, DNS rebinding), 401 (a token is set and
 than ``INPUT.MAX_PIXELS`` pixels), 400 (an empty body, bytes of no known image format or that do not decode, a query
 parameter unknown, repeated or out of its range), 429 with ``Retry-After`` (the queue is full), 503 (the
 model is loading, the request waited past ``--timeout``, or the server stopped before answering it); 500 when the
-model failed on it or its worker died. A worker that died is replaced; the requests wait for the replacement as
-for any worker.
+model failed on it or its worker died while running it. A worker that died is replaced; the requests wait for the
+replacement as for any worker (one handed to the worker as it died, before it started it, included). A connection
+that sends no complete request head within ``--header-timeout`` is closed (:class:`BoundedHead`), after a 408 when
+it sent part of one.
 
 At SIGTERM or Ctrl-C (:class:`Server`) the requests in flight have ``grace`` seconds: one not answered by then (an
 upload still arriving, a request still waiting for or running in a worker) is answered 503, and the server closes."""
