@@ -290,22 +290,26 @@ def test_a_polygon_of_1e9_is_refused_before_pycocotools_rasterizes_it(tmp_path):
     data, results = dense_coco_set(3, 5, seed=1)
     huge = [[5.0, 5.0, 1e9, 5.0, 1e9, 1e9]]
     i = next(k for k, a in enumerate(data["annotations"]) if isinstance(a["segmentation"], list))
-    bad_gt = json.loads(json.dumps(data))
+    bad_gt, nan_gt = json.loads(json.dumps(data)), json.loads(json.dumps(data))
     bad_gt["annotations"][i]["segmentation"] = huge
+    nan_gt["annotations"][i]["segmentation"] = [[5.0, 5.0, float("nan"), 5.0, 9.0, 9.0]]
     bad_results = [*results[:2], {**results[2], "segmentation": huge}]
-    files = {name: tmp_path / f"{name}.json" for name in ("gt", "bad_gt", "results", "bad_results")}
-    for name, doc in zip(files, (data, bad_gt, results, bad_results)):
+    files = {name: tmp_path / f"{name}.json" for name in ("gt", "bad_gt", "nan_gt", "results", "bad_results")}
+    for name, doc in zip(files, (data, bad_gt, nan_gt, results, bad_results)):
         files[name].write_text(json.dumps(doc))
-    bound = "lies outside the image extended by its size on each side (x in [-640, 1280], y in [-480, 960])"
+    bound = ("segmentation polygon 0: point (1e+09, 5) lies outside the image extended by its size on each side "
+             "(x in [-640, 1280], y in [-480, 960])")
+    in_gt = f"{files['bad_gt']}: annotations[{i}]: {bound}"
     cases = [
-        ("gt", "bad_results", "pycocotools", f"error: {files['bad_results']}: entry 2: segmentation polygon 0: point (1e+09, 5) "),
-        ("bad_gt", "results", "pycocotools", f"error: {files['bad_gt']}: annotations[{i}]: segmentation polygon 0: point (1e+09, 5) "),
+        ("gt", "bad_results", "pycocotools", f"{files['bad_results']}: entry 2: {bound}"),
+        ("bad_gt", "results", "pycocotools", in_gt),
+        ("nan_gt", "results", "pycocotools", f"{files['nan_gt']}: annotations[{i}]: segmentation polygon 0 must hold "
+                                             "finite numbers, got nan"),
     ]
     if importlib.util.find_spec("hotcoco"):  # the eval extra
-        cases.append(("bad_gt", "results", "hotcoco", f"error: {files['bad_gt']}: annotations[{i}]: segmentation polygon 0: point (1e+09, 5) "))
-    for gt, res, backend, start in cases:
+        cases.append(("bad_gt", "results", "hotcoco", in_gt))
+    for gt, res, backend, start in cases:  # the annotation file's line ends with the annotation's id
         r = run_tool(TOOL, "--ann", str(files[gt]), "--results", str(files[res]), "--output", str(tmp_path / "o"),
                      "--backend", backend, cwd=tmp_path, threads=1)
         assert r.returncode == 2, (gt, res, backend, r.returncode, r.stderr[-2000:])
-        line = one_error_line(r.stderr)
-        assert line.startswith(start) and bound in line, line
+        assert one_error_line(r.stderr).startswith(f"error: {start}")
