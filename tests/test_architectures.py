@@ -285,13 +285,23 @@ def test_detectron2_architectures_are_named(d2_state, tmp_path, make, arch, exam
 
 @pytest.mark.slow
 def test_a_regnet_file_under_a_resnet_config_is_named(d2_state, tmp_path):
-    """detectron2's RegNet keys rename onto the ResNet's names (stem, resN.i.convK): the stem's kernel tells the
-    bodies apart before any shape does."""
+    """detectron2's RegNet keys rename onto the ResNet's names (stem, resN.i.convK): its key names tell the bodies
+    apart (``NOT_RUN``, with the config's ``MODEL.REGNET`` off) before any shape does; mmdetection's RegNet, of
+    ResNet key names, is told by its stem (``families.check_body``)."""
     path = _save_d2(tmp_path / "model_final.pkl", _d2_regnet(d2_state))
     assert _refused("detectron2", path) == (
+        f"{path}: the checkpoint holds RegNet backbone (backbone.bottom_up.stem.conv.weight and 369 more keys): "
+        "minidet runs it with the config detectron2/mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ")
+
+
+def test_an_mmdetection_regnet_file_under_a_resnet_config_is_named(tmp_path):
+    """mmdetection's RegNet has its ResNet's key names: the stem (a 3x3 conv) tells it (``families.check_body``)."""
+    path = tmp_path / "model.pth"
+    write_mmdet_checkpoint(path, {k: _zeros(s) for k, s in mmdet_state_shapes(arch="regnetx_400mf").items()})
+    assert _refused("mmdetection", path) == (
         f"{path}: the checkpoint's body is a RegNet (its stem a 3x3 conv of 32 channels) but the config builds a "
         "ResNet (a 7x7 stem): minidet runs it with a config that sets MODEL.REGNET, such as "
-        "detectron2/mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ")
+        "mmdetection/mask-rcnn_regnetx-3.2GF_fpn_1x_coco")
 
 
 def _mb_dcn(state: dict) -> dict:
@@ -474,8 +484,8 @@ def test_a_resnet_file_under_a_regnet_config_is_named(mm_state, tmp_path):
     regnet_400mf = ["MODEL.REGNET.DEPTH", 22, "MODEL.REGNET.W_A", 24.48, "MODEL.REGNET.W_0", 24, "MODEL.REGNET.W_M",
                     2.54, "MODEL.REGNET.GROUP_WIDTH", 16]
     assert _refused("mmdetection", path, *regnet_400mf) == (
-        f"{path}: the checkpoint's body is a ResNet (its stem a 7x7 conv) but the config builds a RegNet: set "
-        "MODEL.REGNET.DEPTH 0 (a ResNet config)")
+        f"{path}: the checkpoint's body is a ResNet (its stem a 7x7 conv) but the config builds a RegNet: minidet "
+        "runs it with a ResNet config (MODEL.REGNET.DEPTH 0), such as mmdetection/mask-rcnn_r50_fpn_1x_coco")
 
 
 # ------------------------------------------------------------- a file under another architecture's config (issue 56)

@@ -117,8 +117,9 @@ def _stages(weights: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...
 def check_body(model, weights: Mapping[str, Any], path: str, family: str) -> bool:
     """Fail in one line when the checkpoint's body (``weights`` under minidet's names) is a RegNet and the model's a
     ResNet (its stem a 3x3 conv, not a 7x7) or the other way round, or a RegNet of other stage widths or blocks than
-    the model's (``MODEL.REGNET``), naming the config that runs it; returns whether the body is a RegNet."""
-    from .architectures import NOT_RUN  # noqa: PLC0415 (the table imports this module)
+    the model's (``MODEL.REGNET``), naming the config that runs it (a ResNet: the family's plain one); returns whether
+    the body is a RegNet."""
+    from .architectures import NOT_RUN, PLAIN  # noqa: PLC0415 (the table imports this module)
 
     stem, own = weights.get("backbone.stem.conv1.weight"), getattr(getattr(model, "backbone", None), "stem", None)
     if own is None:  # not a minidet body
@@ -137,7 +138,8 @@ def check_body(model, weights: Mapping[str, Any], path: str, family: str) -> boo
                 f"a config that sets MODEL.REGNET, {runs}")
         raise CheckpointError(
             f"{path}: the checkpoint's body is a ResNet (its stem a {stem.shape[-2]}x{stem.shape[-1]} conv) but the "
-            "config builds a RegNet: set MODEL.REGNET.DEPTH 0 (a ResNet config)")
+            f"config builds a RegNet: minidet runs it with a ResNet config (MODEL.REGNET.DEPTH 0), such as "
+            f"{PLAIN[family]}")
     if model_regnet:
         have = _stages(weights)
         want = tuple(model.backbone.out_channels.values()), tuple(len(getattr(model.backbone, n))
