@@ -490,7 +490,7 @@ def test_a_resnet_file_under_a_regnet_config_is_named(mm_state, tmp_path):
 
 # ------------------------------------------------------------- a file under another architecture's config (issue 56)
 
-PLAIN = "minidet runs it with a plain Mask R-CNN config, such as"
+PLAIN = "minidet runs the file with a plain Mask R-CNN config, such as"
 
 
 def _refused_by(name: str, path, *opts) -> str:
@@ -517,9 +517,10 @@ def test_a_plain_detectron2_file_under_another_architectures_config_is_named(d2_
     a RegNet) and the file has none of its keys; before, the cascade config's check of CLS_AGNOSTIC_BBOX_REG, or
     a list of minidet's internal weight names, was what the user read."""
     path = _save_d2(tmp_path / "model_final.pkl", d2_state)
-    them = "them" if " or " in arch else arch
+    them = "them" if " or " in arch else "it"
     assert _refused_by(name, path) == (
-        f"{path}: the checkpoint holds a plain Mask R-CNN, without {arch} keys, but the config runs {them} ({switch}): "
+        f"{path}: the checkpoint holds a plain Mask R-CNN, without {arch} keys, but the config turns {them} on "
+        f"({switch}): "
         f"{PLAIN} detectron2/mask_rcnn_R_50_FPN_3x")
 
 
@@ -540,8 +541,8 @@ def test_an_lsj_file_with_a_cascade_config_names_what_it_holds(tmp_path):
         50, fpn_norm=True, head_norm=True, box_convs=4, rpn_convs=2).items()})
     assert _refused_by("detectron2/cascade_mask_rcnn_R_50_FPN_1x", path, "MODEL.RPN.CONV_DEPTH", 2) == (
         f"{path}: the checkpoint holds a Mask R-CNN with detectron2's LSJ new baseline (two RPN convs), without "
-        "Cascade R-CNN keys, but the config runs Cascade R-CNN (MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS): "
-        "minidet runs it with the config detectron2/mask_rcnn_R_50_FPN_100ep_LSJ")
+        "Cascade R-CNN keys, but the config turns it on (MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS): minidet runs "
+        "the file with the config detectron2/mask_rcnn_R_50_FPN_100ep_LSJ")
 
 
 @pytest.mark.parametrize("name,arch,switch", [
@@ -557,7 +558,7 @@ def test_a_plain_mmdetection_file_under_another_architectures_config_is_named(mm
     path = tmp_path / "model.pth"
     write_mmdet_checkpoint(path, mm_state)
     assert _refused_by(name, path) == (
-        f"{path}: the checkpoint holds a plain Mask R-CNN, without {arch} keys, but the config runs {arch} ({switch}): "
+        f"{path}: the checkpoint holds a plain Mask R-CNN, without {arch} keys, but the config turns it on ({switch}): "
         f"{PLAIN} mmdetection/mask-rcnn_r50_fpn_1x_coco")
 
 

@@ -228,7 +228,7 @@ def refuse_config_mismatch(family: str, keys: Collection[str], on: Collection[st
         fits = f"the config {found[0].config[family]}"
     else:
         fits = f"a config with {_and([a.name for a in found])} (`minidet configs` lists the shipped ones)"
-    them = lacking[0].name if len(lacking) == 1 else "them"
     raise CheckpointError(
         f"{path}: the checkpoint holds {holds}, without {_and([a.name for a in lacking], 'or')} keys, but the config "
-        f"runs {them} ({', '.join(k for a in lacking for k in a.switches)}): minidet runs it with {fits}")
+        f"turns {'it' if len(lacking) == 1 else 'them'} on ({', '.join(k for a in lacking for k in a.switches)}): "
+        f"minidet runs the file with {fits}")
