@@ -753,23 +753,79 @@ def test_bad_lvis_ground_truth_is_refused_alike_by_hotcoco_and_the_lvis_api(case
 
 @needs_hotcoco
 def test_borderline_ground_truth_scores_alike_on_every_backend(tmp_path):
-    """What a COCO file may hold and pycocotools rasterizes as it is: a polygon reaching a little outside the image
-    (clipped), an area of 0, a crowd region given as polygons, uncompressed RLE, a polygon at the extended image's
-    edge. Accepted, and hotcoco == pycocotools by hand, bbox and segm under both mask rules."""
+    """What a COCO file may hold and pycocotools rasterizes as it is (``_reach_outside``: a polygon past the image's
+    edge, clipped; an area of 0; a polygon at the extended image's corners) and a crowd region given as polygons:
+    accepted, and hotcoco == pycocotools by hand, bbox and segm under both mask rules (the set's crowd regions are
+    uncompressed RLE)."""
     data, results = _small_set()
-    polys = [i for i, a in enumerate(data["annotations"]) if isinstance(a["segmentation"], list) and a["area"]]
-    a, b, c, d = (data["annotations"][k] for k in polys[:4])
-    x, y, w, h = a["bbox"]
-    a["segmentation"] = [[x - 30, y - 5, x + w, y - 5, x + w, y + h, x - 30, y + h]]  # may cross the left edge
-    a["segmentation"][0][0] = a["segmentation"][0][6] = -12.5
-    b["area"] = 0
-    c["iscrowd"] = 1
-    seg = d["segmentation"][0]
-    d["segmentation"] = [seg, [-640, -480, 1280, -480, 1280, 960]]  # the corners of the extended image
+    _reach_outside(data)
+    crowd = [a for a in data["annotations"] if isinstance(a["segmentation"], list) and a["area"]][3]
+    crowd["iscrowd"] = 1
     ann = _write(tmp_path / "gt.json", data)
     gt = load_coco_annotations(str(ann))
     _check_coco(gt, ann, results, "borderline ground truth")
     _check_coco(gt, ann, results, "borderline ground truth", backend="pycocotools", rules=("mask",))
+
+
+def _reach_outside(data: dict) -> None:
+    """Borderline ground truth in place: the first polygon annotation reaches 12.5 pixels past the image's left edge,
+    the second has an area of 0, the third a second polygon at the corners of the image extended by its size."""
+    polys = [a for a in data["annotations"] if isinstance(a["segmentation"], list) and a["area"]]
+    a, b, c = polys[:3]
+    x, y, w, h = a["bbox"]
+    a["segmentation"] = [[-12.5, y, x + w, y, x + w, y + h, -12.5, y + h]]
+    b["area"] = 0
+    im = next(m for m in data["images"] if m["id"] == c["image_id"])
+    wd, ht = im["width"], im["height"]
+    c["segmentation"] = [c["segmentation"][0], [-wd, -ht, 2 * wd, -ht, 2 * wd, 2 * ht]]
+
+
+@pytest.mark.slow
+@needs_hotcoco
+@needs_lvis
+def test_borderline_lvis_ground_truth_scores_alike_on_hotcoco_and_the_lvis_api(tmp_path):
+    """The borderline cases of an LVIS file (a polygon past the image's edge, an area of 0, a polygon at the extended
+    image's corners) are read, and hotcoco == the LVIS API by hand; an empty polygon list is a box-only annotation
+    for both (the LVIS API failed on it with an IndexError, hotcoco took an empty mask)."""
+    data, results, _ = _lvis_set()
+    _reach_outside(data)
+    ann = _write(tmp_path / "lvis.json", data)
+    gt = load_coco_annotations(str(ann))
+    for t in ("bbox", "segm"):
+        ref = _lvis_api(ann, results, t)
+        _assert_telling(list(ref.values()), f"borderline LVIS {t}")
+        for backend in ("hotcoco", "lvis"):
+            _assert_same(Scorer(gt, backend).score(results, [t]).metrics[t]["stats"], list(ref.values()),
+                         LVIS_METRIC_NAMES, f"borderline LVIS: {backend} {t}")
+    data["annotations"][5]["segmentation"] = []
+    gt = load_coco_annotations(str(_write(tmp_path / "lvis_empty.json", data)))
+    for backend in ("hotcoco", "lvis"):
+        with pytest.raises(EvaluationError, match=r"has no segmentation \(an empty polygon list\)"):
+            Scorer(gt, backend).score(results, ["segm"])
+
+
+@pytest.mark.slow
+@needs_hotcoco
+@needs_lvis
+def test_lvis_detections_of_area_0_score_alike_on_hotcoco_and_the_lvis_api(lvis_set):
+    """Detections of area 0 (a box of width 0; an empty mask), some on the image over the 300 cap: the LVIS API keeps
+    them in its cap and leaves them out afterwards, hotcoco kept them; now hotcoco == the LVIS API by hand, boxes and
+    masks under both mask rules."""
+    ann, results, busy = lvis_set
+    results = copy.deepcopy(results)
+    mine = [r for r in results if r["image_id"] == busy]
+    h, w = mine[0]["segmentation"]["size"]
+    empty = mask_utils.encode(np.zeros((h, w, 1), np.uint8, order="F"))[0]["counts"].decode()
+    for r in mine[:40:2] + [r for r in results if r["image_id"] != busy][:30:3]:
+        r["bbox"][2] = 0.0
+        r["segmentation"] = {"size": [h, w], "counts": empty}
+    gt = load_coco_annotations(str(ann))
+    for rule in RULES:
+        scores = Scorer(gt, "hotcoco", rule).score(results, ["bbox", "segm"])
+        for t in ("bbox", "segm"):
+            ref = _lvis_api(ann, results, t, rule)
+            _assert_same(scores.metrics[t]["stats"], list(ref.values()), LVIS_METRIC_NAMES,
+                         f"LVIS with detections of area 0: hotcoco {t} (masks sized by their {rule})")
 
 
 @needs_hotcoco
@@ -819,19 +875,23 @@ def test_lvis_is_told_from_the_whole_file(lvis_set, tmp_path):
                               "'c' or 'f' (LVIS's rare, common, frequent), got 'x'")
 
 
+@pytest.mark.slow
 @needs_lvis
 def test_the_lvis_backend_names_the_module_that_failed_to_import(lvis_set, tmp_path):
     """``--backend lvis`` where the LVIS API is installed but matplotlib (which it imports) is not: one line naming
-    matplotlib, not the LVIS API's install hint."""
+    matplotlib, not the LVIS API's install hint; ``auto`` without hotcoco either says what each backend lacks."""
     import subprocess
 
     ann, results, _ = lvis_set
     res = _write(tmp_path / "r.json", results[:20])
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tools" / "without_extras"), "MINIDET_HIDE_MODULES": "matplotlib"}
-    r = subprocess.run([sys.executable, str(TOOL), "--ann", str(ann), "--results", str(res), "--output",
-                        str(tmp_path / "o"), "--backend", "lvis"], env=env, capture_output=True, text=True,
-                       cwd=tmp_path, timeout=300)
-    assert r.returncode == 2
-    assert one_error_line(r.stderr) == (
-        "error: --backend lvis cannot be imported: No module named 'matplotlib.pyplot'; 'matplotlib' is not a "
-        "package (lvis needs the module 'matplotlib': pip install matplotlib)")
+    lvis = ("lvis cannot be imported: No module named 'matplotlib.pyplot'; 'matplotlib' is not a package (lvis needs "
+            "the module 'matplotlib': pip install matplotlib)")
+    cases = {("lvis", "matplotlib"): f"error: --backend {lvis}",
+             ("auto", "matplotlib,hotcoco"): "error: no backend for LVIS annotations can be used: hotcoco is not "
+                                             f"installed: pip install 'minidet[eval]'; {lvis}"}
+    for (backend, hidden), line in cases.items():
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "tools" / "without_extras"), "MINIDET_HIDE_MODULES": hidden}
+        r = subprocess.run([sys.executable, str(TOOL), "--ann", str(ann), "--results", str(res), "--output",
+                            str(tmp_path / "o"), "--backend", backend], env=env, capture_output=True, text=True,
+                           cwd=tmp_path, timeout=300)
+        assert r.returncode == 2 and one_error_line(r.stderr) == line

@@ -209,6 +209,37 @@ def scored_fields(results: Sequence[dict], iou_type: str, mask_area: str, coco_g
     return dets
 
 
+def lvis_scored(anns: list[dict]) -> list[dict]:
+    """The annotations the LVIS API scores: those of an area above 0 (its ``get_ann_ids`` leaves out the others, so
+    that they count neither as objects nor as categories present in their image; hotcoco keeps them)."""
+    return [a for a in anns if a["area"] > 0]
+
+
+def lvis_scored_results(dets: list[dict]) -> list[dict]:
+    """The detections the LVIS API scores (as :func:`scored_fields` gives them): each image's :data:`LVIS_MAX_DETS`
+    best (``LVISResults``' cap, ties in file order), then those of an area above 0 (the box's where they carry boxes,
+    else the mask's: ``LVISResults``' area; its ``get_ann_ids`` leaves out the others after the cap, hotcoco keeps
+    them). The list itself when no area is 0 (the usual case)."""
+    if not dets:
+        return dets
+    if "bbox" in dets[0]:
+        empty = [d["bbox"][2] * d["bbox"][3] <= 0 for d in dets]
+    else:  # an empty mask's compressed RLE is short: only short strings are decoded
+        empty = [len(d["segmentation"]["counts"]) <= 16 and not mask_utils.area(
+            {**d["segmentation"], "counts": d["segmentation"]["counts"].encode("ascii")}) for d in dets]
+    if not any(empty):
+        return dets
+    by_image: dict[int, list[tuple[dict, bool]]] = {}
+    for d, e in zip(dets, empty):
+        by_image.setdefault(d["image_id"], []).append((d, e))
+    kept = []
+    for pairs in by_image.values():
+        if len(pairs) > LVIS_MAX_DETS:
+            pairs = sorted(pairs, key=lambda p: p[0]["score"], reverse=True)[:LVIS_MAX_DETS]
+        kept.extend(d for d, e in pairs if not e)
+    return kept
+
+
 class _Pycocotools:
     metric_names = METRIC_NAMES
 
@@ -230,17 +261,21 @@ class _Pycocotools:
 
 
 class _Hotcoco(_Pycocotools):
-    """hotcoco's pycocotools-like API (its ground truth made once, from the validated annotation file)."""
+    """hotcoco's pycocotools-like API (its ground truth made once, from the validated annotation file; of an LVIS
+    file, the annotations the LVIS API scores: :func:`lvis_scored`)."""
 
     def __init__(self, coco_gt: COCO, fmt: str) -> None:
         import hotcoco
 
-        self.hc, self.fmt, self.gt = hotcoco, fmt, hotcoco.COCO(coco_gt.dataset)
+        data = coco_gt.dataset
+        if fmt == "lvis":
+            data = {**data, "annotations": lvis_scored(data["annotations"])}
+        self.hc, self.fmt, self.gt = hotcoco, fmt, hotcoco.COCO(data)
         self.metric_names = LVIS_METRIC_NAMES if fmt == "lvis" else METRIC_NAMES
 
     def load(self, dets: list[dict]):
-        if self.fmt == "lvis":  # the LVIS API's cap: each image's highest-scoring detections
-            return self.hc.LVISResults(self.gt, dets, max_dets=LVIS_MAX_DETS)
+        if self.fmt == "lvis":  # the LVIS API's cap: each image's highest-scoring detections (of an area above 0)
+            return self.hc.LVISResults(self.gt, lvis_scored_results(dets), max_dets=LVIS_MAX_DETS)
         return self.gt.load_res(dets)
 
     def evaluator(self, dt, iou_type: str, ids: list[int]):
