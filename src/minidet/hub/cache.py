@@ -168,11 +168,12 @@ def check_cached(path: Path, entry: WeightsEntry | None = None, url: str | None 
 
 def _expected(path: Path, entry: WeightsEntry | None, url: str | None = None) -> tuple[str | None, str | None, bool]:
     """What a cached file's SHA-256 must be: the full digest (published, else recorded at its first download), the
-    prefix its name carries (from its URL: ``entry``'s, else ``url``, else the recorded ``<file>.url``), and whether
-    the full one is published."""
+    prefix its name carries where none is published (from its URL: ``entry``'s, else ``url``, else the recorded
+    ``<file>.url``; a published digest says more), and whether the full one is published."""
     published = entry.sha256 if entry is not None else None
     source = entry.url if entry is not None else url or recorded_source(path)
-    return published or recorded_digest(path), digest_prefix(source) if source else None, published is not None
+    prefix = digest_prefix(source) if source and published is None else None
+    return published or recorded_digest(path), prefix, published is not None
 
 
 def _contradicts(actual: str, full: str | None, prefix: str | None, what: str = "") -> str | None:
