@@ -842,9 +842,9 @@ def test_an_empty_polygon_list_is_a_box_only_annotation(tmp_path):
         _assert_same(Scorer(gt, backend).score(results, ["bbox"]).metrics["bbox"]["stats"], ref, METRIC_NAMES,
                      f"{backend} bbox with an empty polygon list")
         with pytest.raises(EvaluationError) as err:
-            Scorer(gt, backend).score(results, ["segm"])
-        assert str(err.value) == (f"annotation {data['annotations'][i]['id']} has no segmentation (an empty polygon "
-                                  "list); cannot evaluate masks")
+            Scorer(gt, backend, source=str(ann)).score(results, ["segm"])
+        assert str(err.value) == (f"{ann}: annotations[{i}] (id {data['annotations'][i]['id']}) has no segmentation "
+                                  "(an empty polygon list); cannot evaluate masks")
 
 
 def test_lvis_is_told_from_the_whole_file(lvis_set, tmp_path):

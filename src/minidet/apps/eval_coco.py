@@ -180,7 +180,7 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
     """The ``--results`` form: validate the files, say how many images they cover, score them (over every image
     of the annotation file, or those with detections), write ``metrics.json`` and ``timing.json``."""
     coco_gt = load_coco_annotations(args.ann)
-    scorer = Scorer(coco_gt, args.backend, "mask" if args.mask_area == "auto" else args.mask_area)
+    scorer = Scorer(coco_gt, args.backend, "mask" if args.mask_area == "auto" else args.mask_area, args.ann)
     by_type: dict[str, tuple[str, list]] = {}
     known = set(coco_gt.getCatIds())
     covered: dict[str, set[int]] = {}  # results file -> the images it has detections of
@@ -230,7 +230,8 @@ class Run(BulkJob):
         args = self.args
         self.coco_gt = load_coco_annotations(args.ann)
         family_rule = FAMILIES[cfg.MODEL.CONVENTION].mask_area
-        self.scorer = Scorer(self.coco_gt, args.backend, family_rule if args.mask_area == "auto" else args.mask_area)
+        self.scorer = Scorer(self.coco_gt, args.backend, family_rule if args.mask_area == "auto" else args.mask_area,
+                             args.ann)
         if self.scorer.format == "lvis" and dist.from_env().is_main:
             _lvis_config_note(cfg)
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]

@@ -374,12 +374,13 @@ class Scores:
 
 class Scorer:
     """Scores results against one validated annotation file (``coco_gt``, as :func:`load_coco_annotations` makes
-    it) with the backend ``backend`` (a name of :data:`CHOICES`) and the mask size rule ``mask_area``."""
+    it) with the backend ``backend`` (a name of :data:`CHOICES`) and the mask size rule ``mask_area``; ``source``
+    names the annotation file in messages."""
 
-    def __init__(self, coco_gt: COCO, backend: str = "auto", mask_area: str = "mask") -> None:
+    def __init__(self, coco_gt: COCO, backend: str = "auto", mask_area: str = "mask", source: str = "") -> None:
         if mask_area not in MASK_AREAS:
             raise EvaluationError(f"unknown mask area rule {mask_area!r}; expected one of {', '.join(MASK_AREAS)}")
-        self.coco_gt, self.mask_area = coco_gt, mask_area
+        self.coco_gt, self.mask_area, self.source = coco_gt, mask_area, f"{source}: " if source else ""
         self.format = dataset_format(coco_gt.dataset)
         self.backend, self.version = choose(backend, self.format)
         self._api = None
@@ -401,10 +402,11 @@ class Scorer:
             if iou_type not in IOU_TYPES:
                 raise ValueError(f"unknown IoU type {iou_type!r}; expected one of {IOU_TYPES}")
             if iou_type == "segm":
-                if lacking := [a for a in gt.dataset["annotations"] if a.get("segmentation", []) == []]:
-                    empty = " (an empty polygon list)" if "segmentation" in lacking[0] else ""
-                    raise EvaluationError(f"annotation {lacking[0]['id']} has no segmentation{empty}; cannot "
-                                          "evaluate masks")
+                anns = gt.dataset["annotations"]
+                if (i := next((i for i, a in enumerate(anns) if a.get("segmentation", []) == []), None)) is not None:
+                    empty = " (an empty polygon list)" if "segmentation" in anns[i] else ""
+                    raise EvaluationError(f"{self.source}annotations[{i}] (id {anns[i]['id']}) has no segmentation"
+                                          f"{empty}; cannot evaluate masks")
             t0 = time.perf_counter()
             api = self._backend_api()  # hotcoco's and the LVIS API's ground truth: part of the first load
             if self.format == "coco" and (unknown := {r["category_id"] for r in results} - set(gt.cats)):
