@@ -313,3 +313,20 @@ def test_a_polygon_of_1e9_is_refused_before_pycocotools_rasterizes_it(tmp_path):
                      "--backend", backend, cwd=tmp_path, threads=1)
         assert r.returncode == 2, (gt, res, backend, r.returncode, r.stderr[-2000:])
         assert one_error_line(r.stderr).startswith(f"error: {start}")
+
+
+def test_the_model_form_refuses_masks_against_box_only_annotations_before_running(tmp_path, capsys):
+    """An annotation file with an empty polygon list (box-only datasets write one) and a mask model: refused in one
+    line before the model runs (it was refused after the whole run), saying how to score the boxes alone."""
+    from test_eval_coco_tool import CONFIG, IMAGES
+
+    data = _load(ANN)
+    i = next(k for k, a in enumerate(data["annotations"]) if not a["iscrowd"])
+    data["annotations"][i]["segmentation"] = []
+    ann = tmp_path / "boxes.json"
+    ann.write_text(json.dumps(data))
+    rc, err = _eval_in_process(capsys, "--config-file", str(CONFIG), "--ann", str(ann), "--images", str(IMAGES),
+                               "--output", str(tmp_path / "o"))
+    assert rc == 2 and one_error_line(err) == (
+        f"error: {ann}: annotations[{i}] (id {data['annotations'][i]['id']}) has no segmentation (an empty polygon "
+        "list); cannot evaluate masks (--mask-format none scores the boxes alone)")

@@ -237,6 +237,8 @@ class Run(BulkJob):
         files = coco_image_files(self.coco_gt.dataset["images"], args.images)[: args.max_images]
         self.files = dict(files)
         mask_format = self.options.mask_format
+        if cfg.MODEL.MASK_ON and mask_format != "none":  # refused now, not after the model's run
+            self.scorer.check_masks(" (--mask-format none scores the boxes alone)")
         fmt = {"mask format": mask_format} if mask_format != "rle" else {}  # resumed only in one format
         return files, {"images": os.path.abspath(args.images), "image ids": [i for i, _ in files],
                        "config": config_entries(cfg), **fmt}

@@ -392,6 +392,15 @@ class Scorer:
                          _LvisApi(self.coco_gt) if name == "lvis" else _Pycocotools(self.coco_gt))
         return self._api
 
+    def check_masks(self, hint: str = "") -> None:
+        """Raise :class:`EvaluationError` (naming the annotation file and ``annotations[i]``, ``hint`` added) unless
+        every annotation has a segmentation to score masks against (an empty polygon list has none)."""
+        anns = self.coco_gt.dataset["annotations"]
+        if (i := next((i for i, a in enumerate(anns) if a.get("segmentation", []) == []), None)) is not None:
+            empty = " (an empty polygon list)" if "segmentation" in anns[i] else ""
+            raise EvaluationError(f"{self.source}annotations[{i}] (id {anns[i]['id']}) has no segmentation{empty}; "
+                                  f"cannot evaluate masks{hint}")
+
     def score(self, results: Sequence[dict], iou_types: Sequence[str],
               image_ids: Iterable[int] | None = None) -> Scores:
         """Score ``results`` (not modified) per IoU type over ``image_ids`` (default: every image)."""
@@ -402,11 +411,7 @@ class Scorer:
             if iou_type not in IOU_TYPES:
                 raise ValueError(f"unknown IoU type {iou_type!r}; expected one of {IOU_TYPES}")
             if iou_type == "segm":
-                anns = gt.dataset["annotations"]
-                if (i := next((i for i, a in enumerate(anns) if a.get("segmentation", []) == []), None)) is not None:
-                    empty = " (an empty polygon list)" if "segmentation" in anns[i] else ""
-                    raise EvaluationError(f"{self.source}annotations[{i}] (id {anns[i]['id']}) has no segmentation"
-                                          f"{empty}; cannot evaluate masks")
+                self.check_masks()
             t0 = time.perf_counter()
             api = self._backend_api()  # hotcoco's and the LVIS API's ground truth: part of the first load
             if self.format == "coco" and (unknown := {r["category_id"] for r in results} - set(gt.cats)):
