@@ -705,6 +705,7 @@ BAD_GT = {
                             "segmentation size [10, 10] is not the image's [height, width] [480, 640]"),
     "garbage counts": ({"segmentation": {"size": [480, 640], "counts": "zzzz"}}, "is not a compressed COCO RLE"),
     "short counts": ({"segmentation": {"size": [480, 640], "counts": "P1"}}, "do not decode to the image's"),
+    "empty counts": ({"segmentation": {"size": [480, 640], "counts": ""}}, "(runs covering 0 pixels)"),
     "counts list of another total": ({"segmentation": {"size": [480, 640], "counts": [5, 6]}},
                                      "non-negative integers summing to H*W"),
     "negative area": ({"area": -5.0}, "'area' must be a finite number >= 0, got -5.0"),

@@ -134,7 +134,7 @@ def _check_annotations(data: dict, path: str, gt_keys: tuple[str, ...], category
             counts = _check_annotation(ann, f"{path}: annotations[{i}]", images, category_ids)
         except EvaluationError as e:
             raise EvaluationError(f"{e} (annotation id {ann['id']})") from None
-        if counts:
+        if counts is not None:
             image = images[ann["image_id"]]
             strings.append((i, counts, image["height"], image["width"]))
     _check_rle_strings(strings, lambda i: f"{path}: annotations[{i}]", lambda i: f" (annotation id {anns[i]['id']})")
