@@ -442,6 +442,7 @@ def test_query_values_out_of_range_never_take_a_worker_down(robust_server, image
     s, png = robust_server, images[0].read_bytes()
     [pid] = worker_pids(s)
     runs0 = s.metric('minidet_stage_seconds_count{stage="backbone"}')
+    restarts = s.metric("minidet_worker_restarts_total")  # the module's server: other tests restart its worker
     cases = [
         ("mask_format=polygon&tolerance=1e300", "tolerance: a number of pixels from 0 to 10000, got '1e300'"),
         ("mask_format=polygon&tolerance=10000.5", "tolerance: a number of pixels from 0 to 10000"),
@@ -470,7 +471,7 @@ def test_query_values_out_of_range_never_take_a_worker_down(robust_server, image
     status, _, body = s.predict(png, query="mask_format=polygon&tolerance=10000&score_thresh=0.5")
     assert status == 200, body
     assert all(isinstance(i["segmentation"], list) for i in json.loads(body)["instances"])
-    assert worker_pids(s) == [pid] and s.metric("minidet_worker_restarts_total") == 0, "".join(s.err)
+    assert worker_pids(s) == [pid] and s.metric("minidet_worker_restarts_total") == restarts, "".join(s.err)
 
 
 @SERIAL
