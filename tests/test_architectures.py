@@ -152,9 +152,18 @@ def test_the_dcn_file_of_the_issue_is_one_error_line_through_infer(mm_state, tmp
     warning about 26 keys and wrote detections of a network the file does not hold; it is one line and status 2."""
     path = tmp_path / "mask-rcnn_r50_fpn_dconv_c3-c5_1x_coco.pth"
     write_mmdet_checkpoint(path, _mm_dcn(mm_state))
-    image = tmp_path / "a.png"
+    assert _infer_refuses_under_the_plain_config(path, tmp_path, capsys) == (
+        f"error: {path}: the checkpoint holds deformable convolution (DCN) "
+        "(backbone.layer2.0.conv2.conv_offset.weight and 25 more keys): minidet runs it with the config "
+        "mmdetection/mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco")
+
+
+def _infer_refuses_under_the_plain_config(path, tmp_path, capsys) -> str:
+    """``minidet infer`` (tools/infer.py) of one image with mmdetection's plain config and the file ``path``: it
+    exits 2 having written no record; its one error line."""
     import cv2
 
+    image = tmp_path / "a.png"
     cv2.imwrite(str(image), structured_image(64, 80, seed=0))
     out = tmp_path / "out"
     rc = load_tool(ROOT / "tools" / "infer.py").main(
@@ -162,11 +171,8 @@ def test_the_dcn_file_of_the_issue_is_one_error_line_through_infer(mm_state, tmp
          "MODEL.WEIGHTS", str(path), *map(str, SIZE)])
     err = capsys.readouterr().err
     assert rc == 2, err
-    assert one_error_line(err) == (
-        f"error: {path}: the checkpoint holds deformable convolution (DCN) "
-        "(backbone.layer2.0.conv2.conv_offset.weight and 25 more keys): minidet runs it with the config "
-        "mmdetection/mask-rcnn_r50-dconv-c3-c5_fpn_1x_coco")
     assert not list(out.glob("**/*.json"))
+    return one_error_line(err)
 
 
 @pytest.mark.parametrize("make,arch,example,count,tail", [
@@ -578,21 +584,10 @@ def test_a_panoptic_file_under_the_plain_config_is_one_error_line_through_infer(
     one class-agnostic NMS); under the plain config ``minidet infer`` wrote 100 detections with status 0."""
     path = tmp_path / "panoptic_fpn_r50_fpn_1x_coco.pth"
     write_mmdet_checkpoint(path, _mm_panoptic(mm_state))
-    image = tmp_path / "a.png"
-    import cv2
-
-    cv2.imwrite(str(image), structured_image(64, 80, seed=0))
-    out = tmp_path / "out"
-    rc = load_tool(ROOT / "tools" / "infer.py").main(
-        ["--config-file", CONFIGS["mmdetection"], "--input", str(image), "--output", str(out),
-         "MODEL.WEIGHTS", str(path), *map(str, SIZE)])
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    assert one_error_line(err) == (
+    assert _infer_refuses_under_the_plain_config(path, tmp_path, capsys) == (
         f"error: {path}: the checkpoint holds Panoptic FPN (semantic head) "
         "(semantic_head.conv_upsample_layers.0.conv.0.conv.weight and 5 more keys): minidet runs it with the config "
         "mmdetection/panoptic-fpn_r50_fpn_1x_coco")
-    assert not list(out.glob("**/*.json"))
 
 
 def test_the_plain_configs_are_shipped():

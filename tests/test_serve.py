@@ -383,7 +383,10 @@ def test_a_request_sent_as_its_worker_dies_is_run_by_the_replacement(robust_serv
 @SERIAL
 @pytest.mark.slow
 def test_sigterm_answers_the_request_in_flight_then_exits_0(tmp_path, tv_file, images):
-    s = Server("--config-file", str(CONFIG), "--threads", "1", "MODEL.WEIGHTS", str(tv_file),
+    """The request in flight at SIGTERM is answered within the grace, then the server exits 0. The grace is a minute:
+    a forward at short side 800 on one thread took more than the default 10 s on 2 cores beside two busy processes
+    (that the grace bounds a request is test_sigterm_grace_bounds_an_upload_that_never_ends's subject)."""
+    s = Server("--config-file", str(CONFIG), "--threads", "1", "--grace", "60", "MODEL.WEIGHTS", str(tv_file),
                "INPUT.MIN_SIZE_TEST", "800", "INPUT.MAX_SIZE_TEST", "1333", cwd=tmp_path)
     s.wait_ready()
     procs = descendants(s.proc.pid)
