@@ -18,7 +18,7 @@ from .bodies import Body, regnet_body, resnet_body
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
 from .categories import names_problem
 from .errors import ConfigError
-from .families import FAMILIES
+from .families import FAMILIES, family_mismatch
 from .imageio import DEFAULT_MAX_PIXELS
 from .runtimes import PRECISIONS, RUNTIMES, precision_problem
 
@@ -511,8 +511,6 @@ def validate_cfg(cfg: CfgNode) -> None:
     if m.ROI_BOX_HEAD.NORM_FC and head_norm != "GN":
         raise ConfigError(f"MODEL.ROI_BOX_HEAD.NORM_FC needs GN (a norm after an fc) as MODEL.NORM or MODEL.HEAD_NORM; "
                           f"got {head_norm}")
-    from .hub.registry import family_mismatch  # noqa: PLC0415 (the registry is read only here)
-
     if problem := family_mismatch(m.WEIGHTS, m.CONVENTION):  # before MODEL.WEIGHTS downloads anything
         raise ConfigError(problem)
     if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:

@@ -22,7 +22,8 @@ from .base import Family, WeightsEntry, check_body, check_depth, check_groups
 if TYPE_CHECKING:
     from ..conventions import Convention
 
-__all__ = ["FAMILIES", "Family", "WeightsEntry", "check_body", "check_depth", "check_groups", "convention", "recognize"]
+__all__ = ["FAMILIES", "Family", "WeightsEntry", "check_body", "check_depth", "check_groups", "convention", "entry_for",
+           "family_mismatch", "recognize", "REGISTRY", "FAMILY_OF"]
 
 # the family modules, in the order of MODEL.CONVENTION's choices and of the weights registry
 _MODULES = ("torchvision", "detectron", "detectron2", "maskrcnn_benchmark", "mmdetection")
@@ -45,3 +46,31 @@ def recognize(keys: Collection[str]) -> tuple[Family, str] | None:
         if (layout := family.recognize(keys)) is not None:
             return family, layout
     return None
+
+
+
+# every family's published weights by name (``minidet.hub``'s ``REGISTRY`` is this dict), and each one's family
+REGISTRY: dict[str, WeightsEntry] = {e.name: e for f in FAMILIES.values() for e in f.weights}
+FAMILY_OF: dict[str, str] = {e.name: f.name for f in FAMILIES.values() for e in f.weights}
+
+
+def entry_for(value: str) -> WeightsEntry | None:
+    """The registry entry named ``value``, or whose URL is ``value``; None if neither."""
+    value = value.strip()
+    if value in REGISTRY:
+        return REGISTRY[value]
+    return next((e for e in REGISTRY.values() if e.url == value), None)
+
+
+def family_mismatch(weights: str, convention: str) -> str | None:
+    """Why ``MODEL.WEIGHTS weights`` (a registry name, or a registry file's URL) cannot run under ``MODEL.CONVENTION
+    convention``: one line naming both families and the config that runs the file (said before anything is
+    downloaded; the loader would refuse the file after its download); None for any other value. A file's family
+    fixes the config's family, whatever classes it was fine-tuned on."""
+    entry = entry_for(str(weights))
+    family = FAMILY_OF.get(entry.name) if entry is not None else None
+    if family is None or family == convention:
+        return None
+    return (f"MODEL.WEIGHTS {str(weights).strip()} is a {family} checkpoint but the config is of the {convention} "
+            f"family (MODEL.CONVENTION {convention}); the config that runs it: --config-file {entry.config} (nothing "
+            "was downloaded)")

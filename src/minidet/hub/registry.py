@@ -10,19 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MinidetError
-from ..families import FAMILIES, WeightsEntry
-
-# every family's published weights, by name
-REGISTRY: dict[str, WeightsEntry] = {e.name: e for f in FAMILIES.values() for e in f.weights}
-# the family (zoo) of each registry name
-_ZOO_OF: dict[str, str] = {e.name: f.name for f in FAMILIES.values() for e in f.weights}
+from ..families import FAMILIES, FAMILY_OF, REGISTRY, WeightsEntry, entry_for  # noqa: F401 (the registry's API)
 
 NOT_STATED = "not stated"
 
 
 def family_of(entry: WeightsEntry) -> str | None:
     """The family (zoo) of a registry ``entry``; None for an entry of no family."""
-    return _ZOO_OF.get(entry.name)
+    return FAMILY_OF.get(entry.name)
 
 
 @dataclass(frozen=True)
@@ -47,20 +42,6 @@ ZOO_LICENCES: dict[str, ZooLicence] = {
 }
 
 
-def family_mismatch(weights: str, convention: str) -> str | None:
-    """Why ``MODEL.WEIGHTS weights`` (a registry name, or a registry file's URL) cannot run under ``MODEL.CONVENTION
-    convention``: one line naming both families and the config that runs the file (said before anything is
-    downloaded; the loader would refuse the file after its download); None for any other value. A file's family
-    fixes the config's family, whatever classes it was fine-tuned on."""
-    entry = entry_for(str(weights))
-    family = family_of(entry) if entry is not None else None
-    if family is None or family == convention:
-        return None
-    return (f"MODEL.WEIGHTS {str(weights).strip()} is a {family} checkpoint but the config is of the {convention} "
-            f"family (MODEL.CONVENTION {convention}); the config that runs it: --config-file {entry.config} (nothing "
-            "was downloaded)")
-
-
 def licence_of(entry: WeightsEntry) -> ZooLicence | None:
     """The licence the zoo of registry ``entry`` states for its weights; None for an entry of no family."""
     zoo = family_of(entry)
@@ -75,14 +56,6 @@ def licence_line(entry: WeightsEntry) -> str | None:
     if z.licence == NOT_STATED:
         return f"licence of these weights: not stated by {z.zoo} ({z.source}); see weights/README.md"
     return f"licence of these weights: {z.licence}, as {z.zoo} states it ({z.source})"
-
-
-def entry_for(value: str) -> WeightsEntry | None:
-    """The registry entry named ``value``, or whose URL is ``value``; None if neither."""
-    value = value.strip()
-    if value in REGISTRY:
-        return REGISTRY[value]
-    return next((e for e in REGISTRY.values() if e.url == value), None)
 
 
 def close_hint(text: str) -> str:
