@@ -16,11 +16,11 @@ from minidet.apps.synthetic import structured_image
 from minidet.boxes import BoxRule, batched_nms, clip_boxes, decode_boxes
 from minidet.checkpoint import CheckpointError
 from minidet.families.detectron import rename as rename_detectron
+from minidet.heads.box import BoxPredictor
+from minidet.heads.rpn import detectron_cell_anchors, keep_original_pixels
 from minidet.norm import Affine, FrozenBN
 from minidet.poolers import detectron_levels, torchvision_levels
 from minidet.readers import read_pickle_file
-from minidet.roi_heads import BoxPredictor
-from minidet.rpn import detectron_cell_anchors, keep_original_pixels
 from minidet.testing.checkpoints import REFERENCE, add_real_file_extras, blob_list, make_blobs, write_detectron_pkl
 from minidet.transform import ImageBatch, paste_masks
 
@@ -339,7 +339,7 @@ def test_resnext_grouped_convs_load(tmp_path):
 
 def test_legacy_rpn_filters_like_detectron():
     """Clip to the padded input with [0, W-1]; keep boxes >= 1 original pixel with the centre inside."""
-    from minidet.rpn import RPN
+    from minidet.heads.rpn import RPN
 
     detectron = {"box_rule": BoxRule(1, True), "clip_to_padded": True, "topk_per_level": True}
     rpn = RPN(8, [32], [1.0], min_size=0.0, post_nms_topk=10, proposal_filter=keep_original_pixels, **detectron)

@@ -13,8 +13,8 @@ import minidet
 from helpers import config
 from minidet.apps.synthetic import structured_image
 from minidet.families.detectron2 import rename as rename_detectron2
+from minidet.heads.rpn import detectron2_cell_anchors, keep_above_min_size
 from minidet.poolers import detectron2_levels, torchvision_levels
-from minidet.rpn import detectron2_cell_anchors, keep_above_min_size
 from minidet.testing.checkpoints import d2_state_shapes, d2_weights
 from minidet.transform import paste_masks_aligned
 
@@ -146,7 +146,7 @@ def test_paste_is_grid_sample_over_the_whole_image():
 
 def test_rpn_keeps_only_nonempty_boxes():
     """detectron2 drops clipped boxes without area (``> MIN_SIZE``, MIN_SIZE 0); per-level NMS."""
-    from minidet.rpn import RPN
+    from minidet.heads.rpn import RPN
 
     d2 = {"anchor_generator": detectron2_cell_anchors, "fixed_strides": True, "rank_by_logit": True}
     rpn = RPN(8, [32], [1.0], min_size=0.0, post_nms_topk=10, proposal_filter=keep_above_min_size, **d2)

@@ -25,7 +25,7 @@ from minidet.apps.export.gate import (
     near_tie,
 )
 from minidet.boxes import PLAIN_BOX_RULE
-from minidet.roi_heads import Detections
+from minidet.heads.detections import Detections
 
 IMAGE = torch.zeros(64, 64, 3, dtype=torch.uint8).numpy()
 

@@ -28,10 +28,10 @@ from minidet.boxes import BoxRule
 from minidet.checkpoint import CheckpointError
 from minidet.families import FAMILIES
 from minidet.families import maskrcnn_benchmark as mb_family
+from minidet.heads.detections import Detections
+from minidet.heads.rpn import keep_min_size_inclusive
 from minidet.norm import FrozenBN
 from minidet.poolers import detectron_levels
-from minidet.roi_heads import Detections
-from minidet.rpn import keep_min_size_inclusive
 from minidet.testing.checkpoints import (
     REFERENCE,
     d2_state_shapes,

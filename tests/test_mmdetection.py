@@ -30,12 +30,12 @@ from minidet.checkpoint import CheckpointError
 from minidet.config import config_names
 from minidet.families import FAMILIES, recognize
 from minidet.families import mmdetection as mm_family
+from minidet.heads.detections import Detections
+from minidet.heads.rpn import mmdet_cell_anchors, torchvision_cell_anchors
 from minidet.hub import REGISTRY
 from minidet.norm import FrozenBN
 from minidet.poolers import detectron2_levels, mmdet_levels
 from minidet.readers import read_checkpoint
-from minidet.roi_heads import Detections
-from minidet.rpn import mmdet_cell_anchors, torchvision_cell_anchors
 from minidet.testing.checkpoints import REFERENCE, d2_state_shapes, d2_weights, make_blobs, mb_state_shapes
 from minidet.testing.mmdet import COCO_CLASSES, mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
 from minidet.transform import ImageBatch, mmcv_size, paste_masks_aligned, paste_masks_mmdet, resize_mmdet

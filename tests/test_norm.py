@@ -128,7 +128,7 @@ def test_a_regnet_with_se_and_gc_blocks_folds_like_a_resnet():
     """The norms of a RegNetY body with GC blocks (the SE and GC layers have none) fold and turn into Affine as a
     ResNet's do: the same features up to the float order of the folded convs."""
     from minidet.bodies import regnet_body
-    from minidet.resnet import ResNet
+    from minidet.bodies.resnet import ResNet
 
     gen = torch.Generator().manual_seed(0)
     body = regnet_body(8, 16.0, 16, 2.0, 8, se_ratio=0.25, stem_width=16)  # a small RegNetY: 4 stages

@@ -18,8 +18,8 @@ import torch
 import minidet
 from helpers import assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
+from minidet.bodies.blocks import ContextBlock, SqueezeExcite
 from minidet.layers import DeformConv2d
-from minidet.resnet import ContextBlock, SqueezeExcite
 from minidet.testing.checkpoints import d2_random_weights, d2_state_shapes
 from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
 

@@ -18,13 +18,14 @@ from torchvision.ops import roi_align
 
 import minidet
 from minidet.bodies import resnet_body
+from minidet.bodies.resnet import ResNet
 from minidet.boxes import batched_nms
-from minidet.fpn import FPN
+from minidet.heads.box import BoxHead, BoxPredictor
+from minidet.heads.mask import MaskHead
 from minidet.layers import ClassConv1x1, Conv2d, Deconv, Linear, fuse_convs, fuse_linears
+from minidet.necks.fpn import FPN
 from minidet.poolers import MultiScaleRoIAlign, detectron2_levels, detectron_levels, torchvision_levels
 from minidet.predictor import prepare_model
-from minidet.resnet import ResNet
-from minidet.roi_heads import BoxHead, BoxPredictor, MaskHead
 
 SCALES = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
 

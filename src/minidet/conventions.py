@@ -11,9 +11,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import rpn, transform
+from . import transform
 from .boxes import PLAIN_BOX_RULE, BoxRule
-from .roi_heads import CascadeRule
+from .heads import rpn
+
+
+@dataclass(frozen=True)
+class CascadeRule:
+    """How a family's Cascade R-CNN (a ``Cascade`` of box stages) combines its stages at test time.
+    ``mean_logits``: the final class scores are the softmax of the stages' mean logits (mmdetection), else the mean
+    of the stages' softmax probabilities, summed and times 1 / stages (detectron2); ``mask_per_stage``: every stage
+    has a mask head and the mask is the mean of their probabilities on the final boxes (mmdetection), else one mask
+    head (detectron2)."""
+
+    mean_logits: bool
+    mask_per_stage: bool
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,18 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from .bodies.resnet import ResNet
 from .config import CfgNode, ConfigError, body_of, check_cfg
 from .families import FAMILIES, convention
-from .fpn import FPN
+from .heads.box import BoxHead, BoxPredictor
+from .heads.cascade import Cascade
+from .heads.detections import Detections
+from .heads.mask import MaskHead
+from .heads.mask_iou import MaskIoUHead
+from .heads.rpn import RPN
+from .necks.fpn import FPN
 from .norm import NormFn, get_norm
 from .poolers import MultiScaleRoIAlign
-from .resnet import ResNet
-from .roi_heads import BoxHead, BoxPredictor, Cascade, Detections, MaskHead, MaskIoUHead
-from .rpn import RPN
 from .timing import StageTimer
 from .transform import ImageBatch, Transform
 

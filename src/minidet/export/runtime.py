@@ -17,7 +17,7 @@ import yaml
 
 from ..checkpoint import LoadReport
 from ..config import CfgNode, ConfigError, leaves
-from ..roi_heads import Detections
+from ..heads.detections import Detections
 from ..runtimes import RUNTIMES
 from ..transform import ImageBatch
 from . import ExportError

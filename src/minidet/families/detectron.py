@@ -16,9 +16,10 @@ def arithmetic():
     """BGR minus the pixel mean, cv2 resizing, quantized anchors at fixed strides, +1 box sizes and NMS at
     IoU >= thresh, proposals clipped to the padded input and filtered in original pixels, top-k per level, boxes
     decoded in the original frame, score ties kept at the detection cap."""
-    from .. import poolers, rpn, transform
+    from .. import poolers, transform
     from ..boxes import BoxRule
     from ..conventions import Convention
+    from ..heads import rpn
 
     return Convention(
         resize=transform.resize_cv2, anchors=rpn.detectron_cell_anchors, proposal_filter=rpn.keep_original_pixels,

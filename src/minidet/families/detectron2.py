@@ -12,9 +12,9 @@ def arithmetic():
     """PIL resizing, exact-area anchors at fixed strides, proposals ranked by logit, aligned RoIAlign, boxes
     clipped and empty ones dropped after rescaling, grid-sample mask paste; a cascade's score the mean of its stages'
     probabilities, one mask head."""
-    from .. import poolers, rpn, transform
-    from ..conventions import Convention
-    from ..roi_heads import CascadeRule
+    from .. import poolers, transform
+    from ..conventions import CascadeRule, Convention
+    from ..heads import rpn
 
     return Convention(
         resize=transform.resize_pil, anchors=rpn.detectron2_cell_anchors, proposal_filter=rpn.keep_above_min_size,

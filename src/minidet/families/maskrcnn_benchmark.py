@@ -17,9 +17,10 @@ def arithmetic():
     """Detectron's anchors, +1 sizes and levels, but PIL resizing by its own size rule, NMS suppressing at
     IoU > thresh (its CUDA kernel; the CPU kernel uses >=), clipping to each image, boxes decoded in the resized
     frame and scaled per axis, torchvision's paste (which came from it)."""
-    from .. import poolers, rpn, transform
+    from .. import poolers, transform
     from ..boxes import BoxRule
     from ..conventions import Convention
+    from ..heads import rpn
 
     return Convention(
         resize=transform.resize_pil_mb, anchors=rpn.detectron_cell_anchors,

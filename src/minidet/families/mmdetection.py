@@ -22,10 +22,10 @@ def arithmetic():
     group-shifted boxes), no small-box filter, its RoI level rule, aligned RoIAlign, boxes divided by the resize
     factors and kept unclipped and when empty, detectron2's paste with an empty box's grid set to its centre; a
     cascade's scores the softmax of its stages' mean logits, its masks the mean of every stage's mask head's."""
-    from .. import poolers, rpn, transform
+    from .. import poolers, transform
     from ..boxes import MMDET_BOX_RULE
-    from ..conventions import Convention
-    from ..roi_heads import CascadeRule
+    from ..conventions import CascadeRule, Convention
+    from ..heads import rpn
 
     return Convention(
         resize=transform.resize_mmdet, anchors=rpn.mmdet_cell_anchors, proposal_filter=rpn.keep_above_min_size,

@@ -13,8 +13,9 @@ from .base import MASK_OUT, RPN_OUT, Family, WeightsEntry, rename_by_rules
 def arithmetic():
     """torchvision's ``GeneralizedRCNNTransform`` (normalize, then bilinear resize), rounded anchors, anchor strides
     from the padded size, plain boxes, a small-box filter in the box head, its own paste."""
-    from .. import poolers, rpn, transform
+    from .. import poolers, transform
     from ..conventions import Convention
+    from ..heads import rpn
 
     return Convention(
         resize=transform.resize_torch, anchors=rpn.torchvision_cell_anchors, proposal_filter=rpn.keep_min_size,

@@ -55,8 +55,8 @@ from torchvision.ops import box_iou
 from minidet.apps.compare import BOX_TOL, FAR_PX, SCORE_TOL, DetectionMatch, compare_detections
 from minidet.detector import MaskRCNN
 from minidet.export.runtime import ExportedNetwork
+from minidet.heads.detections import Detections
 from minidet.norm import fold_norms
-from minidet.roi_heads import Detections
 from minidet.transform import ImageBatch
 
 STAGES = ("rpn", "box_head", "mask_head", "paste")

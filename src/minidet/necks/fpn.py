@@ -6,8 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .layers import Conv2d
-from .norm import NormFn
+from ..layers import Conv2d
+from ..norm import NormFn
 
 
 class FPN(nn.Module):

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .boxes import PLAIN_BOX_RULE, BoxRule, nonempty
-from .layers import Conv2d
+from ..boxes import PLAIN_BOX_RULE, BoxRule, nonempty
+from ..layers import Conv2d
 
 
 def torchvision_cell_anchors(size: float, aspect_ratios: Sequence[float], stride: int = 0) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The bottom-up body (stem + res2..res5 of residual bottleneck blocks) with a pluggable norm: ResNet-50/101/152,
-ResNeXt and RegNetX/Y alike (``bodies.Body`` gives the shapes), and per stage deformable 3x3 convs and GC blocks
-(mmcv's ``ContextBlock``); RegNetY's squeeze-and-excitation."""
+ResNeXt and RegNetX/Y alike (``bodies.Body`` gives the shapes), per stage deformable 3x3 convs, and the blocks of
+``bodies.blocks`` (GC, RegNetY's squeeze-and-excitation)."""
 
 from __future__ import annotations
 
@@ -8,43 +8,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .bodies import Body
-from .layers import Conv2d, DeformConv2d
-from .norm import NormFn
-
-
-class SqueezeExcite(nn.Module):
-    """x * sigmoid(expand(relu(reduce(mean of x over H, W)))), (N, C, H, W) -> same: RegNetY's SE (detectron2's,
-    after pycls), ``reduce`` C -> ``channels``, ``expand`` back, both 1x1 convs with bias."""
-
-    def __init__(self, in_channels: int, channels: int) -> None:
-        super().__init__()
-        self.reduce = nn.Conv2d(in_channels, channels, 1)
-        self.expand = nn.Conv2d(channels, in_channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.sigmoid(self.expand(F.relu(self.reduce(F.adaptive_avg_pool2d(x, 1)))))
-
-
-class ContextBlock(nn.Module):
-    """GCNet's global context block (mmcv's ``ContextBlock``, attention pooling, channel add), (N, C, H, W) -> same:
-    a softmax over the positions of ``mask`` (a 1x1 conv to one channel) weights the pixels into one context vector,
-    which ``reduce`` (C -> C x ``ratio``), a LayerNorm, a ReLU and ``expand`` turn into a per-channel term added to
-    every pixel. The operations of mmcv's, in its order."""
-
-    def __init__(self, in_channels: int, ratio: float) -> None:
-        super().__init__()
-        planes = int(in_channels * ratio)
-        self.mask = nn.Conv2d(in_channels, 1, 1)
-        self.reduce = nn.Conv2d(in_channels, planes, 1)
-        self.norm = nn.LayerNorm([planes, 1, 1])
-        self.expand = nn.Conv2d(planes, in_channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, c, h, w = x.shape
-        weights = F.softmax(self.mask(x).reshape(n, 1, h * w), dim=2).unsqueeze(-1)  # (N, 1, HW, 1)
-        context = torch.matmul(x.reshape(n, 1, c, h * w), weights).reshape(n, c, 1, 1)
-        return x + self.expand(F.relu(self.norm(self.reduce(context))))
+from ..layers import Conv2d, DeformConv2d
+from ..norm import NormFn
+from . import Body
+from .blocks import ContextBlock, SqueezeExcite
 
 
 class Bottleneck(nn.Module):

@@ -1,0 +1,1 @@
+"""The necks between a body and the heads: the FPN (``fpn``)."""
