@@ -78,10 +78,64 @@ def test_shipped_configs_build(name):
     assert (model.mask_head is not None) == cfg.MODEL.MASK_ON
 
 
+# the values of a config that are not its network: the weights, what goes in (the input's size and pixels) and how
+# detections are named or kept; shipped configs alike in every other value run one network (a zoo's schedules, its
+# datasets' class names, its weights' pixel statistics)
+NOT_THE_NETWORK = ("MODEL.WEIGHTS", "INPUT.", "MODEL.PIXEL_MEAN", "MODEL.PIXEL_STD", "MODEL.CLASS_NAMES",
+                   "MODEL.CATEGORY_LAYOUT", "MODEL.ROI_HEADS.SCORE_THRESH_TEST")
+
+
+def _values(node, prefix: str = "") -> dict:
+    """A config's values by full key."""
+    out = {}
+    for key, value in node.items():
+        out.update(_values(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": repr(value)})
+    return out
+
+
+def network_key(cfg) -> tuple:
+    """What fixes a config's network: its values but those of ``NOT_THE_NETWORK``."""
+    return tuple(sorted((k, v) for k, v in _values(cfg).items() if not k.startswith(NOT_THE_NETWORK)))
+
+
+def networks() -> dict[tuple, list[str]]:
+    """The shipped configs by distinct network: its ``network_key`` -> the configs that have it, in name order."""
+    groups: dict[tuple, list[str]] = {}
+    for name in minidet.config.config_names():
+        groups.setdefault(network_key(minidet.get_cfg(name)), []).append(name)
+    return groups
+
+
+GROUPS = networks()  # read once per process (each config's file read and checked: about 5 s for 187)
+NETWORKS = {names[0]: names for names in GROUPS.values()}  # the first config of each network -> its group
+
+
+def test_configs_are_grouped_by_their_network():
+    """Every shipped config is in one group of ``NETWORKS`` (each built on the meta device by
+    test_shipped_configs_build, the first of each group run by test_shipped_configs_run), the groups' keys differ,
+    and a config's values outside ``NOT_THE_NETWORK`` are its group's."""
+    grouped = [name for names in NETWORKS.values() for name in names]
+    assert sorted(grouped) == sorted(minidet.config.config_names()) and len(set(grouped)) == len(grouped)
+    assert len(GROUPS) == len(NETWORKS)
+    cfg = minidet.get_cfg("torchvision/maskrcnn_resnet50_fpn")
+    for key, value in (("MODEL.WEIGHTS", "other.pth"), ("INPUT.MIN_SIZE_TEST", 600), ("MODEL.PIXEL_STD", [1., 1., 1.]),
+                       ("MODEL.ROI_HEADS.SCORE_THRESH_TEST", 0.5)):
+        other = cfg.clone()
+        other.merge_from_list([key, value])
+        assert network_key(other) == network_key(cfg), key
+    for key, value in (("MODEL.RESNETS.DEPTH", 101), ("MODEL.CONVENTION", "detectron2"), ("MODEL.FOLD_NORM", True),
+                       ("MODEL.ROI_HEADS.NUM_CLASSES", 3)):
+        other = cfg.clone()
+        other.merge_from_list([key, value])
+        assert network_key(other) != network_key(cfg), key
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", minidet.config.config_names())
+@pytest.mark.parametrize("name", list(NETWORKS))
 def test_shipped_configs_run(name):
-    """Every shipped config's model runs on a small picture (random weights: each module's shapes fit together)."""
+    """Every shipped network's model runs on a small picture (random weights: each module's shapes fit together):
+    the first config of each group of ``NETWORKS``; the group's other configs are the same network (their other
+    values are the input's, the weights' and the detections' names)."""
     cfg = minidet.get_cfg(name)
     cfg.merge_from_list(["MODEL.WEIGHTS", "none", "INPUT.MIN_SIZE_TEST", 96, "INPUT.MAX_SIZE_TEST", 128,  # small: quick
                          "MODEL.RPN.PRE_NMS_TOPK_TEST", 50, "MODEL.RPN.POST_NMS_TOPK_TEST", 20,
