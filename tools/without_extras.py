@@ -4,6 +4,11 @@ pytest process and every Python process it starts (``tools/without_extras/sitecu
 an extra and does not skip without it fails here. CI runs the first check so (``.ci/run``).
 
     python tools/without_extras.py [PYTEST ARGS]      # e.g. -m "not slow"
+    python tools/without_extras.py --naming-extras [PYTEST ARGS]
+
+``--naming-extras``: only the test files that name an optional extra (``needs_extra``, ``importorskip``,
+``find_spec``, or one of the hidden modules imported or quoted) and the CLI smoke run (``SMOKE``): what CI runs so
+(the other files need no extra, and run with every extra in CI's first part).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_EXTRAS = {"test"}
+SMOKE = ["tests/test_cli.py"]  # the minidet command as a newcomer first runs it
 
 
 def _name(requirement: str) -> str:
@@ -39,8 +45,22 @@ def hidden_modules() -> list[str]:
     return sorted(modules)
 
 
+def files_naming_extras(modules: list[str]) -> list[str]:
+    """The test files (relative to the checkout) that name an optional extra or one of ``modules``."""
+    names = "|".join(map(re.escape, modules))
+    naming = re.compile(r"needs_extra\(|importorskip\(|find_spec\(" + (
+        rf"|^\s*(?:import|from)\s+(?:{names})\b|[\"'](?:{names})[\"'.]" if names else ""), re.MULTILINE)
+    return [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").glob("test_*.py"))
+            if naming.search(p.read_text(encoding="utf-8"))]
+
+
 def main(args: list[str]) -> int:
     modules = hidden_modules()
+    if "--naming-extras" in args:
+        files = files_naming_extras(modules)
+        args = [a for a in args if a != "--naming-extras"] + sorted(set(files) | set(SMOKE))
+        print(f"without extras: {len(files)} test files name an extra, and the CLI smoke run ({', '.join(SMOKE)})",
+              flush=True)
     env = {k: v for k, v in os.environ.items() if k != "MINIDET_REQUIRE_EXTRAS"}  # missing extras skip here
     env["MINIDET_HIDE_MODULES"] = ",".join(modules)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tools" / "without_extras"), env.get("PYTHONPATH")]))
