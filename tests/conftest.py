@@ -3,7 +3,8 @@
 ``tools/test.sh`` runs the suite in two parts: the tests not marked ``serial`` in parallel processes (pytest-xdist,
 ``--part parallel``), then those marked ``serial`` (timed by the wall clock) in one process (``--part serial``); a
 plain ``pytest`` runs them all in one process (``--part all``). The int8 export is made once per run whichever
-processes ask for it (``_made_once``); test_infer_ray.py's tests carry ``xdist_group("ray")`` (``--dist loadgroup``):
+processes ask for it (``session_cache``: exported graphs, int8 folders and their checkpoints, shared by pytest-xdist's
+processes under a file lock); test_infer_ray.py's tests carry ``xdist_group("ray")`` (``--dist loadgroup``):
 one process runs them, with one Ray cluster.
 
 Each checkpoint is torchvision's own Mask R-CNN as its builder initializes it after
@@ -116,10 +117,10 @@ def torch_threads() -> int:
 
 
 @pytest.fixture(scope="session")
-def int8_export(tmp_path_factory, tv_file):
+def int8_export(session_cache, tv_file):
     """``minidet export --precision int8`` of ``tv_file`` (short side 320), calibrated on two coco_tiny photos and
     verified on two others, its drift gate set so that it must refuse (everything matched, AP 1.0) and ``--force``:
-    ``(folder, the export's CompletedProcess, verification images)``, made once per test run (``_made_once``).
+    ``(folder, the export's CompletedProcess, verification images)``, made once per test run (``session_cache``).
     Skipped without coco_tiny."""
     from pathlib import Path
 
@@ -127,30 +128,68 @@ def int8_export(tmp_path_factory, tv_file):
     if not tiny.is_dir():
         pytest.skip("needs ../shared/data/coco_tiny")
     photos = sorted(tiny.glob("*.jpg"))
-    return (*_made_once(tmp_path_factory, "int8", lambda folder: _int8_export(folder, tv_file, photos)), photos[:2])
+    key = {"made": "int8 export", "config": "torchvision/maskrcnn_resnet50_fpn", "weights": "tv_file",
+           "size": INT8_SIZE, "calib": [p.name for p in photos[10:12]], "images": [p.name for p in photos[:2]]}
+    return (*_made_once(session_cache, key, lambda folder: _int8_export(folder, tv_file, photos)), photos[:2])
 
 
-def _made_once(tmp_path_factory, name: str, make) -> tuple:
-    """``make(folder)``'s ``(output, CompletedProcess)`` made once per test run: under pytest-xdist the first
-    process to ask makes it in a folder that the run's processes share (a file lock keeps the others waiting), the
-    others read what it recorded; a lone pytest process makes it in its own temporary folder."""
-    import json
+class SessionCache:
+    """Things a test run makes once, whichever of its processes asks first: exported graphs, int8 folders, the
+    checkpoints they are made of. Each is a folder under ``root`` named by a digest of its key (the JSON of what
+    determines it: what it is, its config and overrides, its checkpoint's kind), made by ``make(folder)`` under an
+    exclusive ``fcntl.flock`` of ``<folder>.lock`` (the other processes wait), and recorded (``<folder>.json``: the key
+    and what ``make`` returned, JSON) only when ``make`` returned: a failed make is made again by the next to ask.
+    Under pytest-xdist ``root`` is beside the workers' own temporary folders (``pytest-N/cache/``, shared by them);
+    a lone pytest process has its own."""
+
+    def __init__(self, root):
+        from pathlib import Path
+
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.made: list[str] = []  # the keys this process made (the others it read)
+
+    def get(self, key: dict, make) -> tuple:
+        """``(folder, make(folder))`` for ``key``, made once per test run."""
+        import fcntl
+        import hashlib
+        import json
+
+        text = json.dumps(key, sort_keys=True, default=str)
+        folder = self.root / hashlib.sha256(text.encode()).hexdigest()[:16]
+        record = folder.with_suffix(".json")
+        with open(folder.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not record.exists():
+                if folder.exists():  # a make that failed before
+                    import shutil
+
+                    shutil.rmtree(folder)
+                folder.mkdir()
+                made = make(folder)
+                record.write_text(json.dumps({"key": json.loads(text), "made": made}))
+                self.made.append(text)
+        return folder, json.loads(record.read_text())["made"]
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> SessionCache:
+    """The test run's ``SessionCache``: shared by pytest-xdist's workers, a lone process's own otherwise."""
+    base = tmp_path_factory.getbasetemp()
+    return SessionCache(base.parent / "cache" if os.environ.get("PYTEST_XDIST_WORKER") else base / "cache")
+
+
+def _made_once(session_cache: SessionCache, key: dict, make) -> tuple:
+    """``make(folder)``'s ``(output, CompletedProcess)`` made once per test run (``session_cache``)."""
     import subprocess
     from pathlib import Path
 
-    from filelock import FileLock
+    def made(folder):
+        out, r = make(folder)
+        return {"out": str(out), "args": [str(a) for a in r.args], "returncode": r.returncode, "stdout": r.stdout,
+                "stderr": r.stderr}
 
-    base = tmp_path_factory.getbasetemp()
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return make(tmp_path_factory.mktemp(name))
-    folder, record = base.parent / name, base.parent / f"{name}.json"  # pytest-N/, beside each worker's popen-gwK/
-    with FileLock(str(base.parent / f"{name}.lock")):
-        if not record.exists():
-            folder.mkdir()
-            out, r = make(folder)
-            record.write_text(json.dumps({"out": str(out), "args": [str(a) for a in r.args],
-                                          "returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}))
-    made = json.loads(record.read_text())
+    made = session_cache.get(key, made)[1]
     return Path(made["out"]), subprocess.CompletedProcess(made["args"], made["returncode"], made["stdout"],
                                                           made["stderr"])
 

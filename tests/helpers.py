@@ -24,6 +24,9 @@ from minidet.apps.synthetic import structured_image
 ROOT = Path(__file__).resolve().parent.parent
 # the parity tests' three images: (height, width) of different sizes and aspect ratios
 IMAGE_SHAPES = [(240, 320), (300, 200), (180, 420)]
+# the memory tests: passes of PASS_IMAGES of coco_tiny's images, PASSES of them in one process; no pass after the first
+# may grow the resident memory by MEMORY_BOUND_MB * PASS_IMAGES / 80 (a generous bound: 200 MB over its 80 images)
+MEMORY_BOUND_MB, PASS_IMAGES, PASSES = 200, 20, 4
 
 
 def images_bgr(shapes=IMAGE_SHAPES, seed: int = 0) -> list[np.ndarray]:

@@ -126,16 +126,18 @@ def _write(kind: str, path: Path, family: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    """family -> its checkpoint file, written on first use."""
-    folder, made = tmp_path_factory.mktemp("families"), {}
+def checkpoints(session_cache):
+    """family -> its checkpoint file, written on first use, once per test run (``session_cache``)."""
+    made = {}
 
     def get(family: str) -> Path:
         if family.startswith("detectron") and family != "detectron2" and not Path(REFERENCE).is_dir():
             pytest.skip("needs ../shared/reference (Detectron's blob lists)")
         if family not in made:
-            made[family] = folder / f"{family}.ckpt"
-            _write(FAMILIES[family][1], made[family], family)
+            key = {"made": "checkpoint", "family": family, "kind": FAMILIES[family][1], "config": FAMILIES[family][0],
+                   "opts": [*SIZE, *OPTS.get(family, [])], "shape": SHAPES[0]}
+            folder = session_cache.get(key, lambda f: _write(FAMILIES[family][1], f / "model.ckpt", family))[0]
+            made[family] = folder / "model.ckpt"
         return made[family]
 
     return get
@@ -518,28 +520,32 @@ def test_openvino_is_told_every_numerics_option(tmp_path, monkeypatch):
 
 
 REUSED = {("torchvision_v1", "FrozenBN"), ("maskrcnn_benchmark", "FrozenBN")}  # exports the later tests take too
-# a reused export's tests in one process of the parallel part (pytest-xdist's loadgroup): exported once, not per process
-REUSING = {f: pytest.mark.xdist_group(f"export_{f}") for f, _ in REUSED}
 
 
 @pytest.fixture(scope="module")
-def exports(checkpoints):
+def exports(checkpoints, session_cache):
     """(family, norm) -> the bytes of its model's export (its checkpoint's digest in the metadata); those in
-    ``REUSED`` are kept for the tests after the gate's (an export takes half a minute)."""
+    ``REUSED`` are exported once per test run for the tests after the gate's (``session_cache``: an export takes half
+    a minute, and its file 170 MB: the others are not kept)."""
     from minidet.hub import file_sha256
 
-    kept = {}
-
-    def get(family: str, norm: str = "FrozenBN", model=None) -> bytes:
-        if (family, norm) in kept:
-            return kept[family, norm]
+    def export(family: str, norm: str, model) -> bytes:
         model = model or _model(checkpoints, family, norm)
         weights = checkpoints(family)
-        data = export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {
+        return export_onnx(model, model.preprocess(images_bgr(SHAPES[:1])), {
             "minidet.weights_sha256": file_sha256(weights), "minidet.weights": str(weights)})
-        if (family, norm) in REUSED:
-            kept[family, norm] = data
-        return data
+
+    def get(family: str, norm: str = "FrozenBN", model=None) -> bytes:
+        if (family, norm) not in REUSED:
+            return export(family, norm, model)
+
+        def write(folder: Path) -> None:
+            (folder / "model.onnx").write_bytes(export(family, norm, model))
+
+        key = {"made": "graph", "family": family, "norm": norm, "config": FAMILIES[family][0],
+               "opts": [*SIZE, *OPTS.get(family, []), *NORMS[norm]], "shape": SHAPES[0],
+               "weights": str(checkpoints(family))}
+        return (session_cache.get(key, write)[0] / "model.onnx").read_bytes()
 
     return get
 
@@ -558,8 +564,7 @@ def assert_judged(report: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("family", "norm"), [pytest.param(f, n, marks=REUSING[f] if (f, n) in REUSED else ())
-                                              for f, n in GATE_CASES])
+@pytest.mark.parametrize(("family", "norm"), GATE_CASES)
 def test_exported_family_passes_the_gate(checkpoints, exports, family, norm):
     """Every family's export passes the gate under ONNX Runtime and OpenVINO (float32, as on every CPU)."""
     model = _model(checkpoints, family, norm)
@@ -602,7 +607,6 @@ def test_mask_scoring_graph_runs_an_image_without_detections(checkpoints):
             assert torch.allclose(head.scores, ref.scores, atol=1e-4) and head.masks.shape == ref.masks.shape
 
 
-@REUSING["torchvision_v1"]
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="needs the minidet[openvino] extra")
 def test_openvino_in_bf16_fails_the_gate(checkpoints, exports):
@@ -623,7 +627,6 @@ def test_openvino_in_bf16_fails_the_gate(checkpoints, exports):
     assert not report["passed"] and any(c["verdict"] == "DIFFERS" for c in report["images"]), report
 
 
-@REUSING["torchvision_v1"]
 @pytest.mark.slow
 def test_wrong_nms_threshold_fails_the_gate(checkpoints, exports):
     """The exported torchvision graph with its box head's NMS threshold 0.5 moved to 0.45: the gate says so."""
@@ -743,7 +746,6 @@ def test_export_program_and_the_runtime_in_infer_and_predictor(checkpoints, tmp_
     assert copy.model.network.graph.path == str(out.with_name("copy") / "model.onnx")
 
 
-@REUSING["maskrcnn_benchmark"]
 @pytest.mark.slow
 def test_eval_under_the_runtime_gives_eagers_ap(checkpoints, exports, tmp_path, capfd):
     """COCO AP on coco_tiny's first images: the exported graph (ONNX Runtime) and eager minidet."""
@@ -793,7 +795,6 @@ def test_export_writes_nothing_when_the_gate_checks_nothing(tmp_path, capfd):
     assert json.loads((forced / "report.json").read_text())["forced"]
 
 
-@REUSING["maskrcnn_benchmark"]
 @pytest.mark.slow
 def test_sliced_inference_runs_the_graph_tile_by_tile(checkpoints, exports, tmp_path):
     """``--slice`` under an exported graph (ONNX Runtime): each tile is the graph's run of that crop; with merge
