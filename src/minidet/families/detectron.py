@@ -9,7 +9,8 @@ import numpy as np
 
 from ..errors import CheckpointError
 from .architectures import set_aside
-from .base import MASK_OUT, RPN_OUT, Family, WeightsEntry, check_depth
+from .base import MASK_OUT, RPN_OUT, Family, check_depth
+from .zoo import detectron as _zoo
 
 
 def arithmetic():
@@ -94,36 +95,6 @@ def check_variant(model, blobs: dict, path: str) -> None:
         raise CheckpointError(f"{path}: {n} classes (cls_score_w) but MODEL.ROI_HEADS.NUM_CLASSES is {classes}")
 
 
-_SOURCE = "Detectron's MODEL_ZOO.md and projects/GN/README.md (URL, AP); Detectron publishes no digests"
-_URL = ("https://dl.fbaipublicfiles.com/detectron/{}/output/train/coco_2014_train%3Acoco_2014_valminusminival/"
-        "generalized_rcnn/model_final.pkl")
-_ZOO = [  # config, URL part, box AP, mask AP
-    ("e2e_mask_rcnn_R-50-FPN_1x", "35858933/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_1x.yaml.01_48_14.DzEQe4wC",
-     37.7, 33.9),
-    ("e2e_mask_rcnn_R-50-FPN_2x", "35859007/12_2017_baselines/e2e_mask_rcnn_R-50-FPN_2x.yaml.01_49_07.By8nQcCH",
-     38.6, 34.5),
-    ("e2e_mask_rcnn_R-101-FPN_1x", "35861795/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_1x.yaml.02_31_37.KqyEK4tT",
-     40.0, 35.9),
-    ("e2e_mask_rcnn_R-101-FPN_2x", "35861858/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_2x.yaml.02_32_51.SgT4y1cO",
-     40.9, 36.4),
-    ("e2e_mask_rcnn_X-101-64x4d-FPN_1x",
-     "36494496/12_2017_baselines/e2e_mask_rcnn_X-101-64x4d-FPN_1x.yaml.07_50_11.fkwVtEvg", 42.4, 37.5),
-    ("e2e_mask_rcnn_X-101-64x4d-FPN_2x",
-     "35859745/12_2017_baselines/e2e_mask_rcnn_X-101-64x4d-FPN_2x.yaml.02_00_30.ESWbND2w", 42.2, 37.2),
-    ("e2e_mask_rcnn_X-101-32x8d-FPN_1x",
-     "36761843/12_2017_baselines/e2e_mask_rcnn_X-101-32x8d-FPN_1x.yaml.06_35_59.RZotkLKI", 42.1, 37.3),
-    ("e2e_mask_rcnn_X-101-32x8d-FPN_2x",
-     "36762092/12_2017_baselines/e2e_mask_rcnn_X-101-32x8d-FPN_2x.yaml.06_37_59.DM5gJYRF", 41.7, 36.9),
-    ("e2e_mask_rcnn_R-50-FPN_2x_gn",
-     "GN/48616381/04_2018_gn_baselines/e2e_mask_rcnn_R-50-FPN_2x_gn_0416.13_23_38.bTlTI97Q", 40.3, 35.7),
-    ("e2e_mask_rcnn_R-50-FPN_3x_gn",
-     "GN/48734751/04_2018_gn_baselines/e2e_mask_rcnn_R-50-FPN_3x_gn_0417.09_54_59.nwCTtPVk", 40.8, 36.1),
-    ("e2e_mask_rcnn_R-101-FPN_2x_gn",
-     "GN/48616724/04_2018_gn_baselines/e2e_mask_rcnn_R-101-FPN_2x_gn_0416.13_26_34.GLnri4GR", 41.8, 36.8),
-    ("e2e_mask_rcnn_R-101-FPN_3x_gn",
-     "GN/48734779/04_2018_gn_baselines/e2e_mask_rcnn_R-101-FPN_3x_gn_0417.09_55_23.HMtcR8wg", 42.3, 37.2),
-]
-
 FAMILY = Family(
     name="detectron",
     title="Detectron",
@@ -132,9 +103,5 @@ FAMILY = Family(
     renamer=lambda keys: rename,
     check=check_variant,
     ignores_non_arrays=True,  # real files carry None blobs (pred_b) and the config text beside the blobs
-    weights=tuple(
-        WeightsEntry(f"detectron/{config}", _URL.format(part), f"{config}.pkl", f"detectron/{config}", None, None,
-                     box, mask, _SOURCE)
-        for config, part, box, mask in _ZOO
-    ),
+    weights=tuple(row.weights for row in _zoo.ROWS),
 )

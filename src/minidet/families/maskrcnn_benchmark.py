@@ -8,7 +8,8 @@ from collections.abc import Callable, Collection
 
 from . import torchvision
 from .architectures import set_aside
-from .base import MASK_OUT, RPN_OUT, Family, Renamer, WeightsEntry, rename_by_rules
+from .base import MASK_OUT, RPN_OUT, Family, Renamer, rename_by_rules
+from .zoo import maskrcnn_benchmark as _zoo
 
 logger = logging.getLogger("minidet")
 
@@ -87,14 +88,6 @@ def check_anchors(model, src: dict, path: str) -> None:
                 return
 
 
-_SOURCE = "maskrcnn-benchmark's MODEL_ZOO.md (URL, AP); maskrcnn-benchmark publishes no digests"
-_URL = "https://download.pytorch.org/models/maskrcnn/{}"
-_ZOO = [  # config (= file name), box AP, mask AP
-    ("e2e_mask_rcnn_R_50_FPN_1x", 37.8, 34.2),
-    ("e2e_mask_rcnn_R_101_FPN_1x", 40.1, 36.1),
-    ("e2e_mask_rcnn_X_101_32x8d_FPN_1x", 42.2, 37.8),
-]
-
 FAMILY = Family(
     name="maskrcnn_benchmark",
     title="maskrcnn-benchmark",
@@ -103,9 +96,5 @@ FAMILY = Family(
     renamer=renamer,
     fixed={"": {"MODEL.FROZEN_BN_EPS": 0.0}},  # its FrozenBatchNorm2d has no eps
     check=check_anchors,
-    weights=tuple(
-        WeightsEntry(f"maskrcnn_benchmark/{config}", _URL.format(f"{config}.pth"), f"{config}.pth",
-                     f"maskrcnn_benchmark/{config}", None, None, box, mask, _SOURCE)
-        for config, box, mask in _ZOO
-    ),
+    weights=tuple(row.weights for row in _zoo.ROWS),
 )

@@ -7,7 +7,8 @@ import re
 from collections.abc import Callable, Collection
 
 from .architectures import set_aside
-from .base import MASK_OUT, RPN_OUT, Family, WeightsEntry, rename_by_rules
+from .base import MASK_OUT, RPN_OUT, Family, rename_by_rules
+from .zoo import torchvision as _zoo
 
 
 def arithmetic():
@@ -80,9 +81,6 @@ def recognize(keys: Collection[str]) -> str | None:
     return layout(keys) if body and not any(k.startswith("backbone.body.stem.") for k in keys) else None
 
 
-_SOURCE = "torchvision's weights table (URL, AP); full SHA-256 and size as pinned for these URLs (weights/README.md)"
-_URL = "https://download.pytorch.org/models/{}"
-
 FAMILY = Family(
     name="torchvision",
     title="torchvision maskrcnn_resnet50_fpn[_v2]",
@@ -91,14 +89,5 @@ FAMILY = Family(
     renamer=lambda keys: rename,
     # torchvision runs its published v1 file with FrozenBN eps 0 (the default 1e-5 moves boxes by hundreds of pixels)
     fixed={"v1 legacy": {"MODEL.FROZEN_BN_EPS": 0.0}},
-    weights=(
-        WeightsEntry("torchvision/maskrcnn_resnet50_fpn", _URL.format("maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth"),
-                     "maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth", "torchvision/maskrcnn_resnet50_fpn",
-                     "bf2d0c1efbc936eeee2bc95a48e80ebc86b891f61b0106485937fc29f9315fc0", 178_090_079, 37.9, 34.6,
-                     _SOURCE),
-        WeightsEntry("torchvision/maskrcnn_resnet50_fpn_v2", _URL.format("maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth"),
-                     "maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth", "torchvision/maskrcnn_resnet50_fpn_v2",
-                     "73cbd0190fcbe3ba339921fbce2c3a0b6bb9126c9a133c85e43a2a8e060a109e", 185_828_065, 47.4, 41.8,
-                     _SOURCE),
-    ),
+    weights=tuple(row.weights for row in _zoo.ROWS),
 )
