@@ -13,7 +13,7 @@ _X101 = {**_R101, "MODEL.RESNETS.STRIDE_IN_1X1": False}  # FAIR's ResNeXt ImageN
 _X101_64X4D = {**_X101, "MODEL.RESNETS.NUM_GROUPS": 64, "MODEL.RESNETS.WIDTH_PER_GROUP": 4}
 _X101_32X8D = {**_X101, "MODEL.RESNETS.NUM_GROUPS": 32, "MODEL.RESNETS.WIDTH_PER_GROUP": 8}
 _BN, _GN = "Base-Detectron.yaml", "Base-Detectron-GN.yaml"
-_TWICE = "the 1x model's network trained twice as long; at test time the same as {}.yaml ({})."
+_TWICE = "The 1x model's network trained twice as long; at test time the same as {}.yaml ({})."
 _X64, _X32 = ("ResNeXt-101, 64 groups of width 4 in the 3x3 convs, stride in the 3x3",
               "ResNeXt-101, 32 groups of width 8 in the 3x3 convs, stride in the 3x3")
 
