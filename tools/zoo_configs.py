@@ -25,6 +25,7 @@ tests/test_zoo_configs.py runs the check (CI has the extra).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
@@ -505,14 +506,19 @@ def _bases(family: str) -> list[str]:
     return sorted((p.name for p in (CONFIGS / family).glob("Base-*.yaml")), key=lambda n: (len(n), n))
 
 
+@functools.cache
+def _base_leaves(family: str) -> dict[str, dict[str, Any]]:
+    from minidet.config import get_cfg, leaves
+
+    return {b: leaves(get_cfg(f"{family}/{b.removesuffix('.yaml')}")) for b in _bases(family)}
+
+
 def _nearest(family: str, want: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The family's Base config nearest to ``want``: of those that set nothing the config must take back (every key
     a Base sets beside the family's plain one has ``want``'s value), the one with the fewest of ``want`` beside it;
     and those keys."""
-    from minidet.config import get_cfg, leaves
-
     bases = _bases(family)
-    have = {b: leaves(get_cfg(f"{family}/{b.removesuffix('.yaml')}")) for b in bases}
+    have = _base_leaves(family)
     plain = have[bases[0]]
     best = None
     for base in bases:
