@@ -59,64 +59,41 @@ KEYS = {
     "cityscapes_mask_rcnn_R_50_FPN":
         {"MODEL.CLASS_NAMES": ["person", "rider", "car", "truck", "bus", "train", "motorcycle", "bicycle"]},
 }
-# what the shipped config's comment says of a file beyond its zoo config's name
-NOTES = {
-    "mask_rcnn_X_101_32x8d_FPN_3x":
-        'ResNeXt-101, 32 groups of width 8 in the 3x3 convs, stride in the 3x3 and the pixel standard '
-        "deviation of its ImageNet model (a Caffe2-trained one, as detectron2's config says).",
-    "panoptic_fpn_R_50_1x":
-        "Panoptic FPN's instance half: the box and mask heads; the semantic head's keys (sem_seg_head) are "
-        'set aside by name at load time (no instance detection reads them).',
-    "panoptic_fpn_R_50_3x":
-        "Panoptic FPN's instance half: the box and mask heads; the semantic head's keys (sem_seg_head) are "
-        'set aside by name at load time (no instance detection reads them).',
-    "panoptic_fpn_R_101_3x":
-        "Panoptic FPN's instance half: the box and mask heads; the semantic head's keys (sem_seg_head) are "
-        'set aside by name at load time (no instance detection reads them).',
-    "lvis_v0.5_mask_rcnn_R_50_FPN_1x":
-        'LVIS v0.5: 1230 classes (category ids 1 to 1230 in class order), score threshold 0.0001, 300 '
-        'detections.',
-    "lvis_v0.5_mask_rcnn_R_101_FPN_1x":
-        'LVIS v0.5: 1230 classes (category ids 1 to 1230 in class order), score threshold 0.0001, 300 '
-        'detections.',
-    "lvis_v0.5_mask_rcnn_X_101_32x8d_FPN_1x":
-        'LVIS v0.5: 1230 classes (category ids 1 to 1230 in class order), score threshold 0.0001, 300 '
-        'detections.',
-    "cityscapes_mask_rcnn_R_50_FPN":
-        "Cityscapes' 8 instance classes, tested at short side 1024, long side at most 2048.",
-    "scratch_mask_rcnn_R_50_FPN_3x_gn":
-        'Trained from scratch (no ImageNet weights); the test-time network is that of its base.',
-    "scratch_mask_rcnn_R_50_FPN_9x_gn":
-        'Trained from scratch (no ImageNet weights); the test-time network is that of its base.',
-    "scratch_mask_rcnn_R_50_FPN_9x_syncbn":
-        'Trained from scratch (no ImageNet weights); the test-time network is that of its base.',
-    "panoptic_fpn_R_101_dconv_cascade_gn_3x":
-        "Panoptic FPN's instance half: the box and mask heads; the semantic head's keys (sem_seg_head) are "
-        "set aside by name at load time (no instance detection reads them). Its ResNet-101 (from FAIR's "
-        'ImageNet GN model: stride in the 3x3 conv) has GroupNorm and deformable convolution (v1) in res3 to '
-        "res5, its FPN and mask head GroupNorm; the box head is the cascade's, two fcs without a norm.",
-    "cascade_mask_rcnn_X_152_32x8d_FPN_IN5k_gn_dconv":
-        "ResNeXt-152 32x8d (FAIR's ImageNet-5k model: stride in the 3x3 conv) with frozen batch norm "
-        "(detectron2's default RESNETS.NORM, run as its F.batch_norm: MODEL.NORM BN) and deformable "
-        'convolution (v1) in res3 to res5; an FPN without a norm; GroupNorm only in the heads '
-        "(MODEL.HEAD_NORM): the cascade's box stages each four 3x3 convs and one fc, the mask head eight "
-        'convs.',
-    "mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ":
-        'RegNetX-4GF: RegNet(depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40).',
-    "mask_rcnn_regnetx_4gf_dds_FPN_200ep_LSJ":
-        'RegNetX-4GF: RegNet(depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40).',
-    "mask_rcnn_regnetx_4gf_dds_FPN_400ep_LSJ":
-        'RegNetX-4GF: RegNet(depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40).',
-    "mask_rcnn_regnety_4gf_dds_FPN_100ep_LSJ":
-        'RegNetY-4GF: RegNet(depth 22, w_a 31.41, w_0 96, w_m 2.24, group width 64, se_ratio 0.25): squeeze-'
-        'and-excitation after the 3x3 conv of each block.',
-    "mask_rcnn_regnety_4gf_dds_FPN_200ep_LSJ":
-        'RegNetY-4GF: RegNet(depth 22, w_a 31.41, w_0 96, w_m 2.24, group width 64, se_ratio 0.25): squeeze-'
-        'and-excitation after the 3x3 conv of each block.',
-    "mask_rcnn_regnety_4gf_dds_FPN_400ep_LSJ":
-        'RegNetY-4GF: RegNet(depth 22, w_a 31.41, w_0 96, w_m 2.24, group width 64, se_ratio 0.25): squeeze-'
-        'and-excitation after the 3x3 conv of each block.',
-}
+# what the shipped configs' comment says of a file beyond its zoo config's name: (note, the files it is of)
+_NOTES = [
+    ('ResNeXt-101, 32 groups of width 8 in the 3x3 convs, stride in the 3x3 and the pixel standard deviation of '
+     "its ImageNet model (a Caffe2-trained one, as detectron2's config says).",
+     ("mask_rcnn_X_101_32x8d_FPN_3x",)),
+    ("Panoptic FPN's instance half: the box and mask heads; the semantic head's keys (sem_seg_head) are set aside "
+     'by name at load time (no instance detection reads them).',
+     ("panoptic_fpn_R_50_1x", "panoptic_fpn_R_50_3x", "panoptic_fpn_R_101_3x")),
+    ('LVIS v0.5: 1230 classes (category ids 1 to 1230 in class order), score threshold 0.0001, 300 detections.',
+     ("lvis_v0.5_mask_rcnn_R_50_FPN_1x", "lvis_v0.5_mask_rcnn_R_101_FPN_1x",
+      "lvis_v0.5_mask_rcnn_X_101_32x8d_FPN_1x")),
+    ("Cityscapes' 8 instance classes, tested at short side 1024, long side at most 2048.",
+     ("cityscapes_mask_rcnn_R_50_FPN",)),
+    ('Trained from scratch (no ImageNet weights); the test-time network is that of its base.',
+     ("scratch_mask_rcnn_R_50_FPN_3x_gn", "scratch_mask_rcnn_R_50_FPN_9x_gn",
+      "scratch_mask_rcnn_R_50_FPN_9x_syncbn")),
+    ("Panoptic FPN's instance half: the box and mask heads; the semantic head's keys (sem_seg_head) are set aside "
+     "by name at load time (no instance detection reads them). Its ResNet-101 (from FAIR's ImageNet GN model: "
+     'stride in the 3x3 conv) has GroupNorm and deformable convolution (v1) in res3 to res5, its FPN and mask head'
+     " GroupNorm; the box head is the cascade's, two fcs without a norm.",
+     ("panoptic_fpn_R_101_dconv_cascade_gn_3x",)),
+    ("ResNeXt-152 32x8d (FAIR's ImageNet-5k model: stride in the 3x3 conv) with frozen batch norm (detectron2's "
+     'default RESNETS.NORM, run as its F.batch_norm: MODEL.NORM BN) and deformable convolution (v1) in res3 to '
+     "res5; an FPN without a norm; GroupNorm only in the heads (MODEL.HEAD_NORM): the cascade's box stages each "
+     'four 3x3 convs and one fc, the mask head eight convs.',
+     ("cascade_mask_rcnn_X_152_32x8d_FPN_IN5k_gn_dconv",)),
+    ('RegNetX-4GF: RegNet(depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40).',
+     ("mask_rcnn_regnetx_4gf_dds_FPN_100ep_LSJ", "mask_rcnn_regnetx_4gf_dds_FPN_200ep_LSJ",
+      "mask_rcnn_regnetx_4gf_dds_FPN_400ep_LSJ")),
+    ('RegNetY-4GF: RegNet(depth 22, w_a 31.41, w_0 96, w_m 2.24, group width 64, se_ratio 0.25): '
+     'squeeze-and-excitation after the 3x3 conv of each block.',
+     ("mask_rcnn_regnety_4gf_dds_FPN_100ep_LSJ", "mask_rcnn_regnety_4gf_dds_FPN_200ep_LSJ",
+      "mask_rcnn_regnety_4gf_dds_FPN_400ep_LSJ")),
+]
+NOTES = {name: note for note, names in _NOTES for name in names}
 
 ROWS = tuple(
     ZooFile(_name(zoo), zoo, _URL.format(zoo.rpartition(".")[0], model_id, file), box, mask, _SOURCE,

@@ -307,160 +307,110 @@ KEYS = {
     "mask-rcnn_r50_fpn_1x_cityscapes":
         {"MODEL.CLASS_NAMES": ["person", "rider", "car", "truck", "bus", "train", "motorcycle", "bicycle"]},
 }
-# what the shipped config's comment says of a file beyond its zoo config's name
-NOTES = {
-    "mask-rcnn_r50_fpn_albu-1x_coco":
-        "Albumentations change only the training data; the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_r50-syncbn_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_r101-syncbn_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_x101-32x4d-syncbn_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_r50_fpn_instaboost-4x_coco":
-        "InstaBoost changes only the training data; the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_r101_fpn_instaboost-4x_coco":
-        "InstaBoost changes only the training data; the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_x101-64x4d_fpn_instaboost-4x_coco":
-        "InstaBoost changes only the training data; the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_r50_fpn_sample1e-3_ms-2x_lvis-v0.5":
-        "LVIS: 1230 classes (their category ids are 1 to 1230 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_r101_fpn_sample1e-3_ms-2x_lvis-v0.5":
-        "LVIS: 1230 classes (their category ids are 1 to 1230 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_x101-32x4d_fpn_sample1e-3_ms-2x_lvis-v0.5":
-        "LVIS: 1230 classes (their category ids are 1 to 1230 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_x101-64x4d_fpn_sample1e-3_ms-2x_lvis-v0.5":
-        "LVIS: 1230 classes (their category ids are 1 to 1230 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1":
-        "LVIS: 1203 classes (their category ids are 1 to 1203 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_r101_fpn_sample1e-3_ms-1x_lvis-v1":
-        "LVIS: 1203 classes (their category ids are 1 to 1203 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_x101-32x4d_fpn_sample1e-3_ms-1x_lvis-v1":
-        "LVIS: 1203 classes (their category ids are 1 to 1203 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_x101-64x4d_fpn_sample1e-3_ms-1x_lvis-v1":
-        "LVIS: 1203 classes (their category ids are 1 to 1203 in class order; named as the file's meta names "
-        'them), score threshold 0.0001 and 300 detections per image, as its test_cfg.',
-    "mask-rcnn_r50_fpn_amp-1x_coco":
-        'Trained in mixed precision; mmdetection tests it in float32 (no fp16 in its test loop), as here.',
-    "mask-rcnn_r50_fpn_pisa_1x_coco":
-        'PISA reweights the training loss; at test time its RPN keeps 2000 proposals per level and per image.',
-    "mask-rcnn_r50-rsb-pre_fpn_1x_coco":
-        "The backbone started from timm's ResNet Strikes Back weights; the test-time network is mask_rcnn's.",
-    "mask-rcnn_r50-mocov2-pre_fpn_1x_coco":
-        'The backbone started from a self-supervised model (SyncBN while training, batch norm with its '
-        "running statistics at test time); the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_r50-mocov2-pre_fpn_ms-2x_coco":
-        'The backbone started from a self-supervised model (SyncBN while training, batch norm with its '
-        "running statistics at test time); the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_r50-swav-pre_fpn_1x_coco":
-        'The backbone started from a self-supervised model (SyncBN while training, batch norm with its '
-        "running statistics at test time); the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_r50-swav-pre_fpn_ms-2x_coco":
-        'The backbone started from a self-supervised model (SyncBN while training, batch norm with its '
-        "running statistics at test time); the test-time network and pipeline are mask_rcnn's.",
-    "mask-rcnn_r50_fpn_1x_cityscapes":
-        "Cityscapes' 8 instance classes, test scale (2048, 1024).",
-    "mask-rcnn_r50-contrib_fpn_gn-all_2x_coco":
-        "A ResNet-50 GN ImageNet model of mmdetection's contributors: mask_rcnn's data preprocessor.",
-    "mask-rcnn_r50-contrib_fpn_gn-all_3x_coco":
-        "A ResNet-50 GN ImageNet model of mmdetection's contributors: mask_rcnn's data preprocessor.",
-    "mask-rcnn_r50-scratch_fpn_gn-all_6x_coco":
-        'Trained from scratch (no ImageNet weights); the test-time network is the gn-all one.',
-    "cascade-mask-rcnn_x101-32x8d_fpn_ms-3x_coco":
-        "The backbone started from detectron2's ImageNet ResNeXt-101 32x8d (Caffe2-trained): its data "
-        "preprocessor takes that model's pixel mean and std in BGR order; style='pytorch'.",
-    "mask-rcnn_r50-dconv-c3-c5_fpn_amp-1x_coco":
-        'Trained in mixed precision; mmdetection tests it in float32 (no fp16 in its test loop), as here.',
-    "mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco":
-        "DCNv2: dcn=dict(type='DCNv2', deform_groups=1), ModulatedDeformConv2dPack in res3 to res5.",
-    "mask-rcnn_r50-mdconv-c3-c5_fpn_amp-1x_coco":
-        'Trained in mixed precision; mmdetection tests it in float32 (no fp16 in its test loop), as here. '
-        "DCNv2: dcn=dict(type='DCNv2', deform_groups=1), ModulatedDeformConv2dPack in res3 to res5.",
-    "cascade-mask-rcnn_x101-32x4d-syncbn_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "cascade-mask-rcnn_r50_fpn_instaboost-4x_coco":
-        "InstaBoost changes only the training data; the test-time network and pipeline are the cascade's.",
-    "cascade-mask-rcnn_r50-rsb-pre_fpn_1x_coco":
-        "The backbone started from timm's ResNet Strikes Back weights; the test-time network is the "
-        "cascade's.",
-    "mask-rcnn_r50-syncbn-gcb-r16-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_r50-syncbn-gcb-r4-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_r101-syncbn-gcb-r16-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_r101-syncbn-gcb-r4-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_x101-32x4d-syncbn-gcb-r16-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "mask-rcnn_x101-32x4d-syncbn-gcb-r4-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
-    "cascade-mask-rcnn_x101-32x4d-syncbn-r16-gcb-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. '
-        "GC blocks ending every block of res3 to res5 (ContextBlock ratio 1/16); the rest is the cascade's.",
-    "cascade-mask-rcnn_x101-32x4d-syncbn-r4-gcb-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. '
-        "GC blocks ending every block of res3 to res5 (ContextBlock ratio 1/4); the rest is the cascade's.",
-    "cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5-r16-gcb-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. '
-        'GC blocks ending every block of res3 to res5 (ContextBlock ratio 1/16), deformable convolution (v1) '
-        'in res3 to res5 too.',
-    "cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5-r4-gcb-c3-c5_fpn_1x_coco":
-        'SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. '
-        'GC blocks ending every block of res3 to res5 (ContextBlock ratio 1/4), deformable convolution (v1) '
-        'in res3 to res5 too.',
-    "mask-rcnn_regnetx-3.2GF_fpn_1x_coco":
-        "RegNetX-3.2GF (arch='regnetx_3.2gf': depth 25, w_a 26.31, w_0 88, w_m 2.25, group width 48).",
-    "mask-rcnn_regnetx-4GF_fpn_1x_coco":
-        "RegNetX-4GF (arch='regnetx_4.0gf': depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40).",
-    "mask-rcnn_regnetx-6.4GF_fpn_1x_coco":
-        "RegNetX-6.4GF (arch='regnetx_6.4gf': depth 17, w_a 60.83, w_0 184, w_m 2.07, group width 56).",
-    "mask-rcnn_regnetx-8GF_fpn_1x_coco":
-        "RegNetX-8GF (arch='regnetx_8.0gf': depth 23, w_a 49.56, w_0 80, w_m 2.88, group width 120).",
-    "mask-rcnn_regnetx-12GF_fpn_1x_coco":
-        "RegNetX-12GF (arch='regnetx_12gf': depth 19, w_a 73.36, w_0 168, w_m 2.37, group width 112).",
-    "mask-rcnn_regnetx-3.2GF-mdconv-c3-c5_fpn_1x_coco":
-        "RegNetX-3.2GF (arch='regnetx_3.2gf': depth 25, w_a 26.31, w_0 88, w_m 2.25, group width 48). DCNv2 "
-        "in res3 to res5: dcn=dict(type='DCNv2', deform_groups=1, fallback_on_stride=False), the grouped 3x3 "
-        "conv of each block a ModulatedDeformConv2dPack with the block's groups.",
-    "mask-rcnn_regnetx-3.2GF_fpn_ms-3x_coco":
-        "RegNetX-3.2GF (arch='regnetx_3.2gf': depth 25, w_a 26.31, w_0 88, w_m 2.25, group width 48).",
-    "mask-rcnn_regnetx-400MF_fpn_ms-poly-3x_coco":
-        "RegNetX-400MF (arch='regnetx_400mf': depth 22, w_a 24.48, w_0 24, w_m 2.54, group width 16). Its "
-        "data preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of "
-        'the other RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
-    "mask-rcnn_regnetx-800MF_fpn_ms-poly-3x_coco":
-        "RegNetX-800MF (arch='regnetx_800mf': depth 16, w_a 35.73, w_0 56, w_m 2.28, group width 16). Its "
-        "data preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of "
-        'the other RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
-    "mask-rcnn_regnetx-1.6GF_fpn_ms-poly-3x_coco":
-        "RegNetX-1.6GF (arch='regnetx_1.6gf': depth 18, w_a 34.01, w_0 80, w_m 2.25, group width 24). Its "
-        "data preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of "
-        'the other RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
-    "mask-rcnn_regnetx-4GF_fpn_ms-poly-3x_coco":
-        "RegNetX-4GF (arch='regnetx_4.0gf': depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40). Its data "
-        "preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of the "
-        'other RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
-    "cascade-mask-rcnn_regnetx-400MF_fpn_ms-3x_coco":
-        "RegNetX-400MF (arch='regnetx_400mf': depth 22, w_a 24.48, w_0 24, w_m 2.54, group width 16).",
-    "cascade-mask-rcnn_regnetx-800MF_fpn_ms-3x_coco":
-        "RegNetX-800MF (arch='regnetx_800mf': depth 16, w_a 35.73, w_0 56, w_m 2.28, group width 16).",
-    "cascade-mask-rcnn_regnetx-1.6GF_fpn_ms-3x_coco":
-        "RegNetX-1.6GF (arch='regnetx_1.6gf': depth 18, w_a 34.01, w_0 80, w_m 2.25, group width 24).",
-    "cascade-mask-rcnn_regnetx-3.2GF_fpn_ms-3x_coco":
-        "RegNetX-3.2GF (arch='regnetx_3.2gf': depth 25, w_a 26.31, w_0 88, w_m 2.25, group width 48).",
-    "cascade-mask-rcnn_regnetx-4GF_fpn_ms-3x_coco":
-        "RegNetX-4GF (arch='regnetx_4.0gf': depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40).",
-}
+# what the shipped configs' comment says of a file beyond its zoo config's name: (note, the files it is of)
+_NOTES = [
+    ("Albumentations change only the training data; the test-time network and pipeline are mask_rcnn's.",
+     ("mask-rcnn_r50_fpn_albu-1x_coco",)),
+    ('SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN.',
+     ("mask-rcnn_r50-syncbn_fpn_1x_coco", "mask-rcnn_r101-syncbn_fpn_1x_coco",
+      "mask-rcnn_x101-32x4d-syncbn_fpn_1x_coco", "cascade-mask-rcnn_x101-32x4d-syncbn_fpn_1x_coco",
+      "cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5_fpn_1x_coco",
+      "mask-rcnn_r50-syncbn-gcb-r16-c3-c5_fpn_1x_coco", "mask-rcnn_r50-syncbn-gcb-r4-c3-c5_fpn_1x_coco",
+      "mask-rcnn_r101-syncbn-gcb-r16-c3-c5_fpn_1x_coco", "mask-rcnn_r101-syncbn-gcb-r4-c3-c5_fpn_1x_coco",
+      "mask-rcnn_x101-32x4d-syncbn-gcb-r16-c3-c5_fpn_1x_coco",
+      "mask-rcnn_x101-32x4d-syncbn-gcb-r4-c3-c5_fpn_1x_coco")),
+    ("InstaBoost changes only the training data; the test-time network and pipeline are mask_rcnn's.",
+     ("mask-rcnn_r50_fpn_instaboost-4x_coco", "mask-rcnn_r101_fpn_instaboost-4x_coco",
+      "mask-rcnn_x101-64x4d_fpn_instaboost-4x_coco")),
+    ("LVIS: 1230 classes (their category ids are 1 to 1230 in class order; named as the file's meta names them), "
+     'score threshold 0.0001 and 300 detections per image, as its test_cfg.',
+     ("mask-rcnn_r50_fpn_sample1e-3_ms-2x_lvis-v0.5", "mask-rcnn_r101_fpn_sample1e-3_ms-2x_lvis-v0.5",
+      "mask-rcnn_x101-32x4d_fpn_sample1e-3_ms-2x_lvis-v0.5", "mask-rcnn_x101-64x4d_fpn_sample1e-3_ms-2x_lvis-v0.5")),
+    ("LVIS: 1203 classes (their category ids are 1 to 1203 in class order; named as the file's meta names them), "
+     'score threshold 0.0001 and 300 detections per image, as its test_cfg.',
+     ("mask-rcnn_r50_fpn_sample1e-3_ms-1x_lvis-v1", "mask-rcnn_r101_fpn_sample1e-3_ms-1x_lvis-v1",
+      "mask-rcnn_x101-32x4d_fpn_sample1e-3_ms-1x_lvis-v1", "mask-rcnn_x101-64x4d_fpn_sample1e-3_ms-1x_lvis-v1")),
+    ('Trained in mixed precision; mmdetection tests it in float32 (no fp16 in its test loop), as here.',
+     ("mask-rcnn_r50_fpn_amp-1x_coco", "mask-rcnn_r50-dconv-c3-c5_fpn_amp-1x_coco")),
+    ('PISA reweights the training loss; at test time its RPN keeps 2000 proposals per level and per image.',
+     ("mask-rcnn_r50_fpn_pisa_1x_coco",)),
+    ("The backbone started from timm's ResNet Strikes Back weights; the test-time network is mask_rcnn's.",
+     ("mask-rcnn_r50-rsb-pre_fpn_1x_coco",)),
+    ('The backbone started from a self-supervised model (SyncBN while training, batch norm with its running '
+     "statistics at test time); the test-time network and pipeline are mask_rcnn's.",
+     ("mask-rcnn_r50-mocov2-pre_fpn_1x_coco", "mask-rcnn_r50-mocov2-pre_fpn_ms-2x_coco",
+      "mask-rcnn_r50-swav-pre_fpn_1x_coco", "mask-rcnn_r50-swav-pre_fpn_ms-2x_coco")),
+    ("Cityscapes' 8 instance classes, test scale (2048, 1024).",
+     ("mask-rcnn_r50_fpn_1x_cityscapes",)),
+    ("A ResNet-50 GN ImageNet model of mmdetection's contributors: mask_rcnn's data preprocessor.",
+     ("mask-rcnn_r50-contrib_fpn_gn-all_2x_coco", "mask-rcnn_r50-contrib_fpn_gn-all_3x_coco")),
+    ('Trained from scratch (no ImageNet weights); the test-time network is the gn-all one.',
+     ("mask-rcnn_r50-scratch_fpn_gn-all_6x_coco",)),
+    ("The backbone started from detectron2's ImageNet ResNeXt-101 32x8d (Caffe2-trained): its data preprocessor "
+     "takes that model's pixel mean and std in BGR order; style='pytorch'.",
+     ("cascade-mask-rcnn_x101-32x8d_fpn_ms-3x_coco",)),
+    ("DCNv2: dcn=dict(type='DCNv2', deform_groups=1), ModulatedDeformConv2dPack in res3 to res5.",
+     ("mask-rcnn_r50-mdconv-c3-c5_fpn_1x_coco",)),
+    ('Trained in mixed precision; mmdetection tests it in float32 (no fp16 in its test loop), as here. DCNv2: '
+     "dcn=dict(type='DCNv2', deform_groups=1), ModulatedDeformConv2dPack in res3 to res5.",
+     ("mask-rcnn_r50-mdconv-c3-c5_fpn_amp-1x_coco",)),
+    ("InstaBoost changes only the training data; the test-time network and pipeline are the cascade's.",
+     ("cascade-mask-rcnn_r50_fpn_instaboost-4x_coco",)),
+    ("The backbone started from timm's ResNet Strikes Back weights; the test-time network is the cascade's.",
+     ("cascade-mask-rcnn_r50-rsb-pre_fpn_1x_coco",)),
+    ('SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. GC blocks'
+     " ending every block of res3 to res5 (ContextBlock ratio 1/16); the rest is the cascade's.",
+     ("cascade-mask-rcnn_x101-32x4d-syncbn-r16-gcb-c3-c5_fpn_1x_coco",)),
+    ('SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. GC blocks'
+     " ending every block of res3 to res5 (ContextBlock ratio 1/4); the rest is the cascade's.",
+     ("cascade-mask-rcnn_x101-32x4d-syncbn-r4-gcb-c3-c5_fpn_1x_coco",)),
+    ('SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. GC blocks'
+     ' ending every block of res3 to res5 (ContextBlock ratio 1/16), deformable convolution (v1) in res3 to res5 '
+     'too.',
+     ("cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5-r16-gcb-c3-c5_fpn_1x_coco",)),
+    ('SyncBN in the backbone while training: at test time batch norm with its running statistics, as BN. GC blocks'
+     ' ending every block of res3 to res5 (ContextBlock ratio 1/4), deformable convolution (v1) in res3 to res5 '
+     'too.',
+     ("cascade-mask-rcnn_x101-32x4d-syncbn-dconv-c3-c5-r4-gcb-c3-c5_fpn_1x_coco",)),
+    ("RegNetX-3.2GF (arch='regnetx_3.2gf': depth 25, w_a 26.31, w_0 88, w_m 2.25, group width 48).",
+     ("mask-rcnn_regnetx-3.2GF_fpn_1x_coco", "mask-rcnn_regnetx-3.2GF_fpn_ms-3x_coco",
+      "cascade-mask-rcnn_regnetx-3.2GF_fpn_ms-3x_coco")),
+    ("RegNetX-4GF (arch='regnetx_4.0gf': depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40).",
+     ("mask-rcnn_regnetx-4GF_fpn_1x_coco", "cascade-mask-rcnn_regnetx-4GF_fpn_ms-3x_coco")),
+    ("RegNetX-6.4GF (arch='regnetx_6.4gf': depth 17, w_a 60.83, w_0 184, w_m 2.07, group width 56).",
+     ("mask-rcnn_regnetx-6.4GF_fpn_1x_coco",)),
+    ("RegNetX-8GF (arch='regnetx_8.0gf': depth 23, w_a 49.56, w_0 80, w_m 2.88, group width 120).",
+     ("mask-rcnn_regnetx-8GF_fpn_1x_coco",)),
+    ("RegNetX-12GF (arch='regnetx_12gf': depth 19, w_a 73.36, w_0 168, w_m 2.37, group width 112).",
+     ("mask-rcnn_regnetx-12GF_fpn_1x_coco",)),
+    ("RegNetX-3.2GF (arch='regnetx_3.2gf': depth 25, w_a 26.31, w_0 88, w_m 2.25, group width 48). DCNv2 in res3 "
+     "to res5: dcn=dict(type='DCNv2', deform_groups=1, fallback_on_stride=False), the grouped 3x3 conv of each "
+     "block a ModulatedDeformConv2dPack with the block's groups.",
+     ("mask-rcnn_regnetx-3.2GF-mdconv-c3-c5_fpn_1x_coco",)),
+    ("RegNetX-400MF (arch='regnetx_400mf': depth 22, w_a 24.48, w_0 24, w_m 2.54, group width 16). Its data "
+     "preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of the other "
+     'RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
+     ("mask-rcnn_regnetx-400MF_fpn_ms-poly-3x_coco",)),
+    ("RegNetX-800MF (arch='regnetx_800mf': depth 16, w_a 35.73, w_0 56, w_m 2.28, group width 16). Its data "
+     "preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of the other "
+     'RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
+     ("mask-rcnn_regnetx-800MF_fpn_ms-poly-3x_coco",)),
+    ("RegNetX-1.6GF (arch='regnetx_1.6gf': depth 18, w_a 34.01, w_0 80, w_m 2.25, group width 24). Its data "
+     "preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of the other "
+     'RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
+     ("mask-rcnn_regnetx-1.6GF_fpn_ms-poly-3x_coco",)),
+    ("RegNetX-4GF (arch='regnetx_4.0gf': depth 23, w_a 38.65, w_0 96, w_m 2.43, group width 40). Its data "
+     "preprocessor is mask_rcnn's (RGB, the ImageNet mean and std in RGB order), not the BGR one of the other "
+     'RegNet files (Base-mmdetection-regnet.yaml, whose comment describes the RegNet body).',
+     ("mask-rcnn_regnetx-4GF_fpn_ms-poly-3x_coco",)),
+    ("RegNetX-400MF (arch='regnetx_400mf': depth 22, w_a 24.48, w_0 24, w_m 2.54, group width 16).",
+     ("cascade-mask-rcnn_regnetx-400MF_fpn_ms-3x_coco",)),
+    ("RegNetX-800MF (arch='regnetx_800mf': depth 16, w_a 35.73, w_0 56, w_m 2.28, group width 16).",
+     ("cascade-mask-rcnn_regnetx-800MF_fpn_ms-3x_coco",)),
+    ("RegNetX-1.6GF (arch='regnetx_1.6gf': depth 18, w_a 34.01, w_0 80, w_m 2.25, group width 24).",
+     ("cascade-mask-rcnn_regnetx-1.6GF_fpn_ms-3x_coco",)),
+]
+NOTES = {name: note for note, names in _NOTES for name in names}
 
 ROWS = tuple(
     ZooFile(f"mmdetection/{config.partition('/')[2]}", config, _url(config, file), box, mask, _source(config, *where),
