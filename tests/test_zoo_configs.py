@@ -5,7 +5,8 @@ mmdetection and detectron2 config computes what its zoo config computes at test 
 test_mmdetection_reference.py and test_detectron2_reference.py; the check that the config's body has the output
 channels of the zoo's, the FPN's inputs, is the tool's own: ``make`` fails otherwise)."""
 
-import importlib.util
+import functools
+import importlib
 import sys
 
 import pytest
@@ -16,12 +17,12 @@ from minidet.config import cfg_value, config_names
 from minidet.families import FAMILIES
 
 
+@functools.cache
 def _tool():
-    spec = importlib.util.spec_from_file_location("zoo_configs", ROOT / "tools" / "zoo_configs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """tools/zoo_configs.py as a module, loaded once (its readers keep the zoos' sources they extracted)."""
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.append(str(ROOT / "tools"))
+    return importlib.import_module("zoo_configs")
 
 
 def _shipped_as_made(family: str) -> list:
