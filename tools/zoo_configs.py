@@ -29,7 +29,6 @@ import functools
 import importlib.util
 import json
 import sys
-import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -535,18 +534,14 @@ def _listed(value: Any) -> Any:
     return [_listed(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
-def _check_body(path: Path, text: str, widths: list[int]) -> None:
-    """The config ``text`` (to be ``path``) builds a body of the zoo's output channels ``widths`` (the FPN's inputs)."""
+def _check_body(name: str, base: str, keys: dict[str, Any], widths: list[int]) -> None:
+    """The config ``base`` + ``keys`` builds a body of the zoo's output channels ``widths`` (the FPN's inputs)."""
     from minidet.config import body_of, get_cfg
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=path.parent, delete=False) as f:
-        f.write(text)
-    try:
-        have = list(body_of(get_cfg(f.name)).out_channels)
-    finally:
-        Path(f.name).unlink()
-    if have != widths:
-        raise ValueError(f"{path.name}: the body's output channels {have} are not the zoo's {widths}")
+    cfg = get_cfg(f"{name.partition('/')[0]}/{base.removesuffix('.yaml')}")
+    cfg.merge_from_list([x for k, v in keys.items() for x in (k, v)])
+    if (have := list(body_of(cfg).out_channels)) != widths:
+        raise ValueError(f"{name}: the body's output channels {have} are not the zoo's {widths}")
 
 
 @dataclass(frozen=True)
@@ -583,7 +578,7 @@ def make(family: str) -> list[Made]:
                  f"families/zoo/{family}.py: change the row or the tool, not this file; see weights/README.md for the "
                  "file.")
         text = render(first, row.note, base, {**weights, **beside})
-        _check_body(path, text, widths)
+        _check_body(row.name, base, beside, widths)
         made.append(Made(row.name, path, text, zoo_keys))
     return made
 
