@@ -207,8 +207,8 @@ def test_an_entry_with_a_config_names_it(mm_state, tmp_path, monkeypatch):
     """What a zoo issue changes to run an architecture: the entry's ``config``. Loaded with another config, the file
     is refused naming it."""
     table = tuple(dataclasses.replace(a, config={"mmdetection": "mmdetection/mask-rcnn_r50_fpn_dconv_c3-c5_1x_coco"})
-                  if a.name.startswith("deformable") else a for a in architectures.NOT_RUN)
-    monkeypatch.setattr(architectures, "NOT_RUN", table)
+                  if a.name.startswith("deformable") else a for a in architectures.ARCHITECTURES)
+    monkeypatch.setattr(architectures, "ARCHITECTURES", table)
     path = tmp_path / "model.pth"
     write_mmdet_checkpoint(path, _mm_dcn(mm_state))
     assert _refused("mmdetection", path).endswith(
@@ -292,7 +292,7 @@ def test_detectron2_architectures_are_named(d2_state, tmp_path, make, arch, exam
 @pytest.mark.slow
 def test_a_regnet_file_under_a_resnet_config_is_named(d2_state, tmp_path):
     """detectron2's RegNet keys rename onto the ResNet's names (stem, resN.i.convK): its key names tell the bodies
-    apart (``NOT_RUN``, with the config's ``MODEL.REGNET`` off) before any shape does; mmdetection's RegNet, of
+    apart (``ARCHITECTURES``, with the config's ``MODEL.REGNET`` off) before any shape does; mmdetection's RegNet, of
     ResNet key names, is told by its stem (``families.check_body``)."""
     path = _save_d2(tmp_path / "model_final.pkl", _d2_regnet(d2_state))
     assert _refused("detectron2", path) == (
@@ -474,10 +474,10 @@ def test_the_tables_name_real_families_and_claim_no_key_of_a_valid_file():
     tv = [ln.split()[0] for ln in open(listing) if ln.strip() and not ln.startswith("#")]
     valid = {"mmdetection": mmdet_state_shapes(), "detectron2": d2_state_shapes(50), "maskrcnn_benchmark":
              mb_state_shapes(), "detectron": make_blobs("R-50-FPN"), "torchvision": tv}
-    for entry in (*architectures.NOT_RUN, *architectures.SET_ASIDE):
+    for entry in (*architectures.ARCHITECTURES, *architectures.SET_ASIDE):
         assert set(entry.keys) <= {*FAMILIES, "*"}, entry
-    names = [a.name for a in architectures.NOT_RUN]
-    assert len(set(names)) == len(names) and all(n in names for a in architectures.NOT_RUN for n in a.includes)
+    names = [a.name for a in architectures.ARCHITECTURES]
+    assert len(set(names)) == len(names) and all(n in names for a in architectures.ARCHITECTURES for n in a.includes)
     for family, keys in valid.items():
         assert architectures.other_architectures(family, keys) == [], family
         aside = {k for k in keys if architectures.set_aside(family, k)}
@@ -593,6 +593,31 @@ def test_a_panoptic_file_under_the_plain_config_is_one_error_line_through_infer(
 def test_the_plain_configs_are_shipped():
     names = minidet.config.config_names()
     assert set(architectures.PLAIN) == set(FAMILIES) and set(architectures.PLAIN.values()) <= set(names)
-    for arch in architectures.NOT_RUN:
+    for arch in architectures.ARCHITECTURES:
         assert set(arch.config.values()) <= set(names), arch
         assert all(minidet.config.cfg_value(minidet.get_cfg(), k) is not None for k in arch.switches), arch
+
+
+def test_the_table_names_what_runs_apart_from_what_does_not_yet():
+    """An entry runs where a shipped config runs it; then (but the plain Mask R-CNN) config keys turn it on, and the
+    config that runs it does; one that does not run yet has no switch, config key, rule, int8 policy or variant."""
+    table, defaults = architectures.ARCHITECTURES, minidet.get_cfg()
+    assert table[0] is architectures.MASK_RCNN and architectures.RUNS[0] is architectures.MASK_RCNN
+    runs, not_yet = ({a.name for a in part} for part in (architectures.RUNS, architectures.NOT_YET))
+    assert runs | not_yet == {a.name for a in table} and not runs & not_yet
+    for arch in architectures.RUNS[1:]:
+        assert arch.switches, arch.name
+        for name in arch.config.values():
+            assert arch in architectures.turned_on(minidet.get_cfg(name), defaults), (arch.name, name)
+    assert architectures.turned_on(defaults, defaults) == []
+    for arch in architectures.NOT_YET:
+        assert not (arch.switches or arch.settings or arch.rules or arch.bench or arch.tag or arch.lacks), arch.name
+        assert arch.int8 == architectures.Int8(), arch.name
+    tags = [a.tag for a in table if a.tag]
+    assert len(set(tags)) == len(tags)
+    variants = [v.name for a in table for v in a.bench]
+    assert len(set(variants)) == len(variants)
+    shipped = set(minidet.config.config_names(bases=True))
+    assert {c for a in table for v in a.bench for c in v.configs} <= shipped
+    for key, (default, _) in architectures.settings().items():  # the config's defaults are the table's
+        assert minidet.config.cfg_value(defaults, key) == default, key

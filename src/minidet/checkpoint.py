@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import families
-from .config import cfg_value, get_cfg
+from .config import get_cfg
 from .families import Family, architectures
 from .norm import Affine, FrozenBN
 from .readers import CheckpointError, read_checkpoint
@@ -309,16 +309,14 @@ _MASK_PARTS = ("mask_head.", "mask_iou_head.")  # what MODEL.MASK_ON False leave
 
 def check_architecture(ckpt: Checkpoint, cfg) -> None:
     """Refuse in one line a file and a config (a ``CfgNode``) that disagree about an architecture minidet runs
-    under its own config (``architectures.NOT_RUN``'s entries with ``switches``): the file has its keys and the
+    under its own config (``architectures.ARCHITECTURES``' entries with ``switches``): the file has its keys and the
     config leaves it off, or the config turns it on and the file has none of its keys; naming the file, what it
     holds and the shipped config that runs it (``architectures.refuse_config_mismatch``). First of all checks, before
     the config is fitted to the file (:func:`head_config`) or a model built. What ``MODEL.MASK_ON False`` leaves out
     does not count."""
     if ckpt.family is None:  # a minidet state dict: the model's own names
         return
-    defaults = get_cfg()
-    on = {a.name for a in architectures.NOT_RUN
-          if any(cfg_value(cfg, k) != cfg_value(defaults, k) for k in a.switches)}
+    on = {a.name for a in architectures.turned_on(cfg, get_cfg())}
     rename, masks_off = ckpt.rename(), () if cfg.MODEL.MASK_ON else _MASK_PARTS
     keys = [k for k in ckpt.tensors if not (rename(k) or "").startswith(masks_off)]
     architectures.refuse_config_mismatch(ckpt.family.name, keys, on, ckpt.path)
@@ -331,8 +329,8 @@ def load_checkpoint(
     checkpoint opened already), check it against the config and the model, rename, match and report. Raises
     CheckpointError unless every weight is filled. ``bn_eps`` and ``convention`` are the config's
     ``MODEL.FROZEN_BN_EPS`` and ``MODEL.CONVENTION``, checked against what the file's family fixes. Refused
-    first: a file holding layers of an architecture minidet does not run (``architectures.NOT_RUN``, named with the
-    config that runs it). Also refused: arrays that are not dense real numbers, integer tensors for float weights,
+    first: a file holding layers of an architecture the model lacks (``architectures.ARCHITECTURES``, named with
+    the config that runs it). Also refused: arrays that are not dense real numbers, integer tensors for float weights,
     NaN or infinite weights, another ResNet depth, and any key that no layer of the model takes unless it is known
     to play no part at inference (``architectures.SET_ASIDE``; the mask head's and a mask IoU head's weights under
     ``MODEL.MASK_ON False``)."""

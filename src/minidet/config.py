@@ -14,11 +14,12 @@ from typing import Any
 import yaml
 from yacs.config import CfgNode as _YacsNode
 
-from .bodies import Body, regnet_body, resnet_body
+from .bodies import Body, resnet_body
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
 from .categories import names_problem
-from .errors import ConfigError
-from .families import FAMILIES, family_mismatch
+from .errors import ConfigError, shown
+from .families import FAMILIES, architectures, family_mismatch
+from .families.architectures import CASCADE, DCN, GC_BLOCKS, MASK_SCORING, REGNET, regnet_of
 from .imageio import DEFAULT_MAX_PIXELS
 from .runtimes import PRECISIONS, RUNTIMES, precision_problem
 
@@ -138,12 +139,6 @@ def _load_yaml(path: str) -> tuple[dict, yaml.Node | None]:
     return data, base
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` on one line, cut to about ``limit`` characters."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _base_chain(path: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
     """(file, its mapping without ``_BASE_``) to merge in order: the deepest ``_BASE_`` first."""
     path = os.path.abspath(path)
@@ -156,7 +151,7 @@ def _base_chain(path: str, seen: tuple[str, ...] = ()) -> list[tuple[str, dict]]
     if not isinstance(base, str) or not base:
         where = _at(path, node.start_mark.line, node.start_mark.column) if node is not None else path
         kind = {list: "a list", dict: "a mapping", bool: "a boolean", int: "a number", float: "a number"}
-        what = f"{kind.get(type(base), type(base).__name__)}: {_short(base)}" if base != "" else "an empty string"
+        what = f"{kind.get(type(base), type(base).__name__)}: {shown(base)}" if base != "" else "an empty string"
         raise ConfigError(f"{where}: _BASE_ must name one file (a string); got {what}")
     base_path = base if os.path.isabs(base) else os.path.join(os.path.dirname(path), base)
     if not os.path.exists(base_path):
@@ -227,8 +222,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.WEIGHTS": ("", None),
     "MODEL.DEVICE": ("cpu", ("cpu", "cuda", "cuda:N")),
     "MODEL.MASK_ON": (True, None),
-    # Mask Scoring R-CNN: score = box score x the mask IoU head's IoU (with MASK_ON; MASK_ON False: the box scores)
-    "MODEL.MASKIOU_ON": (False, None),
+    **MASK_SCORING.settings,  # the architectures' own keys: families/architectures.py
     "MODEL.NORM": ("FrozenBN", ("FrozenBN", "BN", "Affine", "GN")),  # wherever the architecture normalizes
     # the RoI heads' norm where they normalize ('': MODEL.NORM; detectron2's X-152 cascade: frozen BN, GN heads)
     "MODEL.HEAD_NORM": ("", ("", "FrozenBN", "BN", "Affine", "GN")),
@@ -259,23 +253,9 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.RESNETS.STRIDE_IN_1X1": (False, None),
     "MODEL.RESNETS.NUM_GROUPS": (1, "[1, 256]"),
     "MODEL.RESNETS.WIDTH_PER_GROUP": (64, "[1, 1024]"),
-    # deformable 3x3 convs in the blocks of res2..res5 where True (four booleans); v2 (modulated) or v1; their groups
-    "MODEL.RESNETS.DEFORM_ON_PER_STAGE": ([False, False, False, False], None),
-    "MODEL.RESNETS.DEFORM_MODULATED": (False, None),
-    "MODEL.RESNETS.DEFORM_NUM_GROUPS": (1, "[1, 64]"),
-    # GC blocks (mmcv's ContextBlock) ending the blocks of res2..res5 where True (four booleans), of this ratio
-    "MODEL.RESNETS.CONTEXT_ON_PER_STAGE": ([False, False, False, False], None),
-    "MODEL.RESNETS.CONTEXT_RATIO": (1 / 16, "(0, 1]"),
-    # a RegNet body in place of the ResNet (MODEL.RESNETS.DEPTH, NUM_GROUPS, WIDTH_PER_GROUP unused; the other
-    # RESNETS keys apply): its total blocks (0: a ResNet), the generator's slope, initial width and width multiplier,
-    # the group width, RegNetY's SE ratio (0: RegNetX) and the stem's width, as detectron2's and mmdetection's RegNet
-    "MODEL.REGNET.DEPTH": (0, "[0, 100]"),
-    "MODEL.REGNET.W_A": (0.0, "[0, 1000]"),
-    "MODEL.REGNET.W_0": (8, "[8, 1024]"),
-    "MODEL.REGNET.W_M": (2.0, "(1, 100]"),
-    "MODEL.REGNET.GROUP_WIDTH": (8, "[1, 1024]"),
-    "MODEL.REGNET.SE_RATIO": (0.0, "[0, 1]"),
-    "MODEL.REGNET.STEM_WIDTH": (32, "[1, 1024]"),
+    **DCN.settings,
+    **GC_BLOCKS.settings,
+    **REGNET.settings,
     "MODEL.FPN.OUT_CHANNELS": (256, "[1, 4096]"),
     "MODEL.FPN.USE_NORM": (False, None),
     "MODEL.ANCHOR_GENERATOR.SIZES": ([32, 64, 128, 256, 512], "5 x (0, 16384]"),  # one per level, P2 to P6
@@ -302,9 +282,7 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": (2, "[0, 64]"),  # 0: adaptive
     "MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS": ([10.0, 10.0, 5.0, 5.0], "4 x (0, inf)"),
     "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG": (False, None),  # one set of deltas for every class (from the weights)
-    # Cascade R-CNN: one box stage per entry, each its box regression weights (4 numbers > 0, as BBOX_REG_WEIGHTS,
-    # which it replaces); empty: one stage, plain Mask R-CNN. Class-agnostic box regression only
-    "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS": ([], None),
+    **CASCADE.settings,
     "MODEL.ROI_MASK_HEAD.NUM_CONV": (4, "[0, 16]"),
     "MODEL.ROI_MASK_HEAD.CONV_DIM": (256, "[1, 4096]"),
     "MODEL.ROI_MASK_HEAD.USE_NORM": (False, None),
@@ -391,6 +369,20 @@ def config_file(name: str) -> str:
                       "(`minidet configs` lists them)")
 
 
+def own_settings(name: str) -> list:
+    """The ``KEY VALUE`` pairs (a flat list) that the config ``name`` (a path or a shipped config's name) sets
+    itself, not those of its ``_BASE_`` chain, ``MODEL.WEIGHTS`` aside: what a variant takes from it."""
+
+    def flat(data: dict, prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    own = flat(_base_chain(config_file(name))[-1][1], "")
+    return [kv for k, v in own.items() if k != "MODEL.WEIGHTS" for kv in (k, v)]
+
+
 def leaves(node: _YacsNode, prefix: str = "") -> dict[str, Any]:
     """Every key of ``node`` that holds a value, by its full name."""
     out: dict[str, Any] = {}
@@ -468,70 +460,104 @@ def body_of(cfg: CfgNode) -> Body:
     if not rg.DEPTH:
         return resnet_body(rn.DEPTH, rn.NUM_GROUPS, rn.WIDTH_PER_GROUP)
     try:
-        return regnet_body(rg.DEPTH, rg.W_A, rg.W_0, rg.W_M, rg.GROUP_WIDTH, rg.SE_RATIO, rg.STEM_WIDTH)
+        return regnet_of(rg)
     except ValueError as e:
-        raise ConfigError(f"MODEL.REGNET: {e}") from None
+        raise ConfigError(str(e)) from None
+
+
+# The checks across keys, each a function of the config that gives its problem in one line or None, run in this
+# order by validate_cfg after every key passed its own rule: the norm's, the graph's and its runtime's, the
+# architectures' (their ``rules``, in table order: families/architectures.py), the box head's, the family's, the
+# classes', GroupNorm's channels.
+
+
+def _fold_norm(cfg: CfgNode) -> str | None:
+    if cfg.MODEL.FOLD_NORM and cfg.MODEL.NORM == "GN":
+        return "MODEL.FOLD_NORM applies to FrozenBN/BN/Affine only; GroupNorm cannot be folded"
+    return None
+
+
+def _graph_sha256(cfg: CfgNode) -> str | None:
+    m = cfg.MODEL
+    if m.GRAPH_SHA256 and not re.fullmatch(r"[0-9a-fA-F]{64}", str(m.GRAPH_SHA256)):
+        return f"MODEL.GRAPH_SHA256 must be a SHA-256 (64 hexadecimal digits) or empty; got {shown(m.GRAPH_SHA256)}"
+    return None
+
+
+def _box_head_layers(cfg: CfgNode) -> str | None:
+    if cfg.MODEL.ROI_BOX_HEAD.NUM_CONV == 0 and cfg.MODEL.ROI_BOX_HEAD.NUM_FC == 0:
+        return "MODEL.ROI_BOX_HEAD needs at least one conv or fc layer"
+    return None
+
+
+def _norm_fc(cfg: CfgNode) -> str | None:
+    m = cfg.MODEL
+    if m.ROI_BOX_HEAD.NORM_FC and (m.HEAD_NORM or m.NORM) != "GN":
+        return (f"MODEL.ROI_BOX_HEAD.NORM_FC needs GN (a norm after an fc) as MODEL.NORM or MODEL.HEAD_NORM; "
+                f"got {m.HEAD_NORM or m.NORM}")
+    return None
+
+
+def _background_class(cfg: CfgNode) -> str | None:
+    m = cfg.MODEL
+    if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:
+        return (f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CONVENTION {m.CONVENTION}: it must "
+                f"be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
+    return None
+
+
+def _class_names(cfg: CfgNode) -> str | None:
+    names = cfg.MODEL.CLASS_NAMES
+    if names and (problem := names_problem(names)):  # set in Python, a string: not its letters
+        return (f"MODEL.CLASS_NAMES must be distinct, non-empty names: {problem}; got "
+                f"{shown(list(names) if isinstance(names, (list, tuple)) else names)}")
+    return None
+
+
+def _gn_groups(cfg: CfgNode) -> str | None:
+    """GroupNorm splits the channels of every normalized layer into equal groups."""
+    m = cfg.MODEL
+    head_norm = m.HEAD_NORM or m.NORM
+    if "GN" not in (m.NORM, head_norm):
+        return None
+    normalized = {}
+    if m.NORM == "GN":
+        body, kind = body_of(cfg), "RegNet" if m.REGNET.DEPTH else "ResNet"
+        normalized = {f"the {kind} stem": body.stem_channels}
+        normalized.update({f"the {kind}'s res{i + 2} width": s.width for i, s in enumerate(body.stages)})
+        normalized["MODEL.FPN.OUT_CHANNELS"] = m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0
+    for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD") if head_norm == "GN" else ():
+        normalized[f"MODEL.{h}.CONV_DIM"] = m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
+    if head_norm == "GN":
+        normalized["MODEL.ROI_BOX_HEAD.FC_DIM"] = m.ROI_BOX_HEAD.FC_DIM if m.ROI_BOX_HEAD.NORM_FC else 0
+    return next((f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm normalizes: {what} is "
+                 f"{channels}" for what, channels in normalized.items() if channels % m.GN_NUM_GROUPS), None)
+
+
+CROSS_RULES: tuple[architectures.Rule, ...] = (
+    _fold_norm,
+    _graph_sha256,
+    lambda cfg: precision_problem(cfg.MODEL.RUNTIME_PRECISION, cfg.MODEL.RUNTIME) or None,
+    *architectures.rules(),
+    _box_head_layers,
+    _norm_fc,
+    lambda cfg: family_mismatch(cfg.MODEL.WEIGHTS, cfg.MODEL.CONVENTION) or None,  # before WEIGHTS downloads
+    _background_class,
+    _class_names,
+    _gn_groups,
+)
 
 
 def validate_cfg(cfg: CfgNode) -> None:
-    """Check every key against ``RULES`` and the keys against each other; raise ConfigError naming the key.
-    A config that passes carries its values (:func:`check_cfg`)."""
+    """Check every key against ``RULES`` and the keys against each other (``CROSS_RULES``); raise ConfigError
+    naming the key. A config that passes carries its values (:func:`check_cfg`)."""
     values = leaves(cfg)
     for key, default in leaves(_C).items():
         rule, value = RULES.get(key, (True, False) if isinstance(default, bool) else None), values[key]
         if rule is not None and not _allows(rule, value, default):
-            shown = _short(list(value) if isinstance(value, tuple) else value)
-            raise ConfigError(f"{key} must be {_describe(rule, default)}; got {shown}")
-    m = cfg.MODEL
-    if m.FOLD_NORM and m.NORM == "GN":
-        raise ConfigError("MODEL.FOLD_NORM applies to FrozenBN/BN/Affine only; GroupNorm cannot be folded")
-    if m.GRAPH_SHA256 and not re.fullmatch(r"[0-9a-fA-F]{64}", str(m.GRAPH_SHA256)):
-        raise ConfigError(f"MODEL.GRAPH_SHA256 must be a SHA-256 (64 hexadecimal digits) or empty; got "
-                          f"{_short(m.GRAPH_SHA256)}")
-    if problem := precision_problem(m.RUNTIME_PRECISION, m.RUNTIME):
-        raise ConfigError(problem)
-    for key in ("DEFORM_ON_PER_STAGE", "CONTEXT_ON_PER_STAGE"):
-        flags = m.RESNETS[key]
-        if not isinstance(flags, (list, tuple)) or len(flags) != 4 or not all(isinstance(d, bool) for d in flags):
-            raise ConfigError(f"MODEL.RESNETS.{key} must be 4 booleans (res2 to res5); got {_short(flags)}")
-    body = body_of(cfg)
-    stages = m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS
-    if not isinstance(stages, (list, tuple)) or not all(_allows("4 x (0, inf)", w, []) for w in stages):
-        raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS must be a list of 4 numbers > 0 per cascade "
-                          f"stage, or empty; got {_short(stages)}")
-    if len(stages) == 1:
-        raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS: a cascade has 2 or more stages (empty: none, "
-                          f"MODEL.ROI_BOX_HEAD.BBOX_REG_WEIGHTS applies); got {_short(stages)}")
-    if stages and not m.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG:
-        raise ConfigError("MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS needs MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG "
-                          "True: the cascade's stages regress class-agnostic boxes")
-    if m.ROI_BOX_HEAD.NUM_CONV == 0 and m.ROI_BOX_HEAD.NUM_FC == 0:
-        raise ConfigError("MODEL.ROI_BOX_HEAD needs at least one conv or fc layer")
-    head_norm = m.HEAD_NORM or m.NORM
-    if m.ROI_BOX_HEAD.NORM_FC and head_norm != "GN":
-        raise ConfigError(f"MODEL.ROI_BOX_HEAD.NORM_FC needs GN (a norm after an fc) as MODEL.NORM or MODEL.HEAD_NORM; "
-                          f"got {head_norm}")
-    if problem := family_mismatch(m.WEIGHTS, m.CONVENTION):  # before MODEL.WEIGHTS downloads anything
-        raise ConfigError(problem)
-    if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:
-        raise ConfigError(f"MODEL.ROI_HEADS.NUM_CLASSES counts the background under MODEL.CONVENTION "
-                          f"{m.CONVENTION}: it must be >= 2; got {m.ROI_HEADS.NUM_CLASSES}")
-    if m.CLASS_NAMES and (problem := names_problem(m.CLASS_NAMES)):  # set in Python, a string: not its letters
-        shown = _short(list(m.CLASS_NAMES) if isinstance(m.CLASS_NAMES, (list, tuple)) else m.CLASS_NAMES)
-        raise ConfigError(f"MODEL.CLASS_NAMES must be distinct, non-empty names: {problem}; got {shown}")
-    if "GN" in (m.NORM, head_norm):  # GroupNorm splits the channels of every normalized layer into equal groups
-        normalized = {}
-        if m.NORM == "GN":
-            kind = "RegNet" if m.REGNET.DEPTH else "ResNet"
-            normalized = {f"the {kind} stem": body.stem_channels}
-            normalized.update({f"the {kind}'s res{i + 2} width": s.width for i, s in enumerate(body.stages)})
-            normalized["MODEL.FPN.OUT_CHANNELS"] = m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0
-        for h in ("ROI_BOX_HEAD", "ROI_MASK_HEAD") if head_norm == "GN" else ():
-            normalized[f"MODEL.{h}.CONV_DIM"] = m[h].CONV_DIM if m[h].USE_NORM and m[h].NUM_CONV else 0
-        if head_norm == "GN":
-            normalized["MODEL.ROI_BOX_HEAD.FC_DIM"] = m.ROI_BOX_HEAD.FC_DIM if m.ROI_BOX_HEAD.NORM_FC else 0
-        for what, channels in normalized.items():
-            if channels % m.GN_NUM_GROUPS:
-                raise ConfigError(f"MODEL.GN_NUM_GROUPS {m.GN_NUM_GROUPS} must divide the channels GroupNorm "
-                                  f"normalizes: {what} is {channels}")
+            raise ConfigError(f"{key} must be {_describe(rule, default)}; got "
+                              f"{shown(list(value) if isinstance(value, tuple) else value)}")
+    for check in CROSS_RULES:
+        if problem := check(cfg):
+            raise ConfigError(problem)
     cfg.__dict__[_VALIDATED] = repr(values)

@@ -14,6 +14,12 @@ its kinds; each program catches the base (and ``OSError``), not a list of its ow
 from __future__ import annotations
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` on one line, cut to about ``limit`` characters: a value as a one-line message shows it."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class MinidetError(Exception):
     """An error minidet reports as one line (``str(err)``) naming the file, key or option; the programs catch it."""
 

@@ -19,6 +19,7 @@ import torch
 
 from .. import __version__
 from ..detector import MaskRCNN
+from ..families.architectures import unsupported_ops
 from ..runtimes import PRECISIONS, RUNTIMES, precision_problem
 from ..transform import ImageBatch
 from . import ExportError, require
@@ -88,8 +89,9 @@ class PrecisionError(RuntimeCannot):
     """A runtime that cannot compute, or did not compute, in the precision asked (``MODEL.RUNTIME_PRECISION``)."""
 
 
-# ONNX operators of minidet's graphs that a runtime has no kernel or conversion for: runtime -> {op: what it is}
-UNSUPPORTED = {"openvino": {"DeformConv": "deformable convolution"}}
+# ONNX operators of minidet's graphs that a runtime has no kernel or conversion for: runtime -> {op: what it is}, from
+# the architectures that add them (families/architectures.py: ``Architecture.lacks``)
+UNSUPPORTED = unsupported_ops()
 
 
 def graph_ops(model: MaskRCNN) -> set[str]:

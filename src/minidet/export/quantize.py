@@ -6,9 +6,10 @@ layer's activation range from them, quantizes weights per output channel and cor
 compute in int8 is minidet's choice, by module (the graph's nodes are named after the model's modules from the
 exporter's scopes: ``name_by_module``):
 
-- int8: the weighted layers of ``QUANTIZED`` (the ResNet stages, the FPN, the box head's fully connected layers:
+- int8: the weighted layers of ``QUANTIZED`` (the body's stages, the FPN, the box head's fully connected layers:
   nearly all of the arithmetic);
-- float32 (``KEPT_FLOAT`` and ``KEPT_FLOAT_BLOCKS``, each with why; the facts name those the model has): the first
+- float32 (``KEPT_FLOAT`` and ``KEPT_FLOAT_BLOCKS``, each with why; the facts name those the model has; each
+  architecture's int8 policy in families/architectures.py): the first
   convolution, the RPN head, the box predictor, the mask head, a Mask Scoring R-CNN's mask IoU head, GC blocks
   (``*.context``), and every step without weights (box decoding, NMS, RoIAlign, the mask paste's inputs).
 
@@ -26,26 +27,16 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 
+from ..families.architectures import ARCHITECTURES
 from . import require
 
-QUANTIZED = ("backbone", "fpn", "box_head", "cascade.heads")  # modules whose weighted layers compute in int8
-# what stays float32, and why (the modules inside QUANTIZED first; everything outside QUANTIZED is float too)
-KEPT_FLOAT = {
-    "backbone.stem": "the first convolution: it sees the normalized image itself, and its three input channels "
-                     "make it a tiny share of the work",
-    "rpn.head": "the RPN head: its objectness ranks every anchor; quantized together with the FPN it lost the "
-                "proposals (all at the image's corner) on the test weights under OpenVINO 2026.4",
-    "box_predictor": "the class scores and box deltas: the detections' scores and boxes themselves, a tiny share",
-    "mask_head": "the mask head: int8 coarsens the 28x28 mask logits, the masks' outlines (OpenVINO's own Mask "
-                 "R-CNN tutorial shows some masks 'considerably less accurate' in int8)",
-    "mask_iou_head": "Mask Scoring R-CNN's mask IoU head: it reads the mask head's masks, and the IoU it predicts "
-                     "multiplies each detection's score",
-}
-# blocks kept float32 inside the quantized modules, wherever they are (a module path with this name in it), and why
-KEPT_FLOAT_BLOCKS = {
-    "context": "GC blocks (GCNet's ContextBlock): their attention pooling weights every position of a map by a softmax "
-               "of about 1 / positions each, which int8 activations round to a few levels; a tiny share of the work",
-}
+# each architecture's int8 policy (families/architectures.py: ``Architecture.int8``), the table's entries in order:
+# the modules whose weighted layers compute in int8; what stays float32 inside them, and why (everything outside
+# QUANTIZED is float too); blocks kept float32 inside the quantized modules, wherever they are (a module path with this
+# name in it), and why
+QUANTIZED = tuple(m for a in ARCHITECTURES for m in a.int8.quantized)
+KEPT_FLOAT = {k: why for a in ARCHITECTURES for k, why in a.int8.kept_float.items()}
+KEPT_FLOAT_BLOCKS = {k: why for a in ARCHITECTURES for k, why in a.int8.kept_blocks.items()}
 DEFAULT_CALIBRATION = 100  # calibration images used at most (spread evenly over those given)
 SCOPE = "pkg.torch.onnx.name_scopes"  # the torch exporter's node metadata: the modules a node was traced in
 WEIGHTED = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")

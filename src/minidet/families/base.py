@@ -119,7 +119,7 @@ def check_body(model, weights: Mapping[str, Any], path: str, family: str) -> boo
     ResNet (its stem a 3x3 conv, not a 7x7) or the other way round, or a RegNet of other stage widths or blocks than
     the model's (``MODEL.REGNET``), naming the config that runs it (a ResNet: the family's plain one); returns whether
     the body is a RegNet."""
-    from .architectures import NOT_RUN, PLAIN  # noqa: PLC0415 (the table imports this module)
+    from .architectures import PLAIN, REGNET  # noqa: PLC0415 (the table imports this module)
 
     stem, own = weights.get("backbone.stem.conv1.weight"), getattr(getattr(model, "backbone", None), "stem", None)
     if own is None:  # not a minidet body
@@ -128,7 +128,7 @@ def check_body(model, weights: Mapping[str, Any], path: str, family: str) -> boo
     if stem is None or len(getattr(stem, "shape", ())) != 4:
         return model_regnet
     file_regnet = stem.shape[-1] == 3
-    config = next(a for a in NOT_RUN if a.name == "RegNet backbone").config.get(family)
+    config = REGNET.config.get(family)
     if file_regnet != model_regnet:
         if file_regnet:
             runs = f"such as {config}" if config else "(none of this family's is shipped)"

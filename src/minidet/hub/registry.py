@@ -5,12 +5,12 @@ the licence each zoo states for its weights (:data:`ZOO_LICENCES`, :func:`licenc
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import MinidetError
 from ..families import FAMILIES, FAMILY_OF, REGISTRY, WeightsEntry, entry_for  # noqa: F401 (the registry's API)
+from ..families.architectures import ARCHITECTURES as TABLE
+from ..families.architectures import Architecture, turned_on
 
 NOT_STATED = "not stated"
 
@@ -71,14 +71,9 @@ def close_hint(text: str) -> str:
 # what a registry file is, from its config: `minidet weights list --family/--arch/--dataset`
 
 PLAIN = "plain"  # the architecture of a file none of ARCHITECTURES describes: Mask R-CNN with a ResNet body
-# what a config sets for each architecture beyond the plain one (a file may have several: cascade+dcn)
-ARCHITECTURES: dict[str, Callable[[Any], bool]] = {
-    "cascade": lambda m: len(m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS) > 1,  # Cascade Mask R-CNN
-    "dcn": lambda m: any(m.RESNETS.DEFORM_ON_PER_STAGE),  # deformable convolutions
-    "gcb": lambda m: any(m.RESNETS.CONTEXT_ON_PER_STAGE),  # global context blocks (GCNet)
-    "ms-rcnn": lambda m: bool(m.MASKIOU_ON),  # Mask Scoring R-CNN
-    "regnet": lambda m: m.REGNET.DEPTH > 0,  # a RegNet body
-}
+# what a config may turn on beyond the plain Mask R-CNN (a file may have several: cascade+dcn), by the name `minidet
+# weights list --arch` gives it: the architecture table's entries with a tag (families/architectures.py)
+ARCHITECTURES: dict[str, Architecture] = dict(sorted((a.tag, a) for a in TABLE if a.tag))
 # the dataset a file was trained on, by the classes its config counts (without the background)
 DATASETS: dict[int, str] = {80: "coco", 90: "coco", 1230: "lvis-v0.5", 1203: "lvis-v1", 8: "cityscapes"}
 
@@ -99,9 +94,11 @@ def traits(name: str) -> Traits:
     from ..config import get_cfg  # noqa: PLC0415 (the config module reads images: not for a plain `weights list`)
 
     try:
-        m = get_cfg(REGISTRY[name].config).MODEL
+        cfg = get_cfg(REGISTRY[name].config)
     except MinidetError:
         return Traits(("?",), "?")
-    archs = tuple(a for a, has in ARCHITECTURES.items() if has(m)) or (PLAIN,)
+    on = turned_on(cfg, get_cfg())
+    archs = tuple(tag for tag, a in ARCHITECTURES.items() if a in on) or (PLAIN,)
+    m = cfg.MODEL
     classes = m.ROI_HEADS.NUM_CLASSES - (0 if FAMILIES[m.CONVENTION].background_last else 1)
     return Traits(archs, DATASETS.get(classes, f"{classes} classes"))

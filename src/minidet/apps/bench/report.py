@@ -27,6 +27,8 @@ from pycocotools.coco import COCO
 from minidet.apps.compare import DetectionMatch
 from minidet.apps.evaluation import coco_metrics, instances_to_coco
 from minidet.apps.outputs.fileio import atomic_write
+from minidet.config import own_settings
+from minidet.families.architectures import ARCHITECTURES as ARCHITECTURE_TABLE
 from minidet.masks import BoxMasks
 from minidet.runtimes import DEFAULT, PRECISIONS
 from minidet.timing import DETAILS, STAGES, format_table, summarize
@@ -36,34 +38,12 @@ from minidet.timing import DETAILS, STAGES, format_table, summarize
 # model exported (minidet export's graph, the same weights), the float32 graph compiled by OpenVINO in bf16, and
 # quantized to int8 by NNCF (minidet.export.quantize)
 RUNTIMES = {rt if pr == DEFAULT else f"{rt}-{pr}": (rt, pr) for pr, p in PRECISIONS.items() for rt in p.runtimes}
-# the architectures beside the plain Mask R-CNN of the config (its FrozenBN variant), each the config with these
-# KEY VALUE pairs (a config of a family with a cascade: detectron2's or mmdetection's); randomized weights of their own
-_CASCADE = ["MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True, "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS",
-            [[10.0, 10.0, 5.0, 5.0], [20.0, 20.0, 10.0, 10.0], [30.0, 30.0, 15.0, 15.0]]]
-_DCN = ["MODEL.RESNETS.DEFORM_ON_PER_STAGE", [False, True, True, True]]
-
-
-def _regnet(depth: int, w_a: float, w_0: int, w_m: float, group_width: int, se_ratio: float = 0.0) -> list:
-    """A RegNet body in place of the config's ResNet (``MODEL.REGNET``; the stride in its 3x3 convs, as in
-    detectron2's and mmdetection's RegNet): the generator parameters of pycls' model zoo."""
-    return ["MODEL.REGNET.DEPTH", depth, "MODEL.REGNET.W_A", w_a, "MODEL.REGNET.W_0", w_0, "MODEL.REGNET.W_M", w_m,
-            "MODEL.REGNET.GROUP_WIDTH", group_width, "MODEL.REGNET.SE_RATIO", se_ratio, "MODEL.REGNET.STEM_WIDTH", 32,
-            "MODEL.RESNETS.STRIDE_IN_1X1", False]
-
-
-ARCHITECTURES = {
-    "cascade": _CASCADE,
-    "dcn": _DCN,
-    "dcnv2": [*_DCN, "MODEL.RESNETS.DEFORM_MODULATED", True],
-    "cascade+dcn": [*_CASCADE, *_DCN],
-    # issue 45: RegNets of about R-50's cost (mmdetection's regnetx-3.2GF and -4GF, detectron2's RegNetY-4GF), GC
-    # blocks (r16) in res3 to res5, Mask Scoring R-CNN's mask IoU head
-    "regnetx-3.2gf": _regnet(25, 26.31, 88, 2.25, 48),
-    "regnetx-4gf": _regnet(23, 38.65, 96, 2.43, 40),
-    "regnety-4gf": _regnet(22, 31.41, 96, 2.24, 64, 0.25),
-    "gcb": ["MODEL.RESNETS.CONTEXT_ON_PER_STAGE", [False, True, True, True], "MODEL.RESNETS.CONTEXT_RATIO", 1 / 16],
-    "maskiou": ["MODEL.MASKIOU_ON", True],
-}
+# the architectures beside the plain Mask R-CNN of the config (its FrozenBN variant): each variant of the architecture
+# table (families/architectures.py: ``Architecture.bench``) is the config with the keys its shipped configs set
+# themselves, then its own KEY VALUE pairs (a config of a family with a cascade: detectron2's or mmdetection's);
+# randomized weights of their own
+ARCHITECTURES = {v.name: [*(kv for c in v.configs for kv in own_settings(c)), *v.then]
+                 for a in ARCHITECTURE_TABLE for v in a.bench}
 VARIANTS = {  # name -> (MODEL.NORM, MODEL.FOLD_NORM)
     "FrozenBN": ("FrozenBN", False),
     "FrozenBN+fold": ("FrozenBN", True),
