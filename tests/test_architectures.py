@@ -610,7 +610,8 @@ def test_the_table_names_what_runs_apart_from_what_does_not_yet():
         for name in arch.config.values():
             assert arch in architectures.turned_on(minidet.get_cfg(name), defaults), (arch.name, name)
     assert architectures.turned_on(defaults, defaults) == []
-    for arch in architectures.NOT_YET:
+    for arch in architectures.NOT_YET:  # docs/zoo_census.tsv names them, a comma apart
+        assert "," not in arch.name, arch.name
         assert not (arch.switches or arch.settings or arch.rules or arch.bench or arch.tag or arch.lacks), arch.name
         assert arch.int8 == architectures.Int8(), arch.name
     tags = [a.tag for a in table if a.tag]
