@@ -4,7 +4,7 @@ Usage::
 
     python tools/benchmark.py [--config-file CFG]
         [--norms FrozenBN,Affine,Affine+fold,GN,none,onnxruntime,openvino,openvino-bf16,openvino-int8,
-                 cascade,dcn,dcnv2,cascade+dcn,regnetx-3.2gf,regnetx-4gf,regnety-4gf,gcb,maskiou]
+                 dcn,dcnv2,gcb,regnetx-3.2gf,regnetx-4gf,regnety-4gf,cascade,cascade+dcn,maskiou]
         [--depths 50,101] [--batch 1,16] [--device cpu|cuda] [--amp bf16|fp16] [--size 800]
         [--image 480x640] [--iters N] [--warmup K] [--threads T] [--vs-torchvision] [--no-memory]
         [--keep-memory on|off] [--peak-seconds S] [--busy-load L] [--busy-cpu F]
@@ -19,11 +19,12 @@ minidet (``MODEL.RUNTIME``: minidet's pre- and post-processing around the graph,
 ``export`` / ``openvino`` extras. ``openvino-bf16`` is the same graph compiled by OpenVINO in bf16
 (``MODEL.RUNTIME_PRECISION bf16``, CPUs with bf16 instructions), ``openvino-int8`` that graph quantized by NNCF
 (``minidet.export.quantize``, calibrated on ``--calib-images`` images; the ``int8`` extra) and run in int8
-(``MODEL.RUNTIME_PRECISION int8``). ``cascade``, ``dcn``, ``dcnv2``, ``cascade+dcn``, ``regnetx-3.2gf``,
-``regnetx-4gf``, ``regnety-4gf``, ``gcb`` and ``maskiou`` are other architectures beside the config's plain Mask
-R-CNN (``report.ARCHITECTURES``: Cascade R-CNN's three box stages, deformable convolution v1 or v2 in res3 to res5,
-a RegNet body of about R-50's cost in place of the ResNet, GC blocks in res3 to res5, Mask Scoring R-CNN's mask IoU
-head; a detectron2 or mmdetection config), randomized and calibrated as the plain one, each printed as its ratio to
+(``MODEL.RUNTIME_PRECISION int8``). ``dcn``, ``dcnv2``, ``gcb``, ``regnetx-3.2gf``, ``regnetx-4gf``,
+``regnety-4gf``, ``cascade``, ``cascade+dcn`` and ``maskiou`` are other architectures beside the config's plain Mask
+R-CNN (``report.ARCHITECTURES``: the architecture table's variants, each the keys that shipped configs set: deformable
+convolution v1 or v2 in res3 to res5, GC blocks in res3 to res5, a RegNet body of about R-50's cost in place of the
+ResNet, Cascade R-CNN's three box stages, Mask Scoring R-CNN's mask IoU head; a detectron2 or mmdetection config),
+randomized and calibrated as the plain one, each printed as its ratio to
 ``FrozenBN`` stage by stage. Each iteration runs every model once, in turn,
 the order rotating by one model per iteration; ``--warmup`` iterations are not recorded. This
 file holds the command line, the models (``Runner``), the interleaved timing loop, the
