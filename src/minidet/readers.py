@@ -30,16 +30,14 @@ class StateDict(dict):
 
 
 def _zip_without_pickle(path: str) -> str | None:
-    """For a zip archive that is no ``torch.save`` file (no ``data.pkl`` record): what it holds."""
+    """For a zip archive that is no ``torch.save`` file (no ``data.pkl`` record): what it holds; None for any other
+    file (the hub's check, imported on this failure's path only: reading a checkpoint needs no download code)."""
+    from .hub.downloads import zip_without_pickle
+
     try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
+        return zip_without_pickle(path)
     except (OSError, zipfile.BadZipFile):
         return None
-    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-        return None
-    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-    return ", ".join(names[:3]) + more if names else "nothing"
 
 
 _AGAIN = "download or copy it again"

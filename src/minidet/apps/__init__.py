@@ -68,12 +68,24 @@ def fail(message: str, debug: bool) -> int:
     return 2
 
 
+FAILURES = (MinidetError, OSError, KeyboardInterrupt)  # what ends a program with one line and no traceback hint
+
+
+def failure(e: BaseException, debug: bool) -> int:
+    """The one ``error:`` line of a program that ``e``, one of :data:`FAILURES`, ended, and its exit status:
+    minidet's errors (``errors.MinidetError``: a bad config, checkpoint, input, a runtime that failed) and the file
+    system's (``OSError``) say their message (2), Ctrl-C says ``interrupted`` (130)."""
+    if isinstance(e, KeyboardInterrupt):
+        fail("interrupted", debug)
+        return 130
+    return fail(str(e), debug)
+
+
 def run_app(args, folders: Callable[[], AbstractContextManager], body: Callable[[], int]) -> int:
     """An application's ``main`` once its arguments are parsed: freed memory kept (``args.keep_memory``: process-
     wide, the application's choice, never the library's), OpenCV's log and the native libraries' messages quiet
-    unless ``args.debug``, ``folders()`` held around ``body()``. minidet's errors (``errors.MinidetError``: a bad
-    config, checkpoint, input, a runtime that failed) and the file system's (``OSError``) are one line (status 2),
-    Ctrl-C one line (130), any other exception one line naming its type (2); torch.distributed is shut down."""
+    unless ``args.debug``, ``folders()`` held around ``body()``. minidet's errors, the file system's and Ctrl-C are
+    :func:`failure`'s one line, any other exception one line naming its type (2); torch.distributed is shut down."""
     if args.keep_memory:
         keep_freed_memory()
     if not args.debug:
@@ -81,11 +93,8 @@ def run_app(args, folders: Callable[[], AbstractContextManager], body: Callable[
     try:
         with folders(), native_messages(args.debug):
             return body()
-    except (MinidetError, OSError) as e:
-        return fail(str(e), args.debug)
-    except KeyboardInterrupt:
-        fail("interrupted", args.debug)
-        return 130
+    except FAILURES as e:
+        return failure(e, args.debug)
     except Exception as e:  # noqa: BLE001 - any other failure: still one line without --debug
         hint = "" if args.debug else " (rerun with --debug for the traceback)"
         return fail(f"{type(e).__name__}: {e}{hint}", args.debug)

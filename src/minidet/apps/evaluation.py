@@ -14,6 +14,7 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 
 from minidet.apps.outputs.instances import instances_to_coco
+from minidet.apps.outputs.results import is_int, is_real
 from minidet.apps.outputs.rle import NEGATIVE_RUN, NOT_RLE, rle_string_totals  # noqa: F401 (evaluation's API)
 from minidet.apps.scoring import (  # noqa: F401 (evaluation's API)
     IOU_TYPES,
@@ -41,14 +42,6 @@ from ..categories import (
 
 _GT_KEYS = ("id", "image_id", "category_id", "bbox", "area", "iscrowd")
 _PLAIN_REALS = frozenset((int, float))  # JSON's numbers (bool is neither)
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _load_json(path: str, what: str):
@@ -95,7 +88,7 @@ def load_coco_annotations(path: str) -> COCO:
             _lvis_file_name(im)
         if not (isinstance(im, dict) and all(k in im for k in ("id", "file_name", "height", "width"))):
             raise EvaluationError(f"{path}: images[{i}] needs 'id', 'file_name', 'height' and 'width'")
-        if not (_is_int(im["id"]) and _is_int(im["height"]) and _is_int(im["width"])):
+        if not (is_int(im["id"]) and is_int(im["height"]) and is_int(im["width"])):
             raise EvaluationError(f"{path}: images[{i}]: 'id', 'height' and 'width' must be integers")
         if im["height"] < 1 or im["width"] < 1 or not isinstance(im["file_name"], str):
             raise EvaluationError(f"{path}: images[{i}]: needs a positive size and a 'file_name' string")
@@ -106,7 +99,7 @@ def load_coco_annotations(path: str) -> COCO:
     for i, cat in enumerate(data["categories"]):
         if not (isinstance(cat, dict) and "id" in cat and "name" in cat):
             raise EvaluationError(f"{path}: categories[{i}] needs 'id' and 'name'")
-        if not _is_int(cat["id"]) or cat["id"] in category_ids:
+        if not is_int(cat["id"]) or cat["id"] in category_ids:
             raise EvaluationError(f"{path}: categories[{i}]: id {cat['id']!r} is not an integer or appears twice")
         category_ids.add(cat["id"])
     if not category_ids:
@@ -126,7 +119,7 @@ def _check_annotations(data: dict, path: str, gt_keys: tuple[str, ...], category
     for i, ann in enumerate(anns):
         if missing := [k for k in gt_keys if not isinstance(ann, dict) or k not in ann]:
             raise EvaluationError(f"{path}: annotations[{i}] lacks {', '.join(map(repr, missing))}")
-        if not _is_int(ann["id"]) or ann["id"] in ann_ids:  # pycocotools finds annotations by id
+        if not is_int(ann["id"]) or ann["id"] in ann_ids:  # pycocotools finds annotations by id
             raise EvaluationError(f"{path}: annotations[{i}]: annotation id {ann['id']!r} is not an integer or "
                                   "appears twice")
         ann_ids.add(ann["id"])
@@ -145,14 +138,14 @@ def _check_annotation(ann: dict, where: str, images: dict[int, dict], category_i
     a finite number >= 0, ``iscrowd`` 0 or 1 (where given), ``segmentation`` (where given) as
     :func:`check_segmentation` says (an empty polygon list is a box-only annotation). Returns its compressed RLE
     counts (checked later), else None; raises :class:`EvaluationError` naming ``where``."""
-    if not _is_int(ann["image_id"]) or ann["image_id"] not in images:
+    if not is_int(ann["image_id"]) or ann["image_id"] not in images:
         raise EvaluationError(f"{where}: image_id {ann['image_id']!r} is not in 'images'")
-    if not _is_int(ann["category_id"]) or ann["category_id"] not in category_ids:
+    if not is_int(ann["category_id"]) or ann["category_id"] not in category_ids:
         raise EvaluationError(f"{where}: category_id {ann['category_id']!r} is not in 'categories'")
     b = ann["bbox"]
-    if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
+    if not (isinstance(b, list) and len(b) == 4 and all(is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
         raise EvaluationError(f"{where}: 'bbox' must be [x, y, width, height] with width, height >= 0; got {b!r}")
-    if not (_is_real(ann["area"]) and ann["area"] >= 0):
+    if not (is_real(ann["area"]) and ann["area"] >= 0):
         raise EvaluationError(f"{where}: 'area' must be a finite number >= 0, got {ann['area']!r}")
     if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd"), (bool, float)):
         raise EvaluationError(f"{where}: 'iscrowd' must be 0 or 1, got {ann['iscrowd']!r}")
@@ -252,15 +245,15 @@ def _check_entry(r, where: str, needed: tuple[str, ...], coco_gt: COCO) -> tuple
     if key := next((k for k in needed if k not in r), None):
         raise EvaluationError(f"{where}: no {key!r} (every entry needs {', '.join(map(repr, needed))})")
     image_id = r["image_id"]
-    if not _is_int(image_id) or image_id not in coco_gt.imgs:
+    if not is_int(image_id) or image_id not in coco_gt.imgs:
         raise EvaluationError(f"{where}: image_id {image_id!r} is not an image of the annotation file")
-    if not _is_int(r["category_id"]):
+    if not is_int(r["category_id"]):
         raise EvaluationError(f"{where}: category_id must be an integer, got {r['category_id']!r}")
-    if not _is_real(r["score"]):
+    if not is_real(r["score"]):
         raise EvaluationError(f"{where}: score must be a finite number, got {r['score']!r}")
     if "bbox" in needed:
         b = r["bbox"]
-        if not (isinstance(b, list) and len(b) == 4 and all(_is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
+        if not (isinstance(b, list) and len(b) == 4 and all(is_real(v) for v in b) and b[2] >= 0 and b[3] >= 0):
             raise EvaluationError(f"{where}: bbox must be [x, y, width, height] with width, height >= 0; got {b!r}")
     return _check_rle(r, coco_gt.imgs[image_id], where) if "segmentation" in needed else None
 
@@ -297,7 +290,7 @@ def check_segmentation(seg, image: dict, where: str) -> str | None:
     if not (isinstance(size, list) and size == [h, w]):
         raise EvaluationError(f"{where}: segmentation size {size!r} is not the image's [height, width] {[h, w]}")
     if isinstance(counts, list):
-        if not all(_is_int(c) and c >= 0 for c in counts) or sum(counts) != h * w:
+        if not all(is_int(c) and c >= 0 for c in counts) or sum(counts) != h * w:
             raise EvaluationError(f"{where}: uncompressed RLE counts must be non-negative integers summing to H*W "
                                   f"({h} x {w} = {h * w})")
         return None
@@ -317,8 +310,8 @@ def polygon_problem(polygons: list, height: int, width: int) -> str | None:
         if not (isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0):
             what = f"{len(p)} numbers" if isinstance(p, list) else type(p).__name__
             return (f"polygon {k} must be a list of x, y numbers (an even count, at least 3 points), got {what}")
-        if not all(_is_real(v) for v in p):
-            return f"polygon {k} must hold finite numbers, got {next(v for v in p if not _is_real(v))!r}"
+        if not all(is_real(v) for v in p):
+            return f"polygon {k} must hold finite numbers, got {next(v for v in p if not is_real(v))!r}"
         xs, ys = p[0::2], p[1::2]
         if min(xs) < -width or max(xs) > 2 * width or min(ys) < -height or max(ys) > 2 * height:
             x, y = next((x, y) for x, y in zip(xs, ys) if not (-width <= x <= 2 * width and -height <= y <= 2 * height))

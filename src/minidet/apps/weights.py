@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import hub
-from ..errors import ConfigError, MinidetError
-from . import fail
+from ..errors import ConfigError
+from . import FAILURES, failure
 
 FORMATS = ("short", "long", "tsv", "json")
 SORTS = ("registry", "name", "ap")
@@ -264,11 +264,8 @@ def main(argv: list[str] | None = None, prog: str = "minidet weights") -> int:
     except BrokenPipeError:  # `minidet weights list | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (MinidetError, OSError) as e:
-        return fail(str(e), debug=False)
-    except KeyboardInterrupt:
-        fail("interrupted", debug=False)
-        return 130
+    except FAILURES as e:
+        return failure(e, debug=False)
 
 
 if __name__ == "__main__":

@@ -300,6 +300,18 @@ _MAGIC = (  # binary formats a wrong URL gives, by their first bytes
 )
 
 
+def zip_without_pickle(path: str | os.PathLike) -> str | None:
+    """For a zip archive that is no ``torch.save`` file (no ``data.pkl`` record): what it holds (its first names,
+    ``a.txt, b.txt, c.txt and 2 more``; ``nothing``); None for a ``torch.save`` archive; ``zipfile.BadZipFile`` or
+    ``OSError`` for one that cannot be read. Here and in ``readers``' message for what ``torch.load`` refused."""
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return None
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more if names else "nothing"
+
+
 def not_a_checkpoint(path: str | os.PathLike) -> str | None:
     """None if ``path`` starts like a checkpoint minidet reads and is not implausibly small (``MIN_CHECKPOINT_BYTES``):
     a zip archive with a ``data.pkl`` record (``torch.save``) or a pickle of protocol 2 or later (a legacy
@@ -310,13 +322,11 @@ def not_a_checkpoint(path: str | os.PathLike) -> str | None:
         head = f.read(4096)
     if head[:4] == b"PK\x03\x04":
         try:
-            with zipfile.ZipFile(path) as z:
-                names = z.namelist()
+            held = zip_without_pickle(path)
         except (OSError, zipfile.BadZipFile):
             return f"a damaged zip archive ({size} bytes)"
-        if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-            return f"a zip archive that is no torch.save file (no data.pkl; it holds {', '.join(names[:3])}{more})"
+        if held is not None:
+            return f"a zip archive that is no torch.save file (no data.pkl; it holds {held})"
     elif not (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5):  # pickle: PROTO opcode, protocol 2..5
         return _describe(head, size)
     if size < MIN_CHECKPOINT_BYTES:

@@ -60,8 +60,9 @@ class OutputOptions:
         return parse_classes(self.classes, list(names))
 
 
-def parse_classes(text: str | None, names: list[str]) -> set[int] | None:
-    """The class indices ``--classes`` names (any case), None for all; ConfigError for a name the model lacks."""
+def parse_classes(text: str | None, names: list[str], option: str = "--classes") -> set[int] | None:
+    """The class indices ``text`` names (any case), None for all; ConfigError for a name the model lacks, or for no
+    name, its line beginning with the ``option`` that gave the text (``--classes``, the server's ``classes``)."""
     if text is None:
         return None
     real = [(k, n) for k, n in enumerate(names) if n not in (BACKGROUND, UNUSED)]
@@ -70,7 +71,7 @@ def parse_classes(text: str | None, names: list[str]) -> set[int] | None:
     unknown = [w for w in wanted if w.lower() not in lower]
     if unknown or not wanted:
         listed = ", ".join(n for _, n in real)
-        raise ConfigError(f"--classes: {'no class given' if not wanted else 'unknown class ' + repr(unknown[0])} "
+        raise ConfigError(f"{option}: {'no class given' if not wanted else 'unknown class ' + repr(unknown[0])} "
                           f"(the model's classes: {listed})")
     return {lower[w.lower()] for w in wanted}
 

@@ -48,11 +48,14 @@ class Results:
     total: int = 0
 
 
-def _is_real(v) -> bool:
+def is_real(v) -> bool:
+    """Whether a JSON value is a finite number (``true`` and ``false`` are not numbers), here and in evaluation's
+    checks of datasets and results."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
+    """Whether a JSON value is an integer (``true`` and ``false`` are not)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -83,7 +86,7 @@ def _segmentation(seg, h: int, w: int):
         return None
     if isinstance(seg, list):
         for k, p in enumerate(seg):
-            if not (isinstance(p, list) and all(_is_real(v) for v in p)):
+            if not (isinstance(p, list) and all(is_real(v) for v in p)):
                 raise RecordError(f"segmentation polygon {k} must be a list of numbers, got {_short(p)}")
             if len(p) % 2 or len(p) < 6:
                 raise RecordError(f"segmentation polygon {k} has {len(p)} values (x, y pairs: an even number, at "
@@ -98,7 +101,7 @@ def _segmentation(seg, h: int, w: int):
         raise RecordError(f"segmentation size {_short(seg['size'])} is not the record's [height, width] {[h, w]}")
     counts = seg["counts"]
     if isinstance(counts, list):
-        if not all(_is_int(c) and c >= 0 for c in counts) or sum(counts) != h * w:
+        if not all(is_int(c) and c >= 0 for c in counts) or sum(counts) != h * w:
             raise RecordError(f"segmentation counts must be non-negative run lengths covering the {w} x {h} pixels")
     elif not isinstance(counts, str):
         raise RecordError(f"segmentation counts must be an RLE string or a list of runs, got {_short(counts)}")
@@ -112,11 +115,11 @@ def _instance(inst, h: int, w: int) -> dict:
         raise RecordError(f"no {key!r} (an instance has {', '.join(INSTANCE_KEYS)}; category_name, segmentation)")
     score, cid, box = inst["score"], inst["category_id"], inst["bbox"]
     for key in ("score", "box_score"):
-        if key in inst and not _is_real(inst[key]):
+        if key in inst and not is_real(inst[key]):
             raise RecordError(f"{key} must be a finite number, got {_short(inst[key])}")
-    if not _is_int(cid):
+    if not is_int(cid):
         raise RecordError(f"category_id must be an integer, got {_short(cid)}")
-    if not (isinstance(box, list) and len(box) == 4 and all(_is_real(v) for v in box) and box[2] >= 0
+    if not (isinstance(box, list) and len(box) == 4 and all(is_real(v) for v in box) and box[2] >= 0
             and box[3] >= 0):
         raise RecordError(f"bbox must be [x, y, width, height] with width, height >= 0, got {_short(box)}")
     if not _points_inside([box[0], box[1], box[0] + box[2], box[1] + box[3]], h, w):
@@ -136,7 +139,7 @@ def check_record(doc, max_pixels: int = DEFAULT_MAX_PIXELS, labels: list[str] | 
     if key := next((k for k in RECORD_KEYS if k not in doc), None):
         raise RecordError(f"no {key!r} (a record has {', '.join(RECORD_KEYS)})")
     file, h, w, insts = _name(doc["file"], "file"), doc["height"], doc["width"], doc["instances"]
-    if not (_is_int(h) and _is_int(w) and h >= 1 and w >= 1):
+    if not (is_int(h) and is_int(w) and h >= 1 and w >= 1):
         raise RecordError(f"height {_short(h)}, width {_short(w)}: an image's height and width are whole numbers "
                           "of at least 1")
     if max_pixels and h * w > max_pixels:
@@ -215,13 +218,13 @@ def _from_coco(doc: dict, path: str, results: Results, max_pixels: int) -> dict[
     """The records of infer's COCO results document (``images``, ``annotations``, ``categories``) into ``results``;
     returns the categories' names by id."""
     images, anns, cats = doc.get("images"), doc["annotations"], doc.get("categories", [])
-    if not (isinstance(images, list) and all(isinstance(m, dict) and _is_int(m.get("id")) for m in images)):
+    if not (isinstance(images, list) and all(isinstance(m, dict) and is_int(m.get("id")) for m in images)):
         raise FormatError(f"{path}: 'images' must be a list of objects with an integer 'id'")
     if not (isinstance(anns, list) and all(isinstance(a, dict) for a in anns)):
         raise FormatError(f"{path}: 'annotations' must be a list of objects")
     named = {}
     for k, c in enumerate(cats if isinstance(cats, list) else [None]):
-        if not (isinstance(c, dict) and _is_int(c.get("id"))):
+        if not (isinstance(c, dict) and is_int(c.get("id"))):
             raise FormatError(f"{path}: categories[{k}] must be an object with an integer 'id'")
         try:
             named[c["id"]] = _name(c.get("name"), "name")
@@ -229,7 +232,7 @@ def _from_coco(doc: dict, path: str, results: Results, max_pixels: int) -> dict[
             raise FormatError(f"{path}: categories[{k}]: {e}") from None
     by_id: dict[int, list[int]] = {m["id"]: [] for m in images}
     for j, a in enumerate(anns):
-        if _is_int(a.get("image_id")) and a["image_id"] in by_id:
+        if is_int(a.get("image_id")) and a["image_id"] in by_id:
             by_id[a["image_id"]].append(j)
         else:
             results.problems.append(f"{path}: annotations[{j}]: image_id {_short(a.get('image_id'))} is not in "
@@ -247,7 +250,7 @@ def _from_coco(doc: dict, path: str, results: Results, max_pixels: int) -> dict[
             continue
         js = by_id[m["id"]]
         insts = [anns[j] for j in js]
-        insts = [{**a, "category_name": named[a["category_id"]]} if _is_int(a.get("category_id"))
+        insts = [{**a, "category_name": named[a["category_id"]]} if is_int(a.get("category_id"))
                  and a["category_id"] in named else a for a in insts]
         record = {"file": m["file_name"], "height": m["height"], "width": m["width"], "instances": insts}
         _take(results, where, lambda record=record: record, max_pixels, [f"annotations[{j}]" for j in js])

@@ -1,4 +1,4 @@
-"""The HTTP side of ``minidet serve``: a Starlette application (:func:`build_app`) in front of the worker pool.
+"""The HTTP side of ``minidet serve``: a Starlette application (:class:`Server`) in front of the worker pool.
 
 - ``POST /predict``: the image's bytes as the body (``Content-Type: image/*``) or a multipart form's ``image`` field;
   the answer is the JSON record ``minidet infer`` writes for that image (``outputs.records``), with the time of each
@@ -20,8 +20,9 @@ replacement as for any worker (one handed to the worker as it died, before it st
 that sends no complete request head within ``--header-timeout`` is closed (:class:`BoundedHead`), after a 408 when
 it sent part of one.
 
-At SIGTERM or Ctrl-C (:class:`Server`) the requests in flight have ``grace`` seconds: one not answered by then (an
-upload still arriving, a request still waiting for or running in a worker) is answered 503, and the server closes."""
+At SIGTERM or Ctrl-C (:class:`GracefulServer`) the requests in flight have ``grace`` seconds: one not answered by
+then (an upload still arriving, a request still waiting for or running in a worker) is answered 503, and the server
+closes."""
 
 from __future__ import annotations
 
@@ -173,7 +174,7 @@ class Param:
     """A query parameter of ``POST /predict``: the field it sets (the request's ``file``, or one of its
     :class:`~minidet.apps.outputs.options.OutputOptions`), what it takes (said in its refusal), and ``read(value,
     class names)``: the field's value, ValueError when the value is out of its range (with a message, or empty for
-    the refusal to say what it takes)."""
+    the refusal to say what it takes; a ConfigError's line is said as it is)."""
 
     field: str
     takes: str
@@ -201,11 +202,9 @@ def one_of(choices: Iterable[str]) -> Callable[[str, list[str]], str]:
 
 
 def known_classes(value: str, names: list[str]) -> str:
-    """``value`` when it names classes of the model (the worker reads them again: ``OutputOptions.keep``)."""
-    try:
-        parse_classes(value, names)
-    except ConfigError as e:
-        raise ValueError(str(e).replace("--classes: ", "")) from None
+    """``value`` when it names classes of the model (the worker reads them again: ``OutputOptions.keep``); else
+    ``parse_classes``'s ConfigError, which names the parameter."""
+    parse_classes(value, names, option="classes")
     return value
 
 
@@ -239,6 +238,8 @@ def parse_options(query: QueryParams, class_names: list[str]) -> tuple[str, Outp
             raise HTTPException(400, f"{name}: given more than once; give it once")
         try:
             values[param.field] = param.read(value, class_names)
+        except ConfigError as e:  # a reader whose line names the parameter itself (known_classes)
+            raise HTTPException(400, str(e)) from None
         except ValueError as e:
             shown = value if len(value) <= 100 else value[:100] + "..."
             raise HTTPException(400, f"{name}: {str(e) or param.takes + ', got ' + repr(shown)}") from None
@@ -250,47 +251,103 @@ def server_timing(times: dict[str, float]) -> str:
     return ", ".join(f"{k.replace(' ', '_')};dur={v * 1000:.3f}" for k, v in times.items())
 
 
-def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) -> Starlette:
-    """The application; its lifespan starts the pool's workers and, at shutdown (after the requests in flight are
-    answered, or their grace is over), stops them. ``app.state.stopping``: an event that, once set (by
-    :class:`Server`), has every request not answered yet answered 503; ``app.state.cut``: how many were;
-    ``app.state.protocol``: the HTTP protocol to serve it with (``uvicorn.Config(http=...)``: the bound on each
-    request's head, :func:`head_bounded`)."""
-    metrics = metrics or Metrics(pool)
-    stopping = asyncio.Event()
-    cut = [0]
-    page = resources.files("minidet.apps.serve").joinpath("page.html").read_text()
+class Server:
+    """One server's HTTP side: the application (:attr:`app`) whose endpoints are this object's methods, in front of
+    ``pool``, under ``settings``, counted in ``metrics``. Its lifespan starts the pool's workers and, at shutdown
+    (after the requests in flight are answered, or their grace is over), stops them. :attr:`stopping`: an event
+    that, once set (by :class:`GracefulServer`), has every request not answered yet answered 503; :attr:`cut`: how
+    many were."""
 
-    def authorized(request: Request) -> bool:
-        if settings.token is None:
+    def __init__(self, pool: Pool, settings: Settings, metrics: Metrics | None = None) -> None:
+        self.pool, self.settings = pool, settings
+        self.metrics = metrics or Metrics(pool)
+        self.stopping = asyncio.Event()
+        self.cut = 0
+        self.observed: list[float] = []  # the last requests' model seconds, for Retry-After
+        self.page = resources.files("minidet.apps.serve").joinpath("page.html").read_text()
+        self.app = self._application()
+
+    def _application(self) -> Starlette:
+        """The Starlette application: the routes (the token's guard where it applies), the ``Host`` check, the
+        error handlers; ``app.state``: ``stopping``, ``server`` (this object) and ``protocol``, the HTTP protocol to
+        serve it with (``uvicorn.Config(http=...)``: the bound on each request's head, :func:`head_bounded`)."""
+        guarded = self.guarded
+        routes = [
+            Route("/", self.index), Route("/predict", guarded(self.predict), methods=["POST"]),
+            Route("/health/live", self.live), Route("/health/ready", self.ready),
+            Route("/v2/health/live", self.live), Route("/v2/health/ready", self.ready),
+            Route("/metrics", guarded(self.metrics_text)), Route("/v2", guarded(self.server_meta)),
+            Route("/v2/models/{name}", guarded(self.model_meta)),
+            Route("/v2/models/{name}/ready", guarded(self.model_ready)),
+        ]
+        hosts = self.settings.hosts
+        middleware = [Middleware(HostCheck, hosts=hosts, refused=self.refused_host)] if hosts else []
+        app = Starlette(routes=routes, lifespan=self.lifespan, middleware=middleware,
+                        exception_handlers={HTTPException: self.http_error, Exception: self.server_error})
+        app.state.stopping = self.stopping
+        app.state.server = self
+        app.state.protocol = head_bounded(self.settings.header_timeout,
+                                          lambda partial: self.metrics.rejections.labels("header_timeout").inc())
+        return app
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        self.pool.start()
+        try:
+            yield
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, self.pool.close)
+
+    def authorized(self, request: Request) -> bool:
+        token = self.settings.token
+        if token is None:
             return True
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), settings.token.encode())
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
-    def answered(response: Response, endpoint: str = "/predict") -> Response:
-        metrics.requests.labels(endpoint, str(response.status_code)).inc()
+    def guarded(self, handler):
+        """``handler`` behind the token (when one is set): 401 without it, and nothing else runs."""
+        async def check(request: Request) -> Response:
+            if not self.authorized(request):
+                response = error(401, "this server needs its token: send the header 'Authorization: Bearer <token>'",
+                                 {"WWW-Authenticate": "Bearer"})
+                return self.answered(response, request.url.path if request.url.path == "/predict" else "other")
+            return await handler(request)
+        return check
+
+    def answered(self, response: Response, endpoint: str = "/predict") -> Response:
+        self.metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
-    async def predict(request: Request) -> Response:
+    def refused_host(self, host: str | None) -> Response:
+        self.metrics.rejections.labels("host").inc()
+        return self.answered(error(400, f"Host {(host or '')[:100]!r}: this server answers only "
+                                   f"{self.settings.hosts}; start it with --allowed-host NAME to answer another name"),
+                             "other")
+
+    async def predict(self, request: Request) -> Response:
+        """``POST /predict``: :meth:`_predict`'s answer, or 503 once the shutdown's grace is over."""
+        metrics = self.metrics
         t0 = time.monotonic()
-        work = asyncio.ensure_future(_predict(request))
-        stop = asyncio.ensure_future(stopping.wait())
+        work = asyncio.ensure_future(self._predict(request))
+        stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         if work.done():
             response = work.result()
         else:  # the shutdown's grace is over
             work.cancel()
-            cut[0] += 1
+            self.cut += 1
             metrics.rejections.labels("stopping").inc()
             response = error(503, f"the server is stopping and this request was not answered within its grace of "
-                             f"{settings.grace:g} s (--grace); it was not run, or its answer is lost")
+                             f"{self.settings.grace:g} s (--grace); it was not run, or its answer is lost")
         metrics.latency.labels(str(response.status_code)).observe(time.monotonic() - t0)
         if response.status_code == 200:
             metrics.bytes_out.inc(len(response.body))
-        return answered(response)
+        return self.answered(response)
 
-    async def _predict(request: Request) -> Response:
+    async def _predict(self, request: Request) -> Response:
+        pool, settings, metrics = self.pool, self.settings, self.metrics
         if pool.facts is None or not pool.started_all:  # once loaded, requests wait for a worker being replaced
             return error(503, "the model is loading; retry when /health/ready answers 200", {"Retry-After": "1"})
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -330,7 +387,7 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             pool.submit(job)
         except QueueFull:
             metrics.rejections.labels("queue_full").inc()
-            retry = max(1, math.ceil(pool.max_queue * typical_seconds() / max(1, pool.ready_workers)))
+            retry = max(1, math.ceil(pool.max_queue * self.typical_seconds() / max(1, pool.ready_workers)))
             return error(429, f"the server is busy: {pool.max_queue} requests wait already (--max-queue); "
                          f"retry in {retry} s", {"Retry-After": str(retry)})
         if settings.timeout:
@@ -338,54 +395,51 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             if not done and job.drop():
                 pool.release(job)
                 job.future.cancel()
-                return timed_out(time.monotonic() - job.queued)
+                return self.timed_out(time.monotonic() - job.queued)
         answer = await job.future
         if isinstance(answer, protocol.Timeout):
-            return timed_out(answer.waited)
+            return self.timed_out(answer.waited)
         if isinstance(answer, protocol.Result):
             times = answer.times
             metrics.observe_times(times)
-            observed.append(sum(v for k, v in times.items() if k != "serialize"))
-            del observed[:-50]
+            self.observed.append(sum(v for k, v in times.items() if k != "serialize"))
+            del self.observed[:-50]
             metrics.queue_wait.observe(job.waited)
             headers = {"Server-Timing": server_timing({"queue": job.waited, **times})}
             return Response(answer.body, media_type="application/json", headers=headers)
         return error(answer.status, answer.line)  # ClientError, ServerError
 
-    observed: list[float] = []  # the last requests' model seconds, for Retry-After
+    def typical_seconds(self) -> float:
+        return sorted(self.observed)[len(self.observed) // 2] if self.observed else 1.0
 
-    def client_of(request: Request) -> str:
-        return f"{request.client.host} port {request.client.port}" if request.client else "unknown"
-
-    def typical_seconds() -> float:
-        return sorted(observed)[len(observed) // 2] if observed else 1.0
-
-    def timed_out(waited: float) -> Response:
-        metrics.rejections.labels("timeout").inc()
+    def timed_out(self, waited: float) -> Response:
+        self.metrics.rejections.labels("timeout").inc()
         return error(503, f"the request waited {waited:.1f} s for a worker, longer than the server's --timeout of "
-                     f"{settings.timeout:g} s; it was not run", {"Retry-After": "1"})
+                     f"{self.settings.timeout:g} s; it was not run", {"Retry-After": "1"})
 
-    async def live(request: Request) -> Response:
-        return answered(JSONResponse({"live": True}), request.url.path)
+    async def live(self, request: Request) -> Response:
+        return self.answered(JSONResponse({"live": True}), request.url.path)
 
-    async def ready(request: Request) -> Response:
-        ok, workers = pool.readiness()
-        body = {"ready": ok, "workers_ready": workers, "workers": pool.n}
-        return answered(JSONResponse(body, status_code=200 if ok else 503), request.url.path)
+    async def ready(self, request: Request) -> Response:
+        ok, workers = self.pool.readiness()
+        body = {"ready": ok, "workers_ready": workers, "workers": self.pool.n}
+        return self.answered(JSONResponse(body, status_code=200 if ok else 503), request.url.path)
 
-    async def metrics_text(request: Request) -> Response:
-        return Response(metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def server_meta(request: Request) -> Response:
+    async def server_meta(self, request: Request) -> Response:
         return JSONResponse({"name": "minidet", "version": __version__, "extensions": ["minidet_predict"],
-                             "models": [settings.name]})
+                             "models": [self.settings.name]})
 
-    def model_or_404(request: Request) -> None:
-        if request.path_params["name"] != settings.name:
-            raise HTTPException(404, f"no model {request.path_params['name']!r}; this server has {settings.name!r}")
+    def model_or_404(self, request: Request) -> None:
+        if request.path_params["name"] != self.settings.name:
+            raise HTTPException(404, f"no model {request.path_params['name']!r}; this server has "
+                                f"{self.settings.name!r}")
 
-    async def model_meta(request: Request) -> Response:
-        model_or_404(request)
+    async def model_meta(self, request: Request) -> Response:
+        self.model_or_404(request)
+        pool, settings = self.pool, self.settings
         facts = pool.facts or {}
         return JSONResponse({
             "name": settings.name, "versions": [], "platform": "minidet",
@@ -397,15 +451,15 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             "config_file": settings.config_file, "config": facts.get("config"),
             "workers": pool.n, "threads_per_worker": facts.get("threads")})
 
-    async def model_ready(request: Request) -> Response:
-        model_or_404(request)
-        ok = pool.ready
-        return JSONResponse({"name": settings.name, "ready": ok}, status_code=200 if ok else 503)
+    async def model_ready(self, request: Request) -> Response:
+        self.model_or_404(request)
+        ok = self.pool.ready
+        return JSONResponse({"name": self.settings.name, "ready": ok}, status_code=200 if ok else 503)
 
-    async def index(request: Request) -> Response:
-        return HTMLResponse(page)
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(self.page)
 
-    async def http_error(request: Request, exc: HTTPException) -> Response:
+    async def http_error(self, request: Request, exc: HTTPException) -> Response:
         detail = exc.detail
         if exc.status_code == 404 and detail == "Not Found":
             detail = (f"no endpoint {request.url.path}: POST /predict, GET / (a page to try it), /health/live, "
@@ -414,47 +468,17 @@ def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) ->
             detail = f"{request.method} is not allowed on {request.url.path}"
         return error(exc.status_code, detail, getattr(exc, "headers", None))
 
-    async def server_error(request: Request, exc: Exception) -> Response:
+    async def server_error(self, request: Request, exc: Exception) -> Response:
         return error(500, f"{type(exc).__name__}: {exc}")
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        pool.start()
-        try:
-            yield
-        finally:
-            await asyncio.get_running_loop().run_in_executor(None, pool.close)
 
-    def guarded(handler):
-        """``handler`` behind the token (when one is set): 401 without it, and nothing else runs."""
-        async def check(request: Request) -> Response:
-            if not authorized(request):
-                response = error(401, "this server needs its token: send the header 'Authorization: Bearer <token>'",
-                                 {"WWW-Authenticate": "Bearer"})
-                return answered(response, request.url.path if request.url.path == "/predict" else "other")
-            return await handler(request)
-        return check
+def client_of(request: Request) -> str:
+    return f"{request.client.host} port {request.client.port}" if request.client else "unknown"
 
-    def refused_host(host: str | None) -> Response:
-        metrics.rejections.labels("host").inc()
-        return answered(error(400, f"Host {(host or '')[:100]!r}: this server answers only {settings.hosts}; "
-                              "start it with --allowed-host NAME to answer another name"), "other")
 
-    routes = [
-        Route("/", index), Route("/predict", guarded(predict), methods=["POST"]),
-        Route("/health/live", live), Route("/health/ready", ready),
-        Route("/v2/health/live", live), Route("/v2/health/ready", ready),
-        Route("/metrics", guarded(metrics_text)), Route("/v2", guarded(server_meta)),
-        Route("/v2/models/{name}", guarded(model_meta)), Route("/v2/models/{name}/ready", guarded(model_ready)),
-    ]
-    middleware = [Middleware(HostCheck, hosts=settings.hosts, refused=refused_host)] if settings.hosts else []
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                    exception_handlers={HTTPException: http_error, Exception: server_error})
-    app.state.stopping = stopping
-    app.state.cut = cut
-    app.state.protocol = head_bounded(settings.header_timeout,
-                                      lambda partial: metrics.rejections.labels("header_timeout").inc())
-    return app
+def build_app(pool: Pool, settings: Settings, metrics: Metrics | None = None) -> Starlette:
+    """The application of a :class:`Server` in front of ``pool`` (``app.state.server``: that server)."""
+    return Server(pool, settings, metrics).app
 
 
 class HostCheck:
@@ -473,7 +497,7 @@ class HostCheck:
         await self.app(scope, receive, send)
 
 
-class Server(uvicorn.Server):
+class GracefulServer(uvicorn.Server):
     """uvicorn's server with a bounded graceful shutdown: at SIGTERM or Ctrl-C it stops listening, and the requests
     in flight have ``grace`` seconds; then ``stopping`` is set (each one not answered yet is answered 503), and a
     moment later uvicorn closes the connections left (an upload that goes on) and the workers stop."""

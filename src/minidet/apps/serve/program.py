@@ -29,9 +29,9 @@ import socket
 import sys
 import time
 
-from minidet.apps import fail, parse_with_overrides
+from minidet.apps import FAILURES, fail, failure, parse_with_overrides
 from minidet.config import load_cfg
-from minidet.errors import ConfigError, MinidetError
+from minidet.errors import ConfigError
 from minidet.hub import weights_path
 
 EXTRA = "the serve extra is not installed: pip install 'minidet[serve]'"
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     try:
         import uvicorn
 
-        from minidet.apps.serve.app import Hosts, Server, Settings, build_app
+        from minidet.apps.serve.app import GracefulServer, Hosts, Server, Settings
         from minidet.apps.serve.pool import Pool
         from minidet.apps.serve.worker import Spec
     except ImportError as e:
@@ -139,11 +139,8 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
 
             digest = file_sha256(weights)
         sock = bind(args.host, args.port)
-    except (MinidetError, OSError) as e:
-        return fail(str(e), args.debug)
-    except KeyboardInterrupt:
-        fail("interrupted", args.debug)
-        return 130
+    except FAILURES as e:
+        return failure(e, args.debug)
     import torch
 
     # infer's default is torch's thread count: one worker gets the same, so that its answers are infer's to the bit
@@ -152,7 +149,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     name = args.name or os.path.splitext(os.path.basename(args.config_file))[0]
     spec = Spec(cfg, weights, threads, args.debug, args.worker_nice)
     fatal: list[str] = []
-    server: uvicorn.Server | None = None
+    server: GracefulServer | None = None
     t0 = time.monotonic()
 
     def on_ready(facts: dict) -> None:
@@ -173,10 +170,10 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
                         weights=weights, weights_sha256=digest, config_file=args.config_file,
                         hosts=Hosts.bound((args.host, host), args.allowed_host), grace=args.grace,
                         header_timeout=args.header_timeout)
-    app = build_app(pool, settings)
-    config = uvicorn.Config(app, log_level="info" if args.debug else "warning", access_log=args.debug,
-                            lifespan="on", server_header=False, http=app.state.protocol)
-    server = Server(config, app.state.stopping, args.grace)
+    http = Server(pool, settings)
+    config = uvicorn.Config(http.app, log_level="info" if args.debug else "warning", access_log=args.debug,
+                            lifespan="on", server_header=False, http=http.app.state.protocol)
+    server = GracefulServer(config, http.stopping, args.grace)
     shown = f"[{host}]" if ":" in host else host
     print(f"serve: listening on http://{shown}:{port} ({args.workers} worker{'s' if args.workers > 1 else ''}, "
           f"{threads} thread{'s' if threads > 1 else ''} each); loading the model", flush=True)
@@ -190,7 +187,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     if not server.started:
         return fail("the server did not start (rerun with --debug for its log)", args.debug)
     why = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}.get(stopped[0] if stopped else 0, "stopped")
-    cut = app.state.cut[0]
+    cut = http.cut
     answered = (f"{cut} request{'s' if cut > 1 else ''} not answered within the --grace of {args.grace:g} s got 503"
                 if cut else "every request in flight was answered")
     print(f"serve: stopped ({why}); {answered}", flush=True)
