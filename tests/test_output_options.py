@@ -10,8 +10,9 @@ import pickle
 import pytest
 
 from minidet.apps import eval_coco, infer
-from minidet.apps.outputs.options import OutputOptions
+from minidet.apps.outputs.options import OutputOptions, parse_classes
 from minidet.apps.serve.protocol import Request, ServerError
+from minidet.errors import ConfigError
 
 REQUIRED = ["--config-file", "c.yaml", "--input", "a.jpg", "--output", "o"]
 
@@ -37,6 +38,14 @@ def test_options_and_pipe_messages_survive_pickling():
     assert pickle.loads(pickle.dumps(ServerError("boom"))).status == 500
     assert OutputOptions(classes="Person, DOG").keep(["__background__", "person", "cat", "dog"]) == {1, 3}
     assert OutputOptions().keep(["person"]) is None
+
+
+def test_a_class_name_refused_names_the_option_that_gave_it():
+    names = ["__background__", "person", "dog"]
+    with pytest.raises(ConfigError, match=r"^--classes: unknown class 'cat' \(the model's classes: person, dog\)$"):
+        OutputOptions(classes="cat").keep(names)
+    with pytest.raises(ConfigError, match=r"^classes: no class given \(the model's classes: person, dog\)$"):
+        parse_classes(" , ", names, option="classes")  # the server's query parameter
 
 
 @pytest.mark.parametrize("given", [["--overlap", "0.3"], ["--overlap", "0.2"], ["--merge", "nms"], ["--match", "iou"],
