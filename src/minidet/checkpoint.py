@@ -6,6 +6,7 @@ Nothing in a checkpoint is executed (see SECURITY.md).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -202,35 +203,65 @@ def _identify(keys: list[str], dropped: list[str], path: str) -> tuple[Family | 
             f"{path}: {len(prefixed)} of {len(keys)} keys start with 'module.' but {plain!r} does not, so the "
             "prefix was not stripped; a mixed file is no checkpoint of known layout"
         )
-    *others, last = [f.title for f in families.FAMILIES.values()]
+    *others, last = [f.files for f in families.FAMILIES.values()]
     raise CheckpointError(
         f"{path}: unrecognized checkpoint layout (first keys: {', '.join(keys[:3])}); expected a "
         f"{', '.join(others)} or {last} checkpoint, or a minidet state dict"
     )
 
 
-def _renamed(src: dict[str, torch.Tensor], rename, report: LoadReport) -> tuple[dict, dict]:
-    """``src`` under minidet names (float tensors as float32) and minidet name -> checkpoint name; the entries the
-    family drops by design (``architectures.SET_ASIDE``) go to ``report.ignored`` with the reason. NaN or infinite
-    weights are refused."""
-    renamed, names = {}, {}
-    for k, v in src.items():
-        if (new := rename(k)) is None:
+@dataclass(frozen=True)
+class Renamed:
+    """A checkpoint's weights under minidet's names: the file's keys renamed once (its family's rename function over
+    every key), what every check of the file against the config, :func:`head_config` and the matcher read.
+    ``names``: the file's key -> minidet name (None: set aside by the family), in the file's order; ``tensors``:
+    minidet name -> the file's tensor (as stored); ``keys``: minidet name -> the file's key (messages name the
+    file's keys)."""
+
+    names: dict[str, str | None]
+    tensors: dict[str, torch.Tensor]
+    keys: dict[str, str]
+
+    @classmethod
+    def of(cls, tensors: dict[str, torch.Tensor], rename: Callable[[str], str | None]) -> Renamed:
+        names = {k: rename(k) for k in tensors}
+        return cls(names, {n: tensors[k] for k, n in names.items() if n is not None},
+                   {n: k for k, n in names.items() if n is not None})
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of minidet's ``name``, if the file has it."""
+        return tuple(t.shape) if (t := self.tensors.get(name)) is not None else None
+
+
+def _finite(v: torch.Tensor) -> bool:
+    """Whether every value of the float tensor ``v`` is finite: its least and greatest are (aminmax propagates NaN;
+    one pass, no tensor of flags)."""
+    return not v.numel() or bool(torch.isfinite(torch.stack(torch.aminmax(v))).all())
+
+
+def _as_loaded(view: Renamed, report: LoadReport) -> dict[str, torch.Tensor]:
+    """``view``'s tensors as the matcher takes them (float tensors as float32); the entries the family drops by
+    design (``architectures.SET_ASIDE``) go to ``report.ignored`` with the reason. NaN or infinite weights are
+    refused."""
+    out = {}
+    for k, new in view.names.items():
+        if new is None:
             report.ignored.append(k)
             report.why[k] = architectures.set_aside(report.format, k) or "set aside by the family"
             continue
-        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+        v = view.tensors[new]
+        if v.is_floating_point() and not _finite(v):
             raise CheckpointError(f"{report.path}: {k} holds NaN or infinite values; the file is corrupt")
-        renamed[new] = v.float() if v.is_floating_point() else v
-        names[new] = k
-    return renamed, names
+        out[new] = v.float() if v.is_floating_point() else v
+    return out
 
 
 @dataclass
 class Checkpoint:
     """A checkpoint file read (safe readers) and identified: its ``family`` (None: a minidet state dict) and key
     ``layout``, its array entries as tensors (under the file's names, ``module.`` stripped), the names of its entries
-    that are no arrays (``dropped``) and what its wrapper holds beside the weights (``meta``)."""
+    that are no arrays (``dropped``) and what its wrapper holds beside the weights (``meta``); ``view``: the same
+    tensors under minidet's names (:class:`Renamed`, renamed on first use, once)."""
 
     path: str
     family: Family | None
@@ -243,14 +274,11 @@ class Checkpoint:
     def format(self) -> str:
         return self.family.name if self.family else "minidet"
 
-    def rename(self) -> Callable[[str], str | None]:
-        """The file's rename function (checkpoint key -> minidet name; None: dropped by design)."""
-        return self.family.renamer(list(self.tensors)) if self.family else (lambda k: k)
-
-    def shape(self, name: str) -> tuple[int, ...] | None:
-        """The shape of the tensor that becomes minidet's ``name``, if the file has it."""
-        rename = self.rename()
-        return next((tuple(v.shape) for k, v in self.tensors.items() if rename(k) == name), None)
+    @functools.cached_property
+    def view(self) -> Renamed:
+        """The tensors under minidet's names: the file's keys renamed once, with its family's rename function (a
+        minidet state dict: its own names)."""
+        return Renamed.of(self.tensors, self.family.renamer(list(self.tensors)) if self.family else (lambda k: k))
 
     def class_names(self) -> list[str] | None:
         """The class names the file carries (in its ``meta``), in class order; None where its family stores none.
@@ -287,18 +315,18 @@ def head_config(ckpt: Checkpoint, background_last: bool) -> dict[str, object]:
     background where it comes first, as the configs of those families do), class-agnostic box regression (4 deltas,
     or Detectron's 8: background and foreground) and class-agnostic masks (one channel). Empty for a file without
     a box predictor."""
-    predictor = "box_predictor."
-    if (logits := ckpt.shape(f"{predictor}cls_score.weight")) is None:  # a cascade: its first stage's
+    view, predictor = ckpt.view, "box_predictor."
+    if (logits := view.shape(f"{predictor}cls_score.weight")) is None:  # a cascade: its first stage's
         predictor = "cascade.predictors.0."
-        logits = ckpt.shape(f"{predictor}cls_score.weight")
+        logits = view.shape(f"{predictor}cls_score.weight")
     if logits is None:
         return {}
     rows = logits[0]  # the classes and the background
     specific = rows - 1 if background_last else rows  # class-specific deltas and masks: one per class (and bg)
     out: dict[str, object] = {"MODEL.ROI_HEADS.NUM_CLASSES": specific}
-    if (deltas := ckpt.shape(f"{predictor}bbox_pred.weight")) is not None:
+    if (deltas := view.shape(f"{predictor}bbox_pred.weight")) is not None:
         out["MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG"] = deltas[0] // 4 in (1, 2) and deltas[0] // 4 != specific
-    masks = ckpt.shape("mask_head.predictor.weight") or ckpt.shape("mask_head.0.predictor.weight")
+    masks = view.shape("mask_head.predictor.weight") or view.shape("mask_head.0.predictor.weight")
     if masks is not None:
         out["MODEL.ROI_MASK_HEAD.CLS_AGNOSTIC_MASK"] = masks[0] == 1 and specific != 1
     return out
@@ -317,8 +345,8 @@ def check_architecture(ckpt: Checkpoint, cfg) -> None:
     if ckpt.family is None:  # a minidet state dict: the model's own names
         return
     on = {a.name for a in architectures.turned_on(cfg, get_cfg())}
-    rename, masks_off = ckpt.rename(), () if cfg.MODEL.MASK_ON else _MASK_PARTS
-    keys = [k for k in ckpt.tensors if not (rename(k) or "").startswith(masks_off)]
+    masks_off = () if cfg.MODEL.MASK_ON else _MASK_PARTS
+    keys = [k for k, n in ckpt.view.names.items() if not (n or "").startswith(masks_off)]
     architectures.refuse_config_mismatch(ckpt.family.name, keys, on, ckpt.path)
 
 
@@ -335,26 +363,21 @@ def load_checkpoint(
     to play no part at inference (``architectures.SET_ASIDE``; the mask head's and a mask IoU head's weights under
     ``MODEL.MASK_ON False``)."""
     ckpt = path if isinstance(path, Checkpoint) else open_checkpoint(path)
-    path, family, layout, src, dropped = ckpt.path, ckpt.family, ckpt.layout, ckpt.tensors, ckpt.dropped
-    report = LoadReport(path=path, format=ckpt.format, layout=layout, ignored=list(dropped))
-    rename, regnet = ckpt.rename(), False
+    path, family, view = ckpt.path, ckpt.family, ckpt.view
+    report = LoadReport(path=path, format=ckpt.format, layout=ckpt.layout, ignored=list(ckpt.dropped))
+    # first: another body or architecture makes every other check moot, and the config it needs is what to say
+    body = getattr(getattr(model, "backbone", None), "body", None)  # its shapes (bodies.Body)
+    families.check_body(view.tensors, view.keys, body, path, family.name if family else convention)
     if family is not None:
-        # first: another body or architecture makes every other check moot, and the config it needs is what to say
-        body = {n: v for k, v in src.items() if (n := rename(k)) is not None and n.startswith("backbone.")}
-        regnet = families.check_body(model, body, path, family.name)
         takes = model_takes(model)
         masks_off = _MASK_PARTS if getattr(model, "mask_head", True) is None else ()  # MODEL.MASK_ON False
-        untaken = [k for k in src if (n := rename(k)) is not None and n not in takes and not n.startswith(masks_off)]
+        untaken = [k for k, n in view.names.items() if n is not None and n not in takes and not n.startswith(masks_off)]
         architectures.refuse_other_architecture(family.name, untaken, path)
-        needs = family.config_values(layout)
+        needs = family.config_values(ckpt.layout)
         check_format_config(report, needs, {"MODEL.CONVENTION": convention, "MODEL.FROZEN_BN_EPS": bn_eps})
         if family.check is not None:
-            family.check(model, src, path)
-    renamed, names = _renamed(src, rename, report)
-    if not regnet:  # a ResNet (a RegNet's stages: families.check_body)
-        families.check_depth(model, renamed, r"backbone\.res4\.(\d+)\.", path)
-        first = "backbone.res2.0.conv2.weight"  # res2's first 3x3 conv: a ResNeXt's groups and width
-        families.check_groups(model, renamed.get(first), names.get(first, first), path)
+            family.check(model, ckpt.tensors, path)
+    renamed, names = _as_loaded(view, report), view.keys
     match_state(model, renamed, report, bn_eps, names)
     if getattr(model, "mask_head", True) is None:  # MODEL.MASK_ON False: a mask head that the config leaves out
         off = [k for k in report.unexpected if k.startswith(_MASK_PARTS)]

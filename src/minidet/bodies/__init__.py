@@ -11,6 +11,11 @@ from dataclasses import dataclass
 RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}  # blocks of res2..res5 per depth
 
 
+def resnet_depth(res4_blocks: int) -> int | None:
+    """The ResNet depth whose res4 has ``res4_blocks`` blocks (``RESNET_BLOCKS``: the one depth rule), else None."""
+    return next((d for d, blocks in RESNET_BLOCKS.items() if blocks[2] == res4_blocks), None)
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage of residual bottleneck blocks: ``blocks`` of them, the first with stride 2 (but res2 of a ResNet,

@@ -78,6 +78,7 @@ class ResNet(nn.Module):
         context_stages: tuple[bool, ...] = (False,) * 4, context_ratio: float = 1 / 16,
     ) -> None:
         super().__init__()
+        self.body = body  # its shapes, which a checkpoint's body is checked against (``families.check_body``)
         self.stem = Stem(norm, body.stem_channels, body.stem_kernel, body.stem_pool)
         in_ch = body.stem_channels
         self.out_channels = {}  # stage name -> channels, in order

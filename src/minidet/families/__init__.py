@@ -17,12 +17,12 @@ import importlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from .base import Family, WeightsEntry, check_body, check_depth, check_groups
+from .base import NOT_STATED, Family, WeightsEntry, check_body
 
 if TYPE_CHECKING:
     from ..conventions import Convention
 
-__all__ = ["FAMILIES", "Family", "WeightsEntry", "check_body", "check_depth", "check_groups", "convention", "entry_for",
+__all__ = ["FAMILIES", "Family", "NOT_STATED", "WeightsEntry", "check_body", "convention", "entry_for",
            "family_mismatch", "recognize", "REGISTRY", "FAMILY_OF"]
 
 # the family modules, in the order of MODEL.CONVENTION's choices and of the weights registry

@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..bodies import Body, resnet_depth
 from ..errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -53,10 +54,17 @@ class WeightsEntry:
         return digest_prefix(self.url)
 
 
+NOT_STATED = "not stated"  # a zoo that says nothing of its weights' licence (the licence of its code is another matter)
+
+
 @dataclass(frozen=True)
 class Family:
     """One weight family. ``name`` is its ``MODEL.CONVENTION`` value, its format name in load reports and the folder
-    of its configs (``configs/<name>/``); ``title`` names its files in messages.
+    of its configs (``configs/<name>/``); ``title`` is its zoo's own name, for messages (with ``models``, the models
+    of the zoo minidet reads where it reads not all of them, it names the family's files); ``licence``: the licence
+    its zoo states for its published weights (``NOT_STATED`` where it says nothing of it), ``licence_source``: the
+    file and repository that say so (or say nothing), ``<file> of <repository>``; weights/README.md says what each
+    zoo says, in our words.
 
     - ``arithmetic()``: its ``Convention`` (imports the engine's torch modules; see :func:`convention`);
     - ``recognize(keys)``: the file's key layout (``""`` when the family has one layout) if the checkpoint keys are
@@ -64,7 +72,9 @@ class Family:
     - ``renamer(keys)``: the rename function for a file with these keys;
     - ``fixed``: key layout -> {config key: the value the weights need} (beyond ``MODEL.CONVENTION`` = ``name``);
     - ``check(model, tensors, path)``: raises ``CheckpointError`` naming the config key to change when the file
-      describes another architecture than the model (run before renaming);
+      (``tensors`` under its own key names) describes another variant than the model, in the family's own words
+      (what every family's files are checked for is ``checkpoint.load_checkpoint``'s: the body, the architecture,
+      the format's config values);
     - ``ignores_non_arrays``: entries that are not arrays are dropped by design (else the file is refused);
     - ``weights``: its published checkpoints;
     - ``background_last``: the background is the last class index (detectron2, mmdetection), else the first; the
@@ -78,6 +88,8 @@ class Family:
 
     name: str
     title: str  # for messages: "detectron2", "maskrcnn-benchmark", ...
+    licence: str
+    licence_source: str
     arithmetic: Callable[[], Convention]
     recognize: Callable[[Collection[str]], str | None]
     renamer: Callable[[Collection[str]], Renamer]
@@ -88,6 +100,12 @@ class Family:
     background_last: bool = False
     mask_area: str = "mask"
     class_names: Callable[[dict], list[str] | None] | None = None
+    models: str = ""
+
+    @property
+    def files(self) -> str:
+        """What its files are, for messages: ``torchvision maskrcnn_resnet50_fpn[_v2]``, ``detectron2``."""
+        return f"{self.title} {self.models}" if self.models else self.title
 
     def config_values(self, layout: str) -> dict[str, Any]:
         """{config key: value} the weights of ``layout`` need, ``MODEL.CONVENTION`` first."""
@@ -114,68 +132,53 @@ def _stages(weights: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...
     return tuple(widths), tuple(blocks)
 
 
-def check_body(model, weights: Mapping[str, Any], path: str, family: str) -> bool:
-    """Fail in one line when the checkpoint's body (``weights`` under minidet's names) is a RegNet and the model's a
-    ResNet (its stem a 3x3 conv, not a 7x7) or the other way round, or a RegNet of other stage widths or blocks than
-    the model's (``MODEL.REGNET``), naming the config that runs it (a ResNet: the family's plain one); returns whether
-    the body is a RegNet."""
+def check_body(weights: Mapping[str, Any], keys: Mapping[str, str], body: Body | None, path: str, family: str) -> None:
+    """Fail in one line, naming the config key to change, when the checkpoint's body (``weights``: its renamed view,
+    minidet name -> tensor; ``keys``: minidet name -> the file's key, for messages) is not the config's ``body``
+    (its shapes, ``bodies.Body``; None: not a minidet body, nothing to check): a RegNet under a ResNet config (its
+    stem a 3x3 conv, not a 7x7) or the other way round (naming the config that runs it: a ResNet, the family's plain
+    one); a RegNet of other stage widths or blocks (``MODEL.REGNET``); a ResNet of another depth (res4's blocks,
+    ``MODEL.RESNETS.DEPTH``); a first 3x3 conv of res2 grouped otherwise (a ResNeXt file and a ResNet config, or
+    ResNeXts of other widths: ``MODEL.RESNETS.NUM_GROUPS`` and ``WIDTH_PER_GROUP``). No model is built."""
     from .architectures import PLAIN, REGNET  # noqa: PLC0415 (the table imports this module)
 
-    stem, own = weights.get("backbone.stem.conv1.weight"), getattr(getattr(model, "backbone", None), "stem", None)
-    if own is None:  # not a minidet body
-        return False
-    conv, model_regnet = own.conv1, not own.pool
-    if stem is None or len(getattr(stem, "shape", ())) != 4:
-        return model_regnet
-    file_regnet = stem.shape[-1] == 3
-    config = REGNET.config.get(family)
-    if file_regnet != model_regnet:
-        if file_regnet:
+    if body is None:
+        return
+    stem, body_regnet = weights.get("backbone.stem.conv1.weight"), not body.stem_pool
+    if stem is not None and len(getattr(stem, "shape", ())) == 4 and (stem.shape[-1] == 3) != body_regnet:
+        if not body_regnet:
+            config = REGNET.config.get(family)
             runs = f"such as {config}" if config else "(none of this family's is shipped)"
             raise CheckpointError(
                 f"{path}: the checkpoint's body is a RegNet (its stem a 3x3 conv of {stem.shape[0]} channels) but the "
-                f"config builds a ResNet (a {conv.kernel_size[0]}x{conv.kernel_size[1]} stem): minidet runs it with "
-                f"a config that sets MODEL.REGNET, {runs}")
+                f"config builds a ResNet (a {body.stem_kernel}x{body.stem_kernel} stem): minidet runs it with a config "
+                f"that sets MODEL.REGNET, {runs}")
         raise CheckpointError(
             f"{path}: the checkpoint's body is a ResNet (its stem a {stem.shape[-2]}x{stem.shape[-1]} conv) but the "
             f"config builds a RegNet: minidet runs it with a ResNet config (MODEL.REGNET.DEPTH 0), such as "
             f"{PLAIN[family]}")
-    if model_regnet:
-        have = _stages(weights)
-        want = tuple(model.backbone.out_channels.values()), tuple(len(getattr(model.backbone, n))
-                                                                  for n in model.backbone.out_channels)
-        if have != want:
+    if body_regnet:
+        have, want = _stages(weights), (body.out_channels, tuple(s.blocks for s in body.stages))
+        if stem is not None and len(getattr(stem, "shape", ())) == 4 and have != want:
             raise CheckpointError(
                 f"{path}: the checkpoint's RegNet has stages of {', '.join(map(str, have[0]))} channels with "
                 f"{', '.join(map(str, have[1]))} blocks but the config's (MODEL.REGNET) has "
                 f"{', '.join(map(str, want[0]))} with {', '.join(map(str, want[1]))}: the file's own config sets "
                 "MODEL.REGNET for it (`minidet configs` lists the shipped ones)")
-    return model_regnet
-
-
-def check_depth(model, names: Collection[str], pattern: str, path: str) -> None:
-    """Fail naming MODEL.RESNETS.DEPTH when the checkpoint's res4 (the ``pattern``'s block index) has another number
-    of blocks than the model's."""
-    blocks = 1 + max((int(m[1]) for k in names if (m := re.match(pattern, k))), default=-1)
-    if blocks and blocks != len(model.backbone.res4):
-        depth = {6: 50, 23: 101, 36: 152}.get(blocks, "?")
-        raise CheckpointError(
-            f"{path}: ResNet-{depth} (res4 has {blocks} blocks) but the model has {len(model.backbone.res4)}; "
-            f"set MODEL.RESNETS.DEPTH {depth}"
-        )
-
-
-def check_groups(model, weight, key: str, path: str) -> None:
-    """Fail naming MODEL.RESNETS.NUM_GROUPS and WIDTH_PER_GROUP when the checkpoint's first 3x3 conv of res2
-    (``weight`` under the file's name ``key``: (out, in / groups, 3, 3), None where the file has none) is grouped
-    otherwise than the model's (a ResNeXt file and a ResNet config, or ResNeXts of other widths)."""
-    shape, conv = tuple(getattr(weight, "shape", ())), model.backbone.res2[0].conv2
-    if len(shape) == 4 and shape[1] and (shape[0] // shape[1], shape[0]) != (conv.groups, conv.out_channels):
+        return
+    blocks = 1 + max((int(m[1]) for k in weights if (m := re.match(r"backbone\.res4\.(\d+)\.", k))), default=-1)
+    if blocks and blocks != (own := body.stages[2].blocks):
+        depth = resnet_depth(blocks) or "?"
+        raise CheckpointError(f"{path}: ResNet-{depth} (res4 has {blocks} blocks) but the model has {own}; "
+                              f"set MODEL.RESNETS.DEPTH {depth}")
+    first, res2 = "backbone.res2.0.conv2.weight", body.stages[0]  # a ResNeXt's groups and width: (out, in / groups)
+    shape = tuple(getattr(weights.get(first), "shape", ()))
+    if len(shape) == 4 and shape[1] and (shape[0] // shape[1], shape[0]) != (res2.groups, res2.width):
         groups = shape[0] // shape[1]
         raise CheckpointError(
-            f"{path}: {key} is a 3x3 conv of {groups} groups of {shape[1]} channels but the model's has {conv.groups} "
-            f"of {conv.out_channels // conv.groups}; set MODEL.RESNETS.NUM_GROUPS {groups} and WIDTH_PER_GROUP "
-            f"{shape[1]}"
+            f"{path}: {keys.get(first, first)} is a 3x3 conv of {groups} groups of {shape[1]} channels but the model's "
+            f"has {res2.groups} of {res2.width // res2.groups}; set MODEL.RESNETS.NUM_GROUPS {groups} and "
+            f"WIDTH_PER_GROUP {shape[1]}"
         )
 
 

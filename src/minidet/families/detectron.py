@@ -5,11 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 
-import numpy as np
-
 from ..errors import CheckpointError
 from .architectures import set_aside
-from .base import MASK_OUT, RPN_OUT, Family, check_depth
+from .base import MASK_OUT, RPN_OUT, Family
 from .zoo import detectron as _zoo
 
 
@@ -72,7 +70,10 @@ def recognize(keys: Collection[str]) -> str | None:
 
 
 def check_variant(model, blobs: dict, path: str) -> None:
-    """Fail with the config key to change when the blobs describe another architecture."""
+    """Fail with the config key to change when the blobs describe another variant than the model: GroupNorms and the
+    model's are not (``MODEL.NORM``, Detectron's GN configs), AffineChannels (frozen batch norms) and the model's are
+    GroupNorms, a 4conv1fc box head and the model's 2fc or the reverse (``MODEL.ROI_BOX_HEAD.NUM_CONV``). What every
+    family's files are checked for (another body, class count) is ``checkpoint.load_checkpoint``'s."""
     from torch import nn
 
     stem_norm = getattr(model.backbone.stem.conv1, "norm", None)
@@ -85,19 +86,17 @@ def check_variant(model, blobs: dict, path: str) -> None:
         raise CheckpointError(
             f"{path}: a frozen-BN model (res_conv1_bn_s) but MODEL.NORM is GN; use MODEL.NORM Affine or FrozenBN"
         )
-    check_depth(model, blobs, r"res4_(\d+)_", path)
     convs, num_conv = "head_conv1_w" in blobs, model.box_head.num_conv
     if convs != (num_conv > 0):
         kind = "4conv1fc (head_conv1_w)" if convs else "2fc (fc7_w)"
         raise CheckpointError(f"{path}: box head is {kind} but MODEL.ROI_BOX_HEAD.NUM_CONV is {num_conv}")
-    classes = model.box_predictor.cls_score.out_features
-    if "cls_score_w" in blobs and (n := int(np.shape(blobs["cls_score_w"])[0])) != classes:
-        raise CheckpointError(f"{path}: {n} classes (cls_score_w) but MODEL.ROI_HEADS.NUM_CLASSES is {classes}")
 
 
 FAMILY = Family(
     name="detectron",
     title="Detectron",
+    licence="CC BY-SA 3.0",
+    licence_source="MODEL_ZOO.md of facebookresearch/Detectron",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=lambda keys: rename,

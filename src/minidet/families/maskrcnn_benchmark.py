@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 
 from . import torchvision
 from .architectures import set_aside
-from .base import MASK_OUT, RPN_OUT, Family, Renamer, rename_by_rules
+from .base import MASK_OUT, NOT_STATED, RPN_OUT, Family, Renamer, rename_by_rules
 from .zoo import maskrcnn_benchmark as _zoo
 
 logger = logging.getLogger("minidet")
@@ -91,6 +91,8 @@ def check_anchors(model, src: dict, path: str) -> None:
 FAMILY = Family(
     name="maskrcnn_benchmark",
     title="maskrcnn-benchmark",
+    licence=NOT_STATED,
+    licence_source="MODEL_ZOO.md of facebookresearch/maskrcnn-benchmark",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=renamer,

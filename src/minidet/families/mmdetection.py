@@ -11,7 +11,7 @@ from ..categories import COCO_CATEGORIES, names_problem
 from ..errors import CheckpointError
 from . import torchvision
 from .architectures import set_aside
-from .base import Family, rename_by_rules
+from .base import NOT_STATED, Family, rename_by_rules
 from .zoo import mmdetection as _zoo
 
 
@@ -220,6 +220,8 @@ restates."""
 FAMILY = Family(
     name="mmdetection",
     title="mmdetection",
+    licence=NOT_STATED,
+    licence_source="configs/mask_rcnn/README.md of open-mmlab/mmdetection",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=lambda keys: rename,

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Collection
 
 from .architectures import set_aside
-from .base import MASK_OUT, RPN_OUT, Family, rename_by_rules
+from .base import MASK_OUT, NOT_STATED, RPN_OUT, Family, rename_by_rules
 from .zoo import torchvision as _zoo
 
 
@@ -83,7 +83,10 @@ def recognize(keys: Collection[str]) -> str | None:
 
 FAMILY = Family(
     name="torchvision",
-    title="torchvision maskrcnn_resnet50_fpn[_v2]",
+    title="torchvision",
+    models="maskrcnn_resnet50_fpn[_v2]",
+    licence=NOT_STATED,
+    licence_source="README.md of pytorch/vision",
     arithmetic=arithmetic,
     recognize=recognize,
     renamer=lambda keys: rename,

@@ -8,11 +8,9 @@ import functools
 from dataclasses import dataclass
 
 from ..errors import MinidetError
-from ..families import FAMILIES, FAMILY_OF, REGISTRY, WeightsEntry, entry_for  # noqa: F401 (the registry's API)
+from ..families import FAMILIES, FAMILY_OF, NOT_STATED, REGISTRY, WeightsEntry, entry_for  # noqa: F401 (its API)
 from ..families.architectures import ARCHITECTURES as TABLE
 from ..families.architectures import Architecture, turned_on
-
-NOT_STATED = "not stated"
 
 
 def family_of(entry: WeightsEntry) -> str | None:
@@ -22,9 +20,10 @@ def family_of(entry: WeightsEntry) -> str | None:
 
 @dataclass(frozen=True)
 class ZooLicence:
-    """The licence a zoo states for its published weights: ``licence`` as the zoo names it (``NOT_STATED`` where
-    it says nothing of its weights' licence; the licence of its code is another matter); ``source``: the file and
-    repository that say so (or that say nothing). weights/README.md says what each zoo says, in our words."""
+    """The licence a zoo states for its published weights, as its family gives it (``Family.title``, ``licence``,
+    ``licence_source``): ``licence`` as the zoo names it (``NOT_STATED`` where it says nothing of its weights'
+    licence; the licence of its code is another matter); ``source``: the file and repository that say so (or that say
+    nothing). weights/README.md says what each zoo says, in our words."""
 
     zoo: str  # the zoo's own name, for messages
     licence: str
@@ -33,12 +32,7 @@ class ZooLicence:
 
 # by family name (the zoo of its registry entries)
 ZOO_LICENCES: dict[str, ZooLicence] = {
-    "torchvision": ZooLicence("torchvision", NOT_STATED, "README.md of pytorch/vision"),
-    "detectron": ZooLicence("Detectron", "CC BY-SA 3.0", "MODEL_ZOO.md of facebookresearch/Detectron"),
-    "detectron2": ZooLicence("detectron2", "CC BY-SA 3.0", "MODEL_ZOO.md of facebookresearch/detectron2"),
-    "maskrcnn_benchmark": ZooLicence("maskrcnn-benchmark", NOT_STATED,
-                                     "MODEL_ZOO.md of facebookresearch/maskrcnn-benchmark"),
-    "mmdetection": ZooLicence("mmdetection", NOT_STATED, "configs/mask_rcnn/README.md of open-mmlab/mmdetection"),
+    f.name: ZooLicence(f.title, f.licence, f.licence_source) for f in FAMILIES.values() if f.weights
 }
 
 
