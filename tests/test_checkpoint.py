@@ -162,3 +162,86 @@ def test_unrecognized_layout(tmp_path):
     torch.save({"features.0.weight": torch.zeros(3)}, p)
     with pytest.raises(CheckpointError, match="unrecognized checkpoint layout"):
         load_checkpoint(minidet.build_model(_cfg()), str(p), 0.0, convention="torchvision")
+
+
+def test_unrecognized_layout_names_every_family(tmp_path):
+    """The refusal of a file no family claims names each family's files (``Family.files``: its zoo's title, and the
+    models minidet reads of it where not all)."""
+    p = tmp_path / "other.pth"
+    torch.save({"features.0.weight": torch.zeros(3)}, p)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(minidet.build_model(_cfg()), str(p), 0.0, convention="torchvision")
+    assert str(e.value).endswith(
+        "expected a torchvision maskrcnn_resnet50_fpn[_v2], Detectron, detectron2, maskrcnn-benchmark or mmdetection "
+        "checkpoint, or a minidet state dict")
+
+
+def test_each_key_is_renamed_once(tmp_path, monkeypatch):
+    """Fitting the config to a file (its architecture, its head shapes) and loading it rename each of its keys once:
+    every step reads the one renamed view (``Checkpoint.view``)."""
+    import dataclasses
+    from collections import Counter
+
+    from minidet.families import FAMILIES
+    from minidet.testing.checkpoints import d2_weights
+
+    path = tmp_path / "model_final.pkl"
+    with open(path, "wb") as f:
+        pickle.dump({"model": d2_weights(50)}, f, 4)
+    family, calls = FAMILIES["detectron2"], Counter()
+
+    def renamer(keys):
+        rename = family.renamer(keys)
+        return lambda k: calls.update([k]) or rename(k)
+
+    monkeypatch.setitem(FAMILIES, "detectron2", dataclasses.replace(family, renamer=renamer))
+    _, report = minidet.prepare_model(config("configs/detectron2/mask_rcnn_R_50_FPN_3x.yaml",
+                                             "MODEL.WEIGHTS", str(path)))
+    assert report.format == "detectron2" and report.loaded and not report.missing
+    assert set(calls.values()) == {1} and len(calls) == report.loaded + len(report.ignored)
+
+
+def test_the_body_check_compares_shapes_without_a_model():
+    """``families.check_body`` reads the renamed view's shapes and the config's ``bodies.Body``: a ResNet's depth
+    (res4's blocks, by the one table ``RESNET_BLOCKS``), a ResNeXt's groups, a RegNet's stages, the stem's kind."""
+    from types import SimpleNamespace
+
+    from minidet.bodies import RESNET_BLOCKS, regnet_body, resnet_body, resnet_depth
+    from minidet.families import check_body
+
+    assert {d: resnet_depth(b[2]) for d, b in RESNET_BLOCKS.items()} == {50: 50, 101: 101, 152: 152}
+    assert resnet_depth(5) is None
+
+    def view(body):  # a file of ``body``'s shapes, under minidet's names
+        k = body.stem_kernel
+        out = {"backbone.stem.conv1.weight": SimpleNamespace(shape=(body.stem_channels, 3, k, k))}
+        for i, st in enumerate(body.stages):
+            for b in range(st.blocks):
+                out[f"backbone.res{i + 2}.{b}.conv2.weight"] = SimpleNamespace(
+                    shape=(st.width, st.width // st.groups, 3, 3))
+                out[f"backbone.res{i + 2}.{b}.conv3.weight"] = SimpleNamespace(shape=(st.out, st.width, 1, 1))
+        return out
+
+    r50, r101, x101 = resnet_body(50), resnet_body(101), resnet_body(101, 32, 8)
+    regnet = regnet_body(22, 24.48, 24, 2.54, 16)  # RegNetX-400MF
+    for body in (r50, r101, x101, regnet):
+        check_body(view(body), {}, body, "f.pth", "mmdetection")  # the config's own body: nothing to say
+    check_body(view(r101), {}, None, "f.pth", "mmdetection")  # not a minidet body: nothing to check
+    refusals = [
+        (r101, r50, "f.pth: ResNet-101 (res4 has 23 blocks) but the model has 6; set MODEL.RESNETS.DEPTH 101"),
+        (x101, r101, "f.pth: backbone.res2.0.conv2.weight is a 3x3 conv of 32 groups of 8 channels but the model's "
+                     "has 1 of 64; set MODEL.RESNETS.NUM_GROUPS 32 and WIDTH_PER_GROUP 8"),
+        (regnet, r50, "f.pth: the checkpoint's body is a RegNet (its stem a 3x3 conv of 32 channels) but the config "
+                      "builds a ResNet (a 7x7 stem): minidet runs it with a config that sets MODEL.REGNET, such as "
+                      "mmdetection/mask-rcnn_regnetx-3.2GF_fpn_1x_coco"),
+        (r50, regnet, "f.pth: the checkpoint's body is a ResNet (its stem a 7x7 conv) but the config builds a RegNet: "
+                      "minidet runs it with a ResNet config (MODEL.REGNET.DEPTH 0), such as "
+                      "mmdetection/mask-rcnn_r50_fpn_1x_coco"),
+        (regnet, regnet_body(16, 35.73, 56, 2.28, 16),  # RegNetX-800MF
+         f"f.pth: the checkpoint's RegNet has stages of 32, 64, 160, 384 channels with 1, 2, 7, 12 blocks but the "
+         f"config's (MODEL.REGNET) has {', '.join(map(str, regnet_body(16, 35.73, 56, 2.28, 16).out_channels))} "),
+    ]
+    for file_body, config_body, message in refusals:
+        with pytest.raises(CheckpointError) as e:
+            check_body(view(file_body), {}, config_body, "f.pth", "mmdetection")
+        assert str(e.value).startswith(message), str(e.value)
