@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from . import families
-from .config import get_cfg
+from .config import body_of, get_cfg
 from .families import Family, architectures
 from .norm import Affine, FrozenBN
 from .readers import CheckpointError, read_checkpoint
@@ -339,15 +339,18 @@ def check_architecture(ckpt: Checkpoint, cfg) -> None:
     """Refuse in one line a file and a config (a ``CfgNode``) that disagree about an architecture minidet runs
     under its own config (``architectures.ARCHITECTURES``' entries with ``switches``): the file has its keys and the
     config leaves it off, or the config turns it on and the file has none of its keys; naming the file, what it
-    holds and the shipped config that runs it (``architectures.refuse_config_mismatch``). First of all checks, before
-    the config is fitted to the file (:func:`head_config`) or a model built. What ``MODEL.MASK_ON False`` leaves out
-    does not count."""
-    if ckpt.family is None:  # a minidet state dict: the model's own names
-        return
-    on = {a.name for a in architectures.turned_on(cfg, get_cfg())}
-    masks_off = () if cfg.MODEL.MASK_ON else _MASK_PARTS
-    keys = [k for k, n in ckpt.view.names.items() if not (n or "").startswith(masks_off)]
-    architectures.refuse_config_mismatch(ckpt.family.name, keys, on, ckpt.path)
+    holds and the shipped config that runs it (``architectures.refuse_config_mismatch``); then a body of other
+    shapes than the config's (``families.check_body`` against ``config.body_of``: another body, depth, groups,
+    RegNet). First of all checks, before the config is fitted to the file (:func:`head_config`) or a model built.
+    What ``MODEL.MASK_ON False`` leaves out does not count."""
+    view, family = ckpt.view, ckpt.family
+    if family is not None:  # (a minidet state dict has the model's own names)
+        on = {a.name for a in architectures.turned_on(cfg, get_cfg())}
+        masks_off = () if cfg.MODEL.MASK_ON else _MASK_PARTS
+        keys = [k for k, n in view.names.items() if not (n or "").startswith(masks_off)]
+        architectures.refuse_config_mismatch(family.name, keys, on, ckpt.path)
+    families.check_body(view.tensors, view.keys, body_of(cfg), ckpt.path,
+                        family.name if family else cfg.MODEL.CONVENTION)
 
 
 def load_checkpoint(
