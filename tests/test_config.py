@@ -211,3 +211,21 @@ def test_roi_align_choices_are_the_poolers():
     from minidet.poolers import ROI_ALIGN_IMPLS
 
     assert RULES["MODEL.ROI_ALIGN_IMPL"] == ROI_ALIGN_IMPLS
+
+
+def test_roi_heads_choices_are_the_table():
+    from minidet.config import RULES
+    from minidet.heads.roi import ROI_HEADS
+
+    assert RULES["MODEL.ROI_HEADS.NAME"] == tuple(ROI_HEADS)
+
+
+@pytest.mark.parametrize("name", ["StandardROIHeads", "CascadeROIHeads"])
+def test_roi_heads_name_and_the_cascade_weights_agree_both_ways(name):
+    """A cascade's stages under StandardROIHeads, or CascadeROIHeads without stages: one line naming both keys."""
+    cfg = minidet.get_cfg()
+    cfg.merge_from_list(["MODEL.ROI_HEADS.NAME", name, "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True])
+    if name == "StandardROIHeads":
+        cfg.merge_from_list(["MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS", [[10.0, 10.0, 5.0, 5.0]] * 2])
+    with pytest.raises(ConfigError, match=r"^MODEL.ROI_HEADS.NAME .* MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS"):
+        validate_cfg(cfg)

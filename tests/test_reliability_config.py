@@ -294,6 +294,7 @@ def test_a_cascade_needs_a_family_that_has_one():
     """Cascade R-CNN's stages combine by its family's rule; a family without one refuses it when the model is built."""
     cfg = minidet.get_cfg()  # torchvision's convention
     cfg.merge_from_list(["MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS", [[10.0, 10.0, 5.0, 5.0], [20.0, 20.0, 10.0,
-                         10.0]], "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True])
+                         10.0]], "MODEL.ROI_BOX_HEAD.CLS_AGNOSTIC_BBOX_REG", True, "MODEL.ROI_HEADS.NAME",
+                         "CascadeROIHeads"])
     with pytest.raises(ConfigError, match="MODEL.CONVENTION torchvision has no Cascade R-CNN"):
         minidet.build_model(cfg)

@@ -266,6 +266,9 @@ _DEFAULTS: dict[str, tuple[Any, tuple | str | None]] = {
     "MODEL.RPN.NMS_THRESH": (0.7, "(0, 1]"),
     "MODEL.RPN.MIN_SIZE": (1e-3, "[0, inf)"),
     "MODEL.RPN.TORCHVISION_TIE_ORDER": (False, None),  # equal scores in torchvision's order: slower, same detections
+    # heads.roi.ROI_HEADS (not imported: configs are read without torch): the box stage, or Cascade R-CNN's stages
+    # (MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS), then the mask stage(s) and MODEL.MASKIOU_ON's scorer
+    "MODEL.ROI_HEADS.NAME": ("StandardROIHeads", ("StandardROIHeads", "CascadeROIHeads")),
     "MODEL.ROI_HEADS.NUM_CLASSES": (91, "[1, 100000]"),
     "MODEL.ROI_HEADS.SCORE_THRESH_TEST": (0.05, "[0, 1]"),
     "MODEL.ROI_HEADS.NMS_THRESH_TEST": (0.5, "(0, 1]"),
@@ -498,6 +501,15 @@ def _norm_fc(cfg: CfgNode) -> str | None:
     return None
 
 
+def _roi_heads_name(cfg: CfgNode) -> str | None:
+    m = cfg.MODEL
+    stages = m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS
+    if bool(stages) != (m.ROI_HEADS.NAME == "CascadeROIHeads"):
+        return (f"MODEL.ROI_HEADS.NAME {m.ROI_HEADS.NAME} with {len(stages)} stages in "
+                "MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS: CascadeROIHeads takes 2 or more, StandardROIHeads none")
+    return None
+
+
 def _background_class(cfg: CfgNode) -> str | None:
     m = cfg.MODEL
     if m.ROI_HEADS.NUM_CLASSES < 2 and not FAMILIES[m.CONVENTION].background_last:
@@ -539,6 +551,7 @@ CROSS_RULES: tuple[architectures.Rule, ...] = (
     _graph_sha256,
     lambda cfg: precision_problem(cfg.MODEL.RUNTIME_PRECISION, cfg.MODEL.RUNTIME) or None,
     *architectures.rules(),
+    _roi_heads_name,
     _box_head_layers,
     _norm_fc,
     lambda cfg: family_mismatch(cfg.MODEL.WEIGHTS, cfg.MODEL.CONVENTION) or None,  # before WEIGHTS downloads

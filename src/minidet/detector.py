@@ -11,13 +11,13 @@ import torch
 from torch import nn
 
 from .bodies.resnet import ResNet
-from .config import CfgNode, ConfigError, body_of, check_cfg
+from .config import CfgNode, body_of, check_cfg
 from .families import FAMILIES, convention
 from .heads.box import BoxHead, BoxPredictor
-from .heads.cascade import Cascade
 from .heads.detections import Detections
 from .heads.mask import MaskHead
 from .heads.mask_iou import MaskIoUHead
+from .heads.roi import ROI_HEADS, StandardROIHeads
 from .heads.rpn import RPN
 from .necks.fpn import FPN
 from .norm import NormFn, get_norm
@@ -38,26 +38,29 @@ class Network(Protocol):
 
 
 class MaskRCNN(nn.Module):
-    """ResNet-FPN Mask R-CNN, inference only. ``amp_dtype``: autocast for the network layers (box math
-    stays float32); ``chunk_images``: images per network run (``chunk_size``). A Cascade Mask R-CNN has ``cascade``
-    (its box stages) in place of ``box_head`` and ``box_predictor`` (None), and ``mask_head`` may be a list of
-    per-stage heads (``CascadeRule.mask_per_stage``). ``mask_iou_head`` (Mask Scoring R-CNN): each detection's score
-    becomes its box score times its mask's predicted IoU (the box score kept as ``Detections.box_scores``)."""
+    """ResNet-FPN Mask R-CNN, inference only: transform, backbone, FPN, RPN, then ``roi_heads`` (``heads.roi``: the
+    box stage or a cascade, the mask stage(s), an optional scorer), whose modules are the detector's own children by
+    their own names (``box_head``, ``box_predictor``, ``cascade``, ``mask_head``, ``mask_iou_head``...: the
+    checkpoints' key names; setting one on the detector sets it on ``roi_heads``). ``amp_dtype``: autocast for the
+    network layers (box math stays float32); ``chunk_images``: images per network run (``chunk_size``)."""
 
     def __init__(
-        self, transform: Transform, backbone: ResNet, fpn: FPN, rpn: RPN, box_pooler: MultiScaleRoIAlign,
-        box_head: BoxHead | None, box_predictor: BoxPredictor | None, mask_pooler: MultiScaleRoIAlign | None = None,
-        mask_head: MaskHead | nn.ModuleList | None = None, *, cascade: Cascade | None = None,
-        mask_iou_head: MaskIoUHead | None = None, amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
+        self, transform: Transform, backbone: ResNet, fpn: FPN, rpn: RPN, roi_heads: StandardROIHeads, *,
+        amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
     ) -> None:
         super().__init__()
         self.transform, self.backbone, self.fpn, self.rpn = transform, backbone, fpn, rpn
-        self.box_pooler, self.box_head, self.box_predictor = box_pooler, box_head, box_predictor
-        self.mask_pooler, self.mask_head, self.cascade = mask_pooler, mask_head, cascade
-        self.mask_iou_head = mask_iou_head
+        self.__dict__["roi_heads"] = roi_heads  # not a child of its own: its parts are
+        for name in roi_heads.PARTS:
+            setattr(self, name, getattr(roi_heads, name))
         self.amp_dtype, self.chunk_images = amp_dtype, chunk_images
         self.channels_last, self.timer = False, StageTimer(enabled=False)
         self._network = None  # runs in place of ``_detect`` when set (``use_network``, ``running``)
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name in StandardROIHeads.PARTS and "roi_heads" in self.__dict__:  # one module, held by both
+            setattr(self.roi_heads, name, value)
 
     def set_runtime(self, *, timer: StageTimer | None = None, channels_last: bool | None = None,
                     amp_dtype: torch.dtype | None | str = "keep") -> MaskRCNN:
@@ -99,7 +102,7 @@ class MaskRCNN(nn.Module):
     @property
     def final_predictor(self) -> BoxPredictor:
         """The box predictor whose post-processing gives the detections (a cascade's last stage's)."""
-        return self.box_predictor if self.cascade is None else self.cascade.predictors[-1]
+        return self.roi_heads.final_predictor
 
     @property
     def device(self) -> torch.device:
@@ -173,50 +176,7 @@ class MaskRCNN(nn.Module):
                 selected = self.rpn.select(logits, deltas, padded, images.sizes, images.scales)
                 if proposals is not None:
                     proposals.extend(selected)
-        with t.stage("box_head"):
-            levels = self.box_pooler.layout(pyramid)  # converted once for both heads
-            if self.cascade is not None:
-                def pool(boxes: list[torch.Tensor]) -> torch.Tensor:
-                    with t.detail("box_roi_align"), self._amp():
-                        return self._to_layout(self.box_pooler(levels, boxes))
-
-                scores, deltas, boxes = self.cascade(pool, selected, images.sizes, self._amp)
-                with t.detail("box_postprocess"):
-                    dets = self.cascade.predictors[-1].inference(
-                        scores, deltas, boxes, images, probabilities=not self.cascade.rule.mean_logits)
-            else:
-                with self._amp():
-                    with t.detail("box_roi_align"):
-                        pooled = self._to_layout(self.box_pooler(levels, selected))
-                    logits, deltas = self.box_predictor(self.box_head(pooled))
-                with t.detail("box_postprocess"):
-                    dets = self.box_predictor.inference(logits.float(), deltas.float(), selected, images)
-        if self.mask_head is None:
-            return dets
-        with t.stage("mask_head"):
-            rois = [d.boxes * s if d.frame == "original" else d.boxes for d, s in zip(dets, images.scales)]
-            if sum(len(b) for b in rois):
-                labels = torch.cat([d.labels for d in dets])
-                with self._amp():
-                    with t.detail("mask_roi_align"):
-                        pooled = self._to_layout(self.mask_pooler(levels, rois))
-                    heads = self.mask_head if isinstance(self.mask_head, nn.ModuleList) else [self.mask_head]
-                    mask_logits = [h(pooled, labels) for h in heads]
-                probs = [MaskHead.select(m.float(), labels) for m in mask_logits]
-                # a cascade's mask heads, one per stage (mmdetection's): the mean of their probabilities
-                probs = probs[0] if len(probs) == 1 else torch.stack(probs).mean(0)
-                if self.mask_iou_head is not None:
-                    with t.detail("mask_iou"), self._amp():
-                        iou = self.mask_iou_head(pooled, probs, labels).float()
-                    counts = [len(b) for b in rois]
-                    dets = [d._replace(scores=d.scores * i, box_scores=d.scores)
-                            for d, i in zip(dets, iou.split(counts))]
-            else:  # the mask head's output: twice the pooled size
-                m = 2 * self.mask_pooler.output_size[0]
-                probs = images.tensor.new_zeros((0, m, m))
-                if self.mask_iou_head is not None:
-                    dets = [d._replace(box_scores=d.scores) for d in dets]
-            return [d._replace(masks=p) for d, p in zip(dets, probs.split([len(b) for b in rois]))]
+        return self.roi_heads(pyramid, selected, images, t, self._amp, self._to_layout)
 
 
 def build_model(cfg: CfgNode) -> MaskRCNN:
@@ -273,29 +233,25 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
             class_agnostic_nms=rh.NMS_CLASS_AGNOSTIC,
         )
 
-    stages = [list(w) for w in m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS]
-    cascade = single_head = single_predictor = None
-    if stages:  # Cascade R-CNN: its family's way of combining the stages (validate_cfg checked the rest)
-        if conv.cascade is None:
-            raise ConfigError(f"MODEL.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS: MODEL.CONVENTION {m.CONVENTION} has no "
-                              "Cascade R-CNN (detectron2's and mmdetection's have)")
-        heads = [box_head() for _ in stages]
-        cascade = Cascade(heads, [predictor(h.out_dim, w) for h, w in zip(heads, stages)], conv.cascade)
-    else:
-        single_head = box_head()
-        single_predictor = predictor(single_head.out_dim, bh.BBOX_REG_WEIGHTS)
-    mask_pooler = mask_head = None
-    if m.MASK_ON:
-        mh = m.ROI_MASK_HEAD
-        mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, **pool)
-        mask_classes = 1 if mh.CLS_AGNOSTIC_MASK else num_classes
-        heads = [MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, mask_classes, norm(mh.USE_NORM, m.HEAD_NORM))
-                 for _ in (stages if cascade is not None and conv.cascade.mask_per_stage else [0])]
-        mask_head = heads[0] if len(heads) == 1 else nn.ModuleList(heads)
-    # it scores the masks: without them (MODEL.MASK_ON False) the detections keep their box scores
-    mask_iou_head = MaskIoUHead(ch, num_classes, m.ROI_MASK_HEAD.POOLER_RESOLUTION) \
-        if m.MASKIOU_ON and m.MASK_ON else None
+    # the box stages' regression weights: a cascade's, one per stage, else the one box head's
+    stages = [list(w) for w in m.ROI_BOX_CASCADE_HEAD.BBOX_REG_WEIGHTS] or [list(bh.BBOX_REG_WEIGHTS)]
+    heads = [box_head() for _ in stages]
+    boxes = [(h, predictor(h.out_dim, w)) for h, w in zip(heads, stages)]
+    mh = m.ROI_MASK_HEAD
+    mask_pooler = MultiScaleRoIAlign(mh.POOLER_RESOLUTION, scales, mh.POOLER_SAMPLING_RATIO, **pool) \
+        if m.MASK_ON else None
+    mask_classes = 1 if mh.CLS_AGNOSTIC_MASK else num_classes
+
+    def mask_head() -> MaskHead:
+        return MaskHead(ch, mh.NUM_CONV, mh.CONV_DIM, mask_classes, norm(mh.USE_NORM, m.HEAD_NORM))
+
+    def mask_iou_head() -> MaskIoUHead:
+        return MaskIoUHead(ch, num_classes, mh.POOLER_RESOLUTION)
+
+    # the scorer scores the masks: without them (MODEL.MASK_ON False) the detections keep their box scores
+    roi_heads = ROI_HEADS[rh.NAME].build(box_pooler, boxes, mask_pooler, mask_head if m.MASK_ON else None,
+                                         mask_iou_head if m.MASKIOU_ON and m.MASK_ON else None, conv.cascade,
+                                         m.CONVENTION)
     amp_dtype = {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.TEST.AMP]
-    parts = (transform, backbone, fpn, rpn, box_pooler, single_head, single_predictor, mask_pooler, mask_head)
-    return MaskRCNN(*parts, cascade=cascade, mask_iou_head=mask_iou_head, amp_dtype=amp_dtype,
+    return MaskRCNN(transform, backbone, fpn, rpn, roi_heads.eval(), amp_dtype=amp_dtype,
                     chunk_images=cfg.TEST.CHUNK_IMAGES).eval()

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from .errors import InputError
+from .heads.detections import FIELDS
 from .masks import BoxMasks
 
 MERGES = ("nmm", "nms")
@@ -210,8 +211,9 @@ def merge_tiles(parts: list[tuple[tuple[int, int, int, int], dict]], size: tuple
             origins.append(origin)
     idx = torch.tensor(keep, dtype=torch.int64)
     result = {"boxes": out_boxes, "scores": scores[idx], "labels": labels[idx], "category_ids": cats[idx]}
-    if all("box_scores" in o for o in outs):  # Mask Scoring R-CNN's box scores: the kept detection's
-        result["box_scores"] = torch.cat([o["box_scores"] for o in outs])[idx]
+    for f in FIELDS:  # the detections' other fields (a Mask Scoring R-CNN's box scores): the kept detection's
+        if not f.pasted and all(f.name in o for o in outs):
+            result[f.name] = torch.cat([o[f.name] for o in outs])[idx]
     if masks is not None:
         result["masks"] = BoxMasks(crops, origins, size)
     return result

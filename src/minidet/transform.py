@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .boxes import clip_boxes
+from .heads.detections import FIELDS
 from .masks import BoxMasks
 
 
@@ -157,11 +158,7 @@ def rescale_clip_nonempty(det, size: tuple[int, int], orig: tuple[int, int]):
     boxes[:, 1::2] *= oh / h
     boxes = clip_boxes(boxes, oh, ow)
     keep = ((boxes[:, 2] - boxes[:, 0]) > 0) & ((boxes[:, 3] - boxes[:, 1]) > 0)
-    masks = det.masks[keep] if det.masks is not None else None
-    scores, labels = det.scores[keep], det.labels[keep]
-    box_scores = det.box_scores[keep] if det.box_scores is not None else None
-    return det._replace(boxes=boxes[keep], scores=scores, labels=labels, masks=masks, box_scores=box_scores,
-                        frame="original")
+    return det._replace(boxes=boxes, frame="original").select(keep)
 
 
 def paste_masks(
@@ -281,16 +278,17 @@ class Transform(nn.Module):
 
     def postprocess(self, dets: list, images: ImageBatch) -> list[dict[str, torch.Tensor]]:
         """Per image ``Detections`` -> a dict of ``boxes`` (D, 4) in original-image pixels, ``scores``,
-        ``labels`` and, where the detections carry mask probabilities, ``masks`` (``BoxMasks``: D bool masks of the
-        H x W frame, each kept as its box's crop); where a mask IoU head rescored them, ``box_scores``."""
+        ``labels`` and each field the detections carry (``heads.detections.FIELDS``): as it is, or, where ``pasted``
+        (the mask probabilities), pasted (``BoxMasks``: D bool masks of the H x W frame, each kept as its box's
+        crop), after the others."""
         results = []
         for det, size, (oh, ow) in zip(dets, images.sizes, images.orig_sizes):
             if det.frame == "resized":
                 det = self.rescale(det, size, (oh, ow))
             r = {"boxes": det.boxes, "scores": det.scores, "labels": det.labels}
-            if det.box_scores is not None:  # Mask Scoring R-CNN: the box head's scores beside the mask scores
-                r["box_scores"] = det.box_scores
-            if det.masks is not None:
-                r["masks"] = self.paste(det.masks, det.boxes, oh, ow, self.mask_threshold)
+            fields = det.fields()
+            r.update((f.name, fields[f.name]) for f in FIELDS if f.name in fields and not f.pasted)
+            r.update((f.name, self.paste(fields[f.name], det.boxes, oh, ow, self.mask_threshold))
+                     for f in FIELDS if f.name in fields and f.pasted)
             results.append(r)
         return results

@@ -17,7 +17,6 @@ bits): a head's batch norm as the kernel's own op (``_BatchNorm``), the mask IoU
 
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..detector import MaskRCNN
+from ..heads.detections import FIELD_NAMES
 from ..layers import ClassConv1x1, fuse_convs, fuse_linears
 from ..norm import BatchNorm, FrozenBN
 from . import ops
@@ -42,9 +42,8 @@ FLOAT_ORDER = (
     "orders, as between PyTorch's own paths), GroupNorm's statistics are summed in float64; the rest is the same "
     "float32 arithmetic"
 )
-# masks only with a mask head; box_scores only with a mask IoU head (Mask Scoring R-CNN: ``scores`` are then the box
-# scores times the predicted mask IoUs), last, so that the graphs without one keep their outputs
-OUTPUTS = ("proposals", "boxes", "scores", "labels", "masks", "box_scores")
+# then the ``Detections`` fields the model's RoI heads give (``heads.detections.FIELDS``, in its order)
+OUTPUTS = ("proposals", "boxes", "scores", "labels", *FIELD_NAMES)
 
 
 class _ScaleShift(nn.Module):
@@ -118,7 +117,7 @@ class NetworkGraph(nn.Module):
         m = copy.deepcopy(model).cpu().float().to(memory_format=torch.contiguous_format)
         fuse_convs(m, False)  # oneDNN's private ops have no ONNX form; the plain ops compute the same
         fuse_linears(m, False)
-        for head in self._mask_heads(m.mask_head):
+        for head in m.roi_heads.mask_stages:
             head.predictor.__class__ = _AllClasses
         for parent in list(m.modules()):
             for name, child in parent.named_children():
@@ -129,17 +128,12 @@ class NetworkGraph(nn.Module):
                 elif isinstance(child, nn.GroupNorm):
                     setattr(parent, name, _GroupNorm64(child))
         self.backbone, self.fpn, self.rpn = m.backbone, m.fpn, m.rpn
-        self.box_pooler, self.box_head, self.box_predictor = m.box_pooler, m.box_head, m.box_predictor
-        self.cascade, self.final_predictor = m.cascade, m.final_predictor
-        self.mask_pooler, self.mask_head = m.mask_pooler, m.mask_head
-        self.mask_iou_head = getattr(m, "mask_iou_head", None)
-        self.frame = "original" if m.final_predictor.original_frame else "resized"
-        self.outputs = OUTPUTS[: 4 + (m.mask_head is not None) + (self.mask_iou_head is not None)]
-
-    @staticmethod
-    def _mask_heads(mask_head: nn.Module | None) -> list[nn.Module]:
-        """The mask heads: none, one, or a cascade's one per stage (their probabilities' mean is the mask)."""
-        return list(mask_head) if isinstance(mask_head, nn.ModuleList) else [mask_head] * (mask_head is not None)
+        heads = self.__dict__["roi_heads"] = m.roi_heads  # its parts are this module's children, named as the model's
+        self.box_pooler, self.box_head, self.box_predictor = heads.box_pooler, heads.box_head, heads.box_predictor
+        self.cascade, self.final_predictor = heads.cascade, heads.final_predictor
+        self.mask_pooler, self.mask_head, self.mask_iou_head = heads.mask_pooler, heads.mask_head, heads.mask_iou_head
+        self.frame = heads.frame
+        self.outputs = (*OUTPUTS[:4], *(f for f in OUTPUTS[4:] if f in heads.outputs))
 
     def forward(self, image: torch.Tensor, image_size: torch.Tensor, original_size: torch.Tensor,
                 scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -150,34 +144,9 @@ class NetworkGraph(nn.Module):
         logits, deltas = self.rpn.head(pyramid)
         proposals = self.proposals(logits, deltas, tuple(image.shape[-2:]), size, s)
         levels = pyramid[: len(self.box_pooler.scales)]
-        rois = proposals
-        if self.cascade is None:
-            cls, reg = self.box_predictor(self.box_head(self.pool(self.box_pooler, levels, rois)))
-            probs = F.softmax(cls, -1)
-        else:  # the eager cascade's stages, on this image's boxes
-            cls, reg, (rois,) = self.cascade(lambda b: self.pool(self.box_pooler, levels, b[0]), [rois], [size],
-                                             contextlib.nullcontext)
-            probs = F.softmax(cls, -1) if self.cascade.rule.mean_logits else cls
-        boxes, scores, labels = self.detections(probs, reg, rois, orig if self.frame == "original" else size, s)
-        if self.mask_head is None:
-            return proposals, boxes, scores, labels
-        rois = boxes * s if self.frame == "original" else boxes
-        pooled, masks = self.pool(self.mask_pooler, levels, rois), []
-        for head in self._mask_heads(self.mask_head):
-            logits = head(pooled)
-            if logits.shape[1] > 1:  # ``MaskHead.select``: each box's class (a gather: any count of boxes)
-                logits = logits.gather(1, labels.view(-1, 1, 1, 1).expand(-1, 1, *logits.shape[2:]))
-            masks.append(logits[:, 0].sigmoid())
-        probs = masks[0] if len(masks) == 1 else torch.stack(masks).mean(0)
-        if self.mask_iou_head is None:
-            return proposals, boxes, scores, labels, probs
-        # ``MaskRCNN._detect``: the box score times the mask IoU head's IoU of the box's class (its own module)
-        if torch.compiler.is_exporting():  # one zero row more, its IoU dropped: OpenVINO's MaxPool takes no empty
-            rows = [torch.cat((t, t.new_zeros((1, *t.shape[1:])))) for t in (pooled, probs, labels)]  # batch
-            iou = self.mask_iou_head(*rows).float()[:-1]
-        else:
-            iou = self.mask_iou_head(pooled, probs, labels).float()
-        return proposals, boxes, scores * iou, labels, probs, scores
+        det = self.roi_heads.forward_image(lambda pooler, boxes: self.pool(pooler, levels, boxes[0]), proposals,
+                                           size, orig, s, self.nms)
+        return (proposals, *(getattr(det, name) for name in self.outputs[1:]))
 
     def proposals(self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded: tuple, size: tuple,
                   scale) -> torch.Tensor:
@@ -240,39 +209,6 @@ class NetworkGraph(nn.Module):
             outs.append(torch.ops.torchvision.roi_align(feat, rois[sel], scale, s, s, pooler.sampling_ratio,
                                                         pooler.aligned))
         return torch.cat(outs)[torch.argsort(torch.cat(sels))]
-
-    def detections(self, probs: torch.Tensor, deltas: torch.Tensor, proposals: torch.Tensor, size: tuple,
-                   scale) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``BoxPredictor.inference`` for one image, from the class probabilities -> boxes (D, 4), scores (D,),
-        labels (D,)."""
-        p = self.final_predictor
-        if p.original_frame:
-            proposals = proposals / scale
-        num_classes, rule, cap = probs.shape[1], p.box_rule, p.detections_per_image
-        first = 0 if p.bg_last else 1
-        scores = probs[:, first : first + num_classes - 1]
-        rows, cols = torch.where(scores > p.score_thresh)
-        labels = cols + first
-        reg_classes = deltas.shape[1] // 4
-        if reg_classes == 1:
-            d = deltas[rows]
-        else:
-            d = deltas.view(-1, reg_classes, 4)[rows, labels if reg_classes == num_classes else cols]
-        boxes = rule.clip(rule.decode(d, proposals[rows], p.bbox_reg_weights), *size)
-        scores = scores[rows, cols]
-        if p.min_box_size is not None:
-            keep = rule.nonempty(boxes, p.min_box_size)
-            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-        if p.class_agnostic_nms:  # one NMS over every class's boxes: one group
-            keep = self.nms(rule, boxes, scores, labels * 0, p.nms_thresh, 1)
-        else:
-            keep = self.nms(rule, boxes, scores, labels, p.nms_thresh, num_classes)
-        if p.ties_at_cap:  # every detection scoring at least the cap-th
-            s = scores[keep]
-            keep = keep[s >= torch.cat([s[:cap], s.new_full((1,), float("inf"))]).min()]
-        else:
-            keep = keep[:cap]
-        return boxes[keep], scores[keep], labels[keep]
 
 
 def inexact_steps(model: MaskRCNN) -> list[str]:

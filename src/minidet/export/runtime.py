@@ -17,7 +17,7 @@ import yaml
 
 from ..checkpoint import LoadReport
 from ..config import CfgNode, ConfigError, leaves
-from ..heads.detections import Detections
+from ..heads.detections import FIELD_NAMES, Detections
 from ..runtimes import RUNTIMES
 from ..transform import ImageBatch
 from . import ExportError
@@ -48,8 +48,8 @@ def _same(a: object, b: object) -> bool:
 
 class ExportedNetwork:
     """``MaskRCNN._detect``'s contract run by an exported graph: ``network(images)`` of a padded ``ImageBatch`` ->
-    per image its ``Detections`` (boxes in the graph's frame, scores, labels, mask probabilities or None, a Mask
-    Scoring R-CNN's box scores or None), each image's slice of the padded tensor through ``graph.run``. A chunk
+    per image its ``Detections`` (boxes in the graph's frame, scores, labels, and the fields the graph outputs:
+    ``heads.detections.FIELDS``), each image's slice of the padded tensor through ``graph.run``. A chunk
     smaller than the graph takes (a side under ``graph.min_side``: a tiny or elongated image) runs on ``eager``, the
     eager network of the same weights, where one is given."""
 
@@ -74,8 +74,8 @@ class ExportedNetwork:
         """Image ``i`` of the padded batch through the graph (``graph.run``, whatever its size): its ``Detections``
         (boxes in the graph's frame) and every output of the graph by name (``proposals`` too), as tensors."""
         out = {k: torch.from_numpy(v) for k, v in self.run(graph_inputs(images, i)).items()}
-        return Detections(out["boxes"], out["scores"], out["labels"], self.graph.frame, out.get("masks"),
-                          out.get("box_scores")), out
+        fields = {f: out[f] for f in FIELD_NAMES if f in out}
+        return Detections(out["boxes"], out["scores"], out["labels"], self.graph.frame, **fields), out
 
     def check_config(self, cfg: CfgNode) -> None:
         """``ConfigError`` naming the first key of ``fixed_keys`` whose value in ``cfg`` (fitted to the checkpoint)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -91,32 +93,63 @@ class BoxPredictor(nn.Module):
         sizes, frame = (images.orig_sizes, "original") if self.original_frame else (images.sizes, "resized")
         if self.original_frame:  # proposals to original-image pixels
             proposals = [b / s for b, s in zip(proposals, images.scales)]
-        num_classes, rule, topk = logits.shape[1], self.box_rule, self.detections_per_image
+        rule, topk = self.box_rule, self.detections_per_image
         scores_all = logits if probabilities else F.softmax(logits, -1)
-        fg = slice(0, num_classes - 1) if self.bg_last else slice(1, num_classes)
-        reg_classes = deltas.shape[1] // 4
         counts = [len(p) for p in proposals]
         results = []
         for props, (h, w), probs, dl in zip(proposals, sizes, scores_all.split(counts), deltas.split(counts)):
-            scores = probs[:, fg]
-            # threshold first, then decode only the surviving (proposal, class) pairs: the same
-            # values as decoding all R x K boxes, in the same (proposal-major) order
-            rows, cols = torch.where(scores > self.score_thresh)
-            labels = cols + fg.start
-            if reg_classes == 1:  # class-agnostic regression
-                d = dl[rows]
-            elif reg_classes == num_classes - self.bg_last:  # class-specific (no background rows when it is last)
-                d = dl.view(-1, reg_classes, 4)[rows, cols if self.bg_last else labels]
-            else:  # class-agnostic with background and foreground deltas (Detectron, maskrcnn-benchmark)
-                d = dl.view(-1, 2, 4)[rows, 1]
-            boxes = rule.clip(rule.decode(d, props[rows], self.bbox_reg_weights), h, w)
-            scores = scores[rows, cols]
-            if self.min_box_size is not None:
-                keep = torch.where(rule.nonempty(boxes, self.min_box_size))[0]
-                boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+            boxes, scores, labels = self.candidates(probs, dl, props, h, w)
             keep = rule.nms(boxes, scores, labels, self.nms_thresh, topk=topk, tv_tie_order=True,
                             class_agnostic=self.class_agnostic_nms)
             at_cap = self.ties_at_cap and len(keep) > topk
             keep = keep[scores[keep] >= scores[keep][topk - 1]] if at_cap else keep[:topk]
             results.append(Detections(boxes[keep], scores[keep], labels[keep], frame))
         return results
+
+    def inference_image(self, logits: torch.Tensor, deltas: torch.Tensor, proposals: torch.Tensor,
+                        size: tuple, original_size: tuple, scale, nms: Callable, *,
+                        probabilities: bool = False) -> Detections:
+        """``inference`` of one image (``size``, ``original_size``: (h, w); ``scale``: its resize factor) in operators
+        that ``torch.export`` follows through any count of boxes: ``nms(box_rule, boxes, scores, groups, thresh,
+        num_groups)`` the graph's NMS (kept indices by decreasing score, no top-k shortcut), the cap without a branch
+        on the count (with ``ties_at_cap``: every detection scoring at least the cap-th)."""
+        (h, w), frame = (original_size, "original") if self.original_frame else (size, "resized")
+        if self.original_frame:
+            proposals = proposals / scale
+        probs = logits if probabilities else F.softmax(logits, -1)
+        boxes, scores, labels = self.candidates(probs, deltas, proposals, h, w)
+        # one NMS over every class's boxes: one group
+        groups, num_groups = (labels * 0, 1) if self.class_agnostic_nms else (labels, probs.shape[1])
+        keep = nms(self.box_rule, boxes, scores, groups, self.nms_thresh, num_groups)
+        cap = self.detections_per_image
+        if self.ties_at_cap:
+            s = scores[keep]
+            keep = keep[s >= torch.cat([s[:cap], s.new_full((1,), float("inf"))]).min()]
+        else:
+            keep = keep[:cap]
+        return Detections(boxes[keep], scores[keep], labels[keep], frame)
+
+    def candidates(self, probs: torch.Tensor, deltas: torch.Tensor, proposals: torch.Tensor, h, w) -> tuple:
+        """One image's (R, K) class probabilities, (R, 4K') deltas and (R, 4) proposals -> the (proposal, class)
+        pairs above the score threshold, proposal-major: boxes (C, 4) decoded and clipped to (``h``, ``w``), scores
+        (C,), labels (C,); without the small boxes (``min_box_size``)."""
+        num_classes, rule = probs.shape[1], self.box_rule
+        fg = slice(0, num_classes - 1) if self.bg_last else slice(1, num_classes)
+        scores = probs[:, fg]
+        # threshold first, then decode only the surviving (proposal, class) pairs: the same
+        # values as decoding all R x K boxes, in the same (proposal-major) order
+        rows, cols = torch.where(scores > self.score_thresh)
+        labels = cols + fg.start
+        reg_classes = deltas.shape[1] // 4
+        if reg_classes == 1:  # class-agnostic regression
+            d = deltas[rows]
+        elif reg_classes == num_classes - self.bg_last:  # class-specific (no background rows when it is last)
+            d = deltas.view(-1, reg_classes, 4)[rows, cols if self.bg_last else labels]
+        else:  # class-agnostic with background and foreground deltas (Detectron, maskrcnn-benchmark)
+            d = deltas.view(-1, 2, 4)[rows, 1]
+        boxes = rule.clip(rule.decode(d, proposals[rows], self.bbox_reg_weights), h, w)
+        scores = scores[rows, cols]
+        if self.min_box_size is not None:
+            keep = torch.where(rule.nonempty(boxes, self.min_box_size))[0]
+            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+        return boxes, scores, labels

@@ -40,6 +40,6 @@ class MaskHead(nn.Module):
     def select(mask_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """(R, K, M, M) logits, (R,) labels -> (R, M, M) probabilities of each box's class (or the one channel:
         class-agnostic masks, or the class already selected by ``forward``)."""
-        if mask_logits.shape[1] == 1:
-            return mask_logits[:, 0].sigmoid()
-        return mask_logits[torch.arange(len(labels), device=labels.device), labels].sigmoid()
+        if mask_logits.shape[1] > 1:  # a gather: any count of boxes, in an export too
+            mask_logits = mask_logits.gather(1, labels.view(-1, 1, 1, 1).expand(-1, 1, *mask_logits.shape[2:]))
+        return mask_logits[:, 0].sigmoid()
