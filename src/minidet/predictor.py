@@ -132,8 +132,9 @@ class Predictor:
     ``cv2.imread`` gives) and returns ``boxes`` (N, 4) float32 xyxy in input pixels, ``scores`` (N,), ``labels``
     (N,) int64 (the checkpoint's class index), ``category_ids`` (N,) int64 COCO ids, ``masks`` (``MODEL.MASK_ON``;
     ``minidet.masks.BoxMasks``: N bool masks of the H x W image, each kept as its box's crop, ``dense()`` the
-    (N, H, W) stack), ``box_scores`` (N,) where a mask IoU head rescored the detections (Mask Scoring R-CNN:
-    ``scores`` = box score x predicted mask IoU), ``timings`` (stage -> seconds) and what turns them into COCO
+    (N, H, W) stack), each other field the model's heads give (``heads.detections.FIELDS``: ``box_scores`` (N,)
+    where a mask IoU head rescored the detections, Mask Scoring R-CNN: ``scores`` = box score x predicted mask IoU),
+    ``timings`` (stage -> seconds) and what turns them into COCO
     instances: ``box_offset`` (1 where the weights' family counts box sizes pixel-inclusively) and ``class_names``
     (the name of each class index; ``minidet.apps.outputs.instances``). ``weights_summary`` names what was loaded.
     ``weights``: the checkpoint's path when the caller resolved ``MODEL.WEIGHTS`` already (see ``checkpoint_file``)."""

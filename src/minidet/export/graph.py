@@ -1,18 +1,15 @@
 """``NetworkGraph``: one image's network (``MaskRCNN._detect`` for a chunk of one) in operators that
 ``torch.export`` follows through data-dependent sizes, built from a loaded model.
 
-Every part with weights is the model's own module (backbone with its SE and GC blocks, FPN, RPN head, box head, box
-predictor, mask head, Mask Scoring R-CNN's mask IoU head, with the fused CPU paths off); every family rule is the
-model's own attribute or function, called as the eager engine calls it: the RPN's cell anchors, stride rule,
-per-level top-k (``level_topk``: on logits, or on mmdetection's sigmoid scores), box rule (decode, clip, +1 sizes,
-inclusive NMS), proposal filter, logit or sigmoid ranking, per-level cut; the poolers' level rule, alignment and
-sampling; the box predictor's thresholds, background column, frame, small-box filter and ties at the cap. What is
-restated here is only the control flow around them, written without Python branches on data: NMS
-(``ops.batched_nms``), multi-scale RoIAlign (torchvision's ``roi_align``, ONNX's ``RoiAlign``), the detection cap.
-So a family that only recombines these rules exports unchanged. Where an operator's exported form cannot take what
-the graph gives it, an equal form is used in the export only (run by PyTorch, the graph computes the eager model's
-bits): a head's batch norm as the kernel's own op (``_BatchNorm``), the mask IoU head on one zero row more
-(OpenVINO's MaxPool takes no empty batch).
+Every part is the model's own module (backbone with its SE and GC blocks, FPN, RPN, the RoI heads: box stage or
+cascade, mask stage(s), Mask Scoring R-CNN's mask IoU head, with the fused CPU paths off), run by its own methods:
+the RPN's ``select_one`` and the RoI heads' ``forward_image`` are the one-image paths the heads' modules keep beside
+their eager ones (``heads.rpn``, ``heads.roi``), with every family rule the model's own attribute or function. This
+module gives them only what an export needs of the operators around them: NMS (``ops.batched_nms``), multi-scale
+RoIAlign (torchvision's ``roi_align``, ONNX's ``RoiAlign``), and norms in forms the runtimes compute as PyTorch does
+(a head's batch norm as the kernel's own op, ``_BatchNorm``; FrozenBN as a scale and shift; GroupNorm's statistics
+in float64). So a family that only recombines these rules, and a new kind of RoI heads, exports unchanged; the
+graph's outputs are ``OUTPUTS``' first four and the ``Detections`` fields the heads give.
 """
 
 from __future__ import annotations
@@ -106,11 +103,11 @@ class NetworkGraph(nn.Module):
     """``forward(image, image_size, original_size, scale)``: the normalized, padded image (1, 3, H, W) float32,
     its resized size before padding (2,) int64 (h, w), the original image's size (2,) int64 and the resize
     factor () float32 -> ``proposals`` (P, 4), ``boxes`` (D, 4) in the frame of ``frame`` (``"resized"``: the
-    network input's pixels, or ``"original"``), ``scores`` (D,), ``labels`` (D,) int64, with a mask head ``masks``
-    (D, M, M) probabilities of each box's class, and with a mask IoU head (Mask Scoring R-CNN) ``box_scores`` (D,):
-    the box head's scores, ``scores`` being those times each mask's predicted IoU (``outputs`` names them). The same
-    values as ``model._detect`` on that image up to the order of float sums (RoIAlign, convolutions); ``model`` is
-    copied, not changed."""
+    network input's pixels, or ``"original"``), ``scores`` (D,), ``labels`` (D,) int64, then the ``Detections``
+    fields the model's RoI heads give (``heads.detections.FIELDS``: with a mask head ``masks``, with a mask IoU head
+    ``box_scores``; ``outputs`` names them all). The same values as ``model._detect`` on that image up to the order
+    of float sums (RoIAlign, convolutions); ``model`` is copied, not changed. The RoI heads' modules are this
+    module's children by the model's names (the exported nodes' scopes: ``export.quantize`` picks layers by them)."""
 
     def __init__(self, model: MaskRCNN) -> None:
         super().__init__()
@@ -142,48 +139,11 @@ class NetworkGraph(nn.Module):
         s = scale.item()
         pyramid = list(self.fpn(self.backbone(image)).values())
         logits, deltas = self.rpn.head(pyramid)
-        proposals = self.proposals(logits, deltas, tuple(image.shape[-2:]), size, s)
+        proposals = self.rpn.select_one(logits, deltas, tuple(image.shape[-2:]), size, s, self.nms)
         levels = pyramid[: len(self.box_pooler.scales)]
         det = self.roi_heads.forward_image(lambda pooler, boxes: self.pool(pooler, levels, boxes[0]), proposals,
                                            size, orig, s, self.nms)
         return (proposals, *(getattr(det, name) for name in self.outputs[1:]))
-
-    def proposals(self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded: tuple, size: tuple,
-                  scale) -> torch.Tensor:
-        """``RPN.select`` and ``RPN.select_image`` for one image -> (P, 4) proposals by decreasing score."""
-        rpn = self.rpn
-        scores, boxes, anchors, levels = [], [], [], []
-        for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
-            a, h, w = lg.shape[1:]
-            stride = (rpn.strides[lvl],) * 2 if rpn.fixed_strides else (padded[0] // h, padded[1] // w)
-            lg = lg.permute(0, 2, 3, 1).reshape(1, -1)
-            dl = dl.view(a, 4, h, w).permute(2, 3, 0, 1).reshape(-1, 4)
-            top, idx = (t[0] for t in rpn.level_topk(lg, rpn.pre_nms_topk))  # the family's rule (scores, ranks)
-            scores.append(top)
-            boxes.append(dl[idx])
-            anchors.append(self.grid_anchors(lvl, h, w, stride)[idx])
-            levels.append(torch.full_like(idx, lvl))
-        score = torch.cat(scores)
-        if not rpn.rank_by_logit:
-            score = torch.sigmoid(score)
-        rule = rpn.box_rule
-        b = rule.decode(torch.cat(boxes), torch.cat(anchors), (1.0, 1.0, 1.0, 1.0))
-        b = rule.clip(b, *(padded if rpn.clip_to_padded else size))
-        keep = rpn.proposal_filter(b, rpn.min_size, scale, padded)
-        b, score, level = b[keep], score[keep], torch.cat(levels)[keep]
-        keep = self.nms(rule, b, score, level, rpn.nms_thresh, len(rpn.strides))
-        if rpn.topk_per_level:  # rank of each kept box within its level
-            onehot = F.one_hot(level[keep], len(rpn.strides))
-            keep = keep[(onehot.cumsum(0) * onehot).sum(1) - 1 < rpn.post_nms_topk]
-        return b[keep[: rpn.post_nms_topk]]
-
-    def grid_anchors(self, level: int, h, w, stride: tuple) -> torch.Tensor:
-        """``RPN.grid_anchors`` (uncached, any grid): (h * w * A, 4), location-major then anchor."""
-        ys = torch.arange(h, dtype=torch.int32) * stride[0]
-        xs = torch.arange(w, dtype=torch.int32) * stride[1]
-        sy, sx = torch.meshgrid(ys, xs, indexing="ij")
-        shifts = torch.stack((sx.reshape(-1), sy.reshape(-1)) * 2, dim=1)
-        return (shifts.view(-1, 1, 4) + self.rpn.cell_anchors[level].view(1, -1, 4)).reshape(-1, 4)
 
     @staticmethod
     def nms(rule, boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, thresh: float,

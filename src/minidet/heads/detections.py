@@ -5,15 +5,17 @@ gives a new output adds one ``Field`` here, and the record has it (``Detections.
 model sets it). Everything downstream reads the table: ``Transform.postprocess`` (a field is carried as it is, or
 pasted into the image where ``pasted``), the exported graph's outputs (``export.graph``, in the table's order) and
 its runtime's ``Detections``, the Predictor's output dict, sliced inference's merge (the kept detection's row) and
-the writers (``record``: the key of its value in infer's records).
+the writers (``record``: the key of its value in infer's records). Importing it needs no torch.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)

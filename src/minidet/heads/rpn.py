@@ -144,16 +144,21 @@ class RPN(nn.Module):
         """(H*W*A, 4) anchors of one level, location-major then anchor."""
         key = (level, grid, stride, str(device))
         if key not in self._grid_cache:
-            (gh, gw), (sh, sw) = grid, stride
-            xs = torch.arange(gw, dtype=torch.int32, device=device) * sw
-            ys = torch.arange(gh, dtype=torch.int32, device=device) * sh
-            sy, sx = torch.meshgrid(ys, xs, indexing="ij")
-            shifts = torch.stack((sx.reshape(-1), sy.reshape(-1)) * 2, dim=1)
-            base = self.cell_anchors[level].to(device)
             if len(self._grid_cache) > 64:
                 self._grid_cache.clear()
-            self._grid_cache[key] = (shifts.view(-1, 1, 4) + base.view(1, -1, 4)).reshape(-1, 4)
+            self._grid_cache[key] = self.level_anchors(level, grid, stride, device)
         return self._grid_cache[key]
+
+    def level_anchors(self, level: int, grid: tuple, stride: tuple, device=None) -> torch.Tensor:
+        """``grid_anchors`` uncached, of any grid (sizes that are symbols in an export); ``device`` None: the
+        cell anchors' own."""
+        (gh, gw), (sh, sw) = grid, stride
+        xs = torch.arange(gw, dtype=torch.int32, device=device) * sw
+        ys = torch.arange(gh, dtype=torch.int32, device=device) * sh
+        sy, sx = torch.meshgrid(ys, xs, indexing="ij")
+        shifts = torch.stack((sx.reshape(-1), sy.reshape(-1)) * 2, dim=1)
+        base = self.cell_anchors[level] if device is None else self.cell_anchors[level].to(device)
+        return (shifts.view(-1, 1, 4) + base.view(1, -1, 4)).reshape(-1, 4)
 
     def select(
         self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded_size: tuple[int, int],
@@ -200,4 +205,35 @@ class RPN(nn.Module):
             onehot = torch.nn.functional.one_hot(lv[keep], len(self.strides))
             rank = (onehot.cumsum(0) * onehot).sum(1) - 1
             keep = keep[rank < self.post_nms_topk]
+        return b[keep[: self.post_nms_topk]]
+
+    def select_one(self, logits: list[torch.Tensor], deltas: list[torch.Tensor], padded: tuple, size: tuple, scale,
+                   nms: Callable) -> torch.Tensor:
+        """``select`` and ``select_image`` for one image in operators that ``torch.export`` follows through
+        data-dependent sizes (the exported graph's): the head's per-level outputs of a batch of one -> (P, 4)
+        proposals by decreasing score. ``nms(box_rule, boxes, scores, groups, thresh, num_groups)``: the graph's
+        NMS (kept indices by decreasing score, no top-k shortcut), the levels its groups."""
+        scores, boxes, anchors, levels = [], [], [], []
+        for lvl, (lg, dl) in enumerate(zip(logits, deltas)):
+            a, h, w = lg.shape[1:]
+            stride = (self.strides[lvl],) * 2 if self.fixed_strides else (padded[0] // h, padded[1] // w)
+            lg = lg.permute(0, 2, 3, 1).reshape(1, -1)
+            dl = dl.view(a, 4, h, w).permute(2, 3, 0, 1).reshape(-1, 4)
+            top, idx = (t[0] for t in self.level_topk(lg, self.pre_nms_topk))  # the family's rule (scores, ranks)
+            scores.append(top)
+            boxes.append(dl[idx])
+            anchors.append(self.level_anchors(lvl, (h, w), stride)[idx])
+            levels.append(torch.full_like(idx, lvl))
+        score = torch.cat(scores)
+        if not self.rank_by_logit:
+            score = torch.sigmoid(score)
+        rule = self.box_rule
+        b = rule.decode(torch.cat(boxes), torch.cat(anchors), (1.0, 1.0, 1.0, 1.0))
+        b = rule.clip(b, *(padded if self.clip_to_padded else size))
+        keep = self.proposal_filter(b, self.min_size, scale, padded)
+        b, score, level = b[keep], score[keep], torch.cat(levels)[keep]
+        keep = nms(rule, b, score, level, self.nms_thresh, len(self.strides))
+        if self.topk_per_level:  # rank of each kept box within its level
+            onehot = torch.nn.functional.one_hot(level[keep], len(self.strides))
+            keep = keep[(onehot.cumsum(0) * onehot).sum(1) - 1 < self.post_nms_topk]
         return b[keep[: self.post_nms_topk]]

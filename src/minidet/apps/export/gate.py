@@ -55,7 +55,7 @@ from torchvision.ops import box_iou
 from minidet.apps.compare import BOX_TOL, FAR_PX, SCORE_TOL, DetectionMatch, compare_detections
 from minidet.detector import MaskRCNN
 from minidet.export.runtime import ExportedNetwork
-from minidet.heads.detections import Detections
+from minidet.heads.detections import FIELDS, Detections
 from minidet.norm import fold_norms
 from minidet.transform import ImageBatch
 
@@ -182,10 +182,11 @@ def difference(ours: Outputs, ref: Outputs, tol: Tolerances) -> Difference:
         if ref.head.box_scores is not None and ours.head.box_scores is not None:
             mask_scores = float((ours.head.scores[j] - ref.head.scores[i]).abs().max())
     final = compare_detections(ours.final, ref.final)
-    if final.pairs and "box_scores" in ours.final and "box_scores" in ref.final:  # Mask Scoring R-CNN: both scores
-        j, i = (torch.tensor(x) for x in zip(*final.pairs))
-        gap = float((ours.final["box_scores"][j] - ref.final["box_scores"][i]).abs().max())
-        final.worst_score = max(final.worst_score, gap)
+    for f in FIELDS:  # the detections' other scores (a Mask Scoring R-CNN's box scores) as their scores
+        if f.score and final.pairs and f.name in ours.final and f.name in ref.final:
+            j, i = (torch.tensor(x) for x in zip(*final.pairs))
+            gap = float((ours.final[f.name][j] - ref.final[f.name][i]).abs().max())
+            final.worst_score = max(final.worst_score, gap)
     return Difference(_unmatched_proposals(ours.proposals, ref.proposals, tol.box), head, mask, final, mask_scores)
 
 

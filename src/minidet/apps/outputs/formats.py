@@ -28,7 +28,7 @@ from pycocotools import mask as mask_utils
 
 from minidet.apps.outputs.fileio import atomic_open
 from minidet.apps.outputs.polygons import polygons_with_holes
-from minidet.apps.outputs.results import FormatError, Results
+from minidet.apps.outputs.results import FIELD_KEYS, FormatError, Results
 from minidet.rasters import GEO_EXTENSIONS, georeference
 
 
@@ -66,9 +66,10 @@ def has_box_scores(results: Results) -> bool:
     return any("box_score" in i for r in results.images for i in r["instances"])
 
 
-def _box_score(inst: dict) -> dict:
-    """``{"box_score": ...}`` of an instance that has one, else empty: the fields a format's JSON adds."""
-    return {"box_score": inst["box_score"]} if "box_score" in inst else {}
+def _recorded(inst: dict) -> dict:
+    """The detection's fields an instance carries beside its score (``results.FIELD_KEYS``: a Mask Scoring R-CNN's
+    ``box_score``), by key: the fields a format's JSON adds."""
+    return {key: inst[key] for key in FIELD_KEYS if key in inst}
 
 
 def _kept(results: Results, score_thresh: float):
@@ -93,7 +94,7 @@ def write_coco_dataset(results: Results, out: str, score_thresh: float = 0.0) ->
                 if polys else 0.0
             anns.append({"id": len(anns) + 1, "image_id": k, "category_id": inst["category_id"],
                          "bbox": inst["bbox"], "area": area, "iscrowd": 0, "segmentation": polys,
-                         "score": inst["score"], **_box_score(inst)})
+                         "score": inst["score"], **_recorded(inst)})
     cats = [{"id": i, "name": n, "supercategory": ""} for i, n in results.categories]
     with atomic_open(out) as f:
         json.dump({"images": images, "annotations": anns, "categories": cats}, f)
@@ -108,7 +109,7 @@ def write_cvat(results: Results, out: str, score_thresh: float = 0.0) -> int:
     root = ET.Element("annotations")
     ET.SubElement(root, "version").text = "1.1"
     labels = ET.SubElement(ET.SubElement(ET.SubElement(root, "meta"), "task"), "labels")
-    declared = ("score", "box_score") if has_box_scores(results) else ("score",)
+    declared = ("score", *(k for k in FIELD_KEYS if any(k in i for r in results.images for i in r["instances"])))
     for _, name in results.categories:
         label = ET.SubElement(labels, "label")
         ET.SubElement(label, "name").text = name
@@ -133,7 +134,7 @@ def write_cvat(results: Results, out: str, score_thresh: float = 0.0) -> int:
                                      points=points, z_order="0")
                 if len(parts) > 1:
                     poly.set("group_id", str(groups))
-                for key, value in {"score": inst["score"], **_box_score(inst)}.items():
+                for key, value in {"score": inst["score"], **_recorded(inst)}.items():
                     ET.SubElement(poly, "attribute", name=key).text = f"{value:.4f}"
     ET.indent(root)
     with atomic_open(out, "wb") as f:
@@ -177,8 +178,10 @@ def write_labelstudio(results: Results, out: str, score_thresh: float = 0.0, ima
 
 
 def _region_meta(inst: dict) -> dict:
-    """A Label Studio region's ``meta`` (its text shown with the region) for an instance's ``box_score``."""
-    return {"meta": {"text": [f"box_score {inst['box_score']:.4f}"]}} if "box_score" in inst else {}
+    """A Label Studio region's ``meta`` (its text shown with the region) for an instance's recorded fields
+    (``box_score``)."""
+    return {"meta": {"text": [f"{key} {value:.4f}" for key, value in extra.items()]}} if (extra := _recorded(inst)) \
+        else {}
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -268,7 +271,7 @@ def write_geojson(results: Results, out: str, score_thresh: float = 0.0) -> int:
             polygons = [[_oriented(to_crs(outer), True), *(_oriented(to_crs(h), False) for h in holes)]
                         for outer, holes in outline(inst, r["height"], r["width"])]
             features.append({"type": "Feature", "geometry": {"type": "MultiPolygon", "coordinates": polygons},
-                             "properties": {"file": r["file"], "score": inst["score"], **_box_score(inst),
+                             "properties": {"file": r["file"], "score": inst["score"], **_recorded(inst),
                                             "category_id": inst["category_id"],
                                             "category_name": inst["category_name"]}})
     if len(crss) > 1:

@@ -16,6 +16,7 @@ import numpy as np
 from minidet.apps.outputs.options import MASK_FORMATS
 from minidet.apps.outputs.polygons import encode_polygons
 from minidet.apps.outputs.rle import encode_masks
+from minidet.heads.detections import RECORDED
 from minidet.masks import BoxMasks
 
 
@@ -63,19 +64,19 @@ def _columns(out: Mapping, rows: np.ndarray, offset: int | None, mask_format: st
 
 def record_instances(out: Mapping, mask_format: str = "rle", tolerance: float = 0.0) -> list[dict]:
     """One image's detections as the instances of ``infer``'s records: ``bbox`` [x, y, w, h], ``score``,
-    ``category_id``, ``category_name``, where a mask IoU head rescored the detections (Mask Scoring R-CNN: ``score``
-    is the box score times the predicted mask IoU) ``box_score``, and, with masks, ``segmentation`` in
-    ``mask_format`` (``segmentations``)."""
+    ``category_id``, ``category_name``, the fields of the detections that records carry (``heads.detections``'
+    ``RECORDED``: where a mask IoU head rescored the detections, ``box_score``, ``score`` being the box score times
+    the predicted mask IoU), and, with masks, ``segmentation`` in ``mask_format`` (``segmentations``)."""
     rows = np.arange(len(out["scores"]))
     boxes, scores, cats, rles = _columns(out, rows, None, mask_format, tolerance)
     names, labels = out["class_names"], np.asarray(out["labels"]).reshape(-1)
-    box_scores = np.asarray(out["box_scores"]).reshape(-1) if "box_scores" in out else None
+    # the detections' fields that records carry (``heads.detections.RECORDED``: a Mask Scoring R-CNN's box scores)
+    extra = {f.record: np.asarray(out[f.name]).reshape(-1) for f in RECORDED if f.name in out}
     found = []
     for i, box in enumerate(boxes):
         inst = {"bbox": box, "score": float(scores[i]), "category_id": int(cats[i]),
                 "category_name": names[int(labels[i])]}
-        if box_scores is not None:
-            inst["box_score"] = float(box_scores[i])
+        inst.update((key, float(values[i])) for key, values in extra.items())
         if rles is not None:
             inst["segmentation"] = rles[i]
         found.append(inst)

@@ -4,7 +4,8 @@ and one image's record, so that every format written from them gets the same che
 Each record is checked against its own image size before any writer sees it: ``file`` a name (no control character),
 ``height`` and ``width`` whole numbers of at least one pixel whose product is within ``max_pixels``
 (``INPUT.MAX_PIXELS``'s default: the same bound as infer's images), ``instances`` a list of objects with a finite
-``score`` (and, from a Mask Scoring R-CNN, a finite ``box_score``: the box head's), an integer ``category_id``, a
+``score`` (and the detections' fields records carry, each a finite number: ``heads.detections.RECORDED``, a Mask
+Scoring R-CNN's ``box_score``, the box head's), an integer ``category_id``, a
 ``category_name`` (a name, as ``file``), a ``bbox`` [x, y, w, h] inside the image, and a ``segmentation`` that is
 absent, COCO RLE of the record's size whose runs cover exactly its pixels (checked before pycocotools decodes it), or
 COCO polygons of x, y pairs inside the image. A record that fails is left out with one line naming it, the file's line
@@ -20,10 +21,12 @@ from dataclasses import dataclass, field
 
 from minidet.apps.outputs.rle import NOT_RLE, rle_string_totals
 from minidet.errors import InputError
+from minidet.heads.detections import RECORDED
 from minidet.imageio import DEFAULT_MAX_PIXELS
 
 RECORD_KEYS = ("file", "height", "width", "instances")
 INSTANCE_KEYS = ("bbox", "score", "category_id")
+FIELD_KEYS = tuple(f.record for f in RECORDED)  # the detections' fields an instance may carry: finite numbers
 SLACK = 1.0  # pixels a box or polygon may reach past the image's edge (pixel-inclusive box widths)
 
 
@@ -114,7 +117,7 @@ def _instance(inst, h: int, w: int) -> dict:
     if key := next((k for k in INSTANCE_KEYS if k not in inst), None):
         raise RecordError(f"no {key!r} (an instance has {', '.join(INSTANCE_KEYS)}; category_name, segmentation)")
     score, cid, box = inst["score"], inst["category_id"], inst["bbox"]
-    for key in ("score", "box_score"):
+    for key in ("score", *FIELD_KEYS):
         if key in inst and not is_real(inst[key]):
             raise RecordError(f"{key} must be a finite number, got {_short(inst[key])}")
     if not is_int(cid):
@@ -127,7 +130,7 @@ def _instance(inst, h: int, w: int) -> dict:
     name = _name(inst["category_name"], "category_name") if "category_name" in inst else str(cid)
     kept = {"bbox": box, "score": score, "category_id": cid, "category_name": name,
             "segmentation": _segmentation(inst.get("segmentation"), h, w)}
-    return {**kept, "box_score": inst["box_score"]} if "box_score" in inst else kept
+    return {**kept, **{key: inst[key] for key in FIELD_KEYS if key in inst}}
 
 
 def check_record(doc, max_pixels: int = DEFAULT_MAX_PIXELS, labels: list[str] | None = None) -> dict:
