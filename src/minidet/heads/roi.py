@@ -36,9 +36,10 @@ Pool = Callable[[MultiScaleRoIAlign, list[torch.Tensor]], torch.Tensor]
 OFF = StageTimer(enabled=False)
 
 
-def _per_image(t: torch.Tensor, counts: list) -> tuple[torch.Tensor, ...]:
-    """``t`` split by ``counts`` rows; one image's whole (the graph's count of boxes is data-dependent)."""
-    return (t,) if len(counts) == 1 else t.split(counts)
+def _per_image(t: torch.Tensor, dets: list[Detections]) -> tuple[torch.Tensor, ...]:
+    """``t`` split into each image's rows of ``dets``; one image's whole, uncounted (the graph's count of boxes is
+    a symbol ``len`` cannot give)."""
+    return (t,) if len(dets) == 1 else t.split([len(d.boxes) for d in dets])
 
 
 class StandardROIHeads(nn.Module):
@@ -165,10 +166,9 @@ class StandardROIHeads(nn.Module):
     def finish(dets: list[Detections], masks: torch.Tensor, iou: torch.Tensor | None) -> list[Detections]:
         """Each image's share of the ``masks`` (sum D_i, M, M); with the scorer's ``iou`` (sum D_i,), its scores
         times those, its box scores kept."""
-        counts = [len(d.boxes) for d in dets]
         if iou is not None:
-            dets = [d._replace(scores=d.scores * i, box_scores=d.scores) for d, i in zip(dets, _per_image(iou, counts))]
-        return [d._replace(masks=p) for d, p in zip(dets, _per_image(masks, counts))]
+            dets = [d._replace(scores=d.scores * i, box_scores=d.scores) for d, i in zip(dets, _per_image(iou, dets))]
+        return [d._replace(masks=p) for d, p in zip(dets, _per_image(masks, dets))]
 
 
 class CascadeROIHeads(StandardROIHeads):
