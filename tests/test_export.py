@@ -1,11 +1,12 @@
 """Export (``minidet export``, ``MODEL.RUNTIME onnxruntime``): the graph's arithmetic, ONNX's operators, the
-parity gate on every family, and the one-line refusals.
+parity gate on every set of operators, and the one-line refusals.
 
 Fast: ``NetworkGraph`` run by PyTorch gives the eager network's bits on every family (FrozenBN and folded, two
 image sizes), with the reference RoIAlign path (``MODEL.ROI_ALIGN_IMPL torchvision``, the one the graph's
 operator reproduces); ONNX Runtime's ``NonMaxSuppression`` and ``RoiAlign`` against torchvision's kernels;
-refused files. Slow: each family exported and run by ONNX Runtime, judged by the parity gate; a wrong export
-failing it; the program and the runtime in ``Predictor``, ``minidet infer`` and ``minidet eval``.
+refused files. Slow: exported and run by ONNX Runtime and OpenVINO, judged by the parity gate, once per set of
+operators (``GATE_GROUPS``: a family per set, the sets checked by ``torch.export``); a wrong export failing it;
+the program and the runtime in ``Predictor``, ``minidet infer`` and ``minidet eval``.
 """
 
 from __future__ import annotations
@@ -91,9 +92,24 @@ CASES = [(f, n) for f in FAMILIES for n in NORMS if not (f.endswith(("_gn", "_ow
 # Issue 45: Mask Scoring R-CNN on GC blocks and RegNetY under both runtimes; RegNetX is the graph's case (its grouped
 # convolutions are RegNetY's too).
 FOLDED_GATE = {"detectron", "torchvision_v2"}
-GATE_CASES = [(f, n) for f, n in CASES
-              if (f, n) != ("detectron2", "FrozenBN") and (n == "FrozenBN" or f in FOLDED_GATE)
-              and f not in ("detectron2_cascade_dcn", "mmdetection_regnetx")]
+GATED = [(f, n) for f, n in CASES if (n == "FrozenBN" or f in FOLDED_GATE)
+         and f not in ("detectron2_cascade_dcn", "mmdetection_regnetx")]
+# One gate per set of operators. What the gate adds to test_graph_in_pytorch_...'s proof (every family x norm bit for
+# bit in PyTorch: the rules and constants each family's graph computes with) is the runtimes' kernels of the graph's
+# operators and ONNX's translation of them: the same for graphs of the same operators. So of the cases above, those
+# whose graphs hold the same set of torch.export operators (test_gate_groups_share_their_operators: the set, not the
+# counts) are gated once, by the first of their group (the key); the members keep their graph-in-PyTorch cases.
+# The FrozenBN graphs of torchvision v1 and v2 (v2's norms in its heads too: FrozenBN's multiply and add) and v2's
+# folded one are one set; Detectron's folded graph (its Affine folded) is maskrcnn-benchmark's set; mmdetection's own
+# classes are its 80 classes' set (the keys: the graphs the later tests reuse, and the cheapest gate of the set). The
+# others are each a set of their own (detectron2: its FrozenBN as a batch norm op, gated by test_export_program_...;
+# Detectron's Affine: addcmul; GN; the cascade; DCNv2; GC blocks and mask scoring; RegNetY's SE, BN in FPN and heads).
+GATE_GROUPS = {
+    ("torchvision_v1", "FrozenBN"): [("torchvision_v2", "FrozenBN"), ("torchvision_v2", "folded")],
+    ("maskrcnn_benchmark", "FrozenBN"): [("detectron", "folded")],
+    ("mmdetection", "FrozenBN"): [("mmdetection_own", "FrozenBN")],
+}
+GATE_CASES = [c for c in GATED if c != ("detectron2", "FrozenBN") and not any(c in m for m in GATE_GROUPS.values())]
 
 
 def _write(kind: str, path: Path, family: str) -> None:
@@ -561,6 +577,45 @@ def assert_judged(report: dict) -> None:
                              "is a near-tie", "unstable: eager folded differs", "unstable: eager channels-last "
                              "differs", "unstable: eager contiguous differs")) for v in unjudged), report
     assert len(unjudged) < len(images), report
+
+
+def test_every_gated_case_is_gated_or_in_a_gated_group():
+    """The gate's groups: each key gated by test_exported_family_passes_the_gate, each member a case the gate took
+    before the grouping, in one group only; detectron2's FrozenBN gate is test_export_program_...'s."""
+    members = [c for m in GATE_GROUPS.values() for c in m]
+    assert len(members) == len(set(members)) and not set(members) & set(GATE_GROUPS)
+    assert set(GATE_CASES) | set(members) | {("detectron2", "FrozenBN")} == set(GATED)
+    assert set(GATE_GROUPS) <= set(GATE_CASES)
+    assert not set(GATE_CASES) & set(members)
+
+
+def _operators(model) -> set[str]:
+    """The operators of ``model``'s graph as ``export_onnx`` traces it (``torch.export``, the padded height and width
+    dynamic): what ONNX's translation and the runtimes' kernels see."""
+    from torch.export import Dim
+
+    from minidet.export.onnxfile import MIN_SIDE
+
+    graph = NetworkGraph(model).eval()
+    d = model.transform.size_divisibility
+    k = max(2, -(-MIN_SIDE // d))
+    with torch.no_grad():
+        program = torch.export.export(graph, _graph_args(model.preprocess(images_bgr(SHAPES[:1]))),
+                                      dynamic_shapes=({2: d * Dim("h", min=k), 3: d * Dim("w", min=k)}, None, None,
+                                                      None), strict=False)
+    names = {str(n.target): n.target for n in program.graph_module.graph.nodes if n.op == "call_function"}
+    return {t.__name__ if name.startswith("<") else name for name, t in names.items()}  # <function sym_min at 0x..>
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gated", list(GATE_GROUPS), ids=lambda c: "-".join(c))
+def test_gate_groups_share_their_operators(checkpoints, gated):
+    """Each member of a gate group traces to its gated case's set of operators (a tenth of the cost of a gate case:
+    torch.export alone, without ONNX's translation and the runtimes' runs)."""
+    want = _operators(_model(checkpoints, *gated))
+    assert {"aten.conv2d.default", "torchvision.roi_align.default"} <= want, sorted(want)
+    for family, norm in GATE_GROUPS[gated]:
+        assert _operators(_model(checkpoints, family, norm)) == want, (family, norm)
 
 
 @pytest.mark.slow
