@@ -110,9 +110,12 @@ def test_rgb_and_bgr_networks_see_the_same_pixels(weights):
 
 @pytest.mark.slow
 def test_amp_bf16_runs_and_is_measured_against_fp32(weights):
-    """Autocast is opt-in (TEST.AMP); box arithmetic stays float32, outputs keep their dtypes."""
+    """Autocast is opt-in (TEST.AMP); box arithmetic stays float32, outputs keep their dtypes. At short side 128 (a
+    third of SIZE's pixels: bf16 convolutions without the CPU's bf16 instructions are slow; the size is not what
+    this test is about)."""
     img = structured_image(150, 210, 3)
-    p32, p16 = _predictor(weights), _predictor(weights, "TEST.AMP", "bf16")
+    small = ["INPUT.MIN_SIZE_TEST", 128, "INPUT.MAX_SIZE_TEST", 192]
+    p32, p16 = _predictor(weights, *small), _predictor(weights, *small, "TEST.AMP", "bf16")
     ref, out = p32(img), p16(img)
     assert out["boxes"].dtype == torch.float32 and out["scores"].dtype == torch.float32
     assert out["masks"].dtype == torch.bool and len(out["boxes"]) > 0
