@@ -233,7 +233,7 @@ def test_each_familys_level_topk_exports_as_its_rule(rule):
     """The per-level top-k rules under ``torch.export`` (the level's size symbolic): the same scores and anchors as
     eager, on more anchors than ``k`` and on fewer (mmdetection's sigmoid scores, the others' logits; distinct
     values)."""
-    from minidet import rpn
+    from minidet.heads import rpn
 
     module = _LevelTopk(getattr(rpn, rule), 50)
     dims = {2: torch.export.Dim("h", min=2), 3: torch.export.Dim("w", min=2)}
