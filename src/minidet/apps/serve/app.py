@@ -512,6 +512,15 @@ class GracefulServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def graceful_server(http: Server, debug: bool = False) -> GracefulServer:
+    """``minidet serve``'s uvicorn server of ``http``: its application with its lifespan, no ``Server`` header, its
+    HTTP protocol (``app.state.protocol``: the bound on each request's head), the grace of its settings; uvicorn's
+    log at level warning (``debug``: info, with the access log)."""
+    config = uvicorn.Config(http.app, log_level="info" if debug else "warning", access_log=debug, lifespan="on",
+                            server_header=False, http=http.app.state.protocol)
+    return GracefulServer(config, http.stopping, http.settings.grace)
+
+
 class BoundedHead:
     """A mixin for uvicorn's HTTP protocols (``uvicorn.Config(http=...)``, see :func:`head_bounded`): a connection
     has ``head_timeout`` seconds, from its opening or from the previous answer, to send a request's line and headers

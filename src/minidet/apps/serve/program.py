@@ -122,9 +122,7 @@ def bind(host: str, port: int) -> socket.socket:
 def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
     args = parse_args(argv, prog)
     try:
-        import uvicorn
-
-        from minidet.apps.serve.app import GracefulServer, Hosts, Server, Settings
+        from minidet.apps.serve.app import GracefulServer, Hosts, Server, Settings, graceful_server
         from minidet.apps.serve.pool import Pool
         from minidet.apps.serve.worker import Spec
     except ImportError as e:
@@ -171,9 +169,7 @@ def main(argv: list[str] | None = None, prog: str = "minidet serve") -> int:
                         hosts=Hosts.bound((args.host, host), args.allowed_host), grace=args.grace,
                         header_timeout=args.header_timeout)
     http = Server(pool, settings)
-    config = uvicorn.Config(http.app, log_level="info" if args.debug else "warning", access_log=args.debug,
-                            lifespan="on", server_header=False, http=http.app.state.protocol)
-    server = GracefulServer(config, http.stopping, args.grace)
+    server = graceful_server(http, args.debug)
     shown = f"[{host}]" if ":" in host else host
     print(f"serve: listening on http://{shown}:{port} ({args.workers} worker{'s' if args.workers > 1 else ''}, "
           f"{threads} thread{'s' if threads > 1 else ''} each); loading the model", flush=True)
