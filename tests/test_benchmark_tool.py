@@ -283,11 +283,11 @@ def test_benchmark_batch_throughput_busy_warning_and_bf16_drift(tmp_path):
     assert f"{d['matched']}/20 fp32 detections matched" in line and "COCO AP of bf16 with fp32 as ground truth" in line
 
 
-@pytest.mark.slow
-def test_the_exported_graph_runs_in_the_benchmark_like_any_variant(tmp_path):
-    """``--norms onnxruntime`` (and ``openvino`` where installed): the FrozenBN model exported once, run by the
-    runtime inside minidet, timed in the same interleaved loop, its network one stage, its FLOPs the eager
-    network's, judged against torchvision like the other variants."""
+@pytest.fixture(scope="module")
+def graphs_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, list[str]]:
+    """One ``minidet bench`` of the FrozenBN model beside its exported graph under each runtime installed
+    (``--norms FrozenBN,onnxruntime,openvino,openvino-int8``, against torchvision): the float32 graph exported once,
+    quantized once. ``(process, its JSON, the runtime variants run)``; the tests below read it."""
     import importlib.util
 
     from helpers import needs_extra
@@ -295,20 +295,35 @@ def test_the_exported_graph_runs_in_the_benchmark_like_any_variant(tmp_path):
     needs_extra("onnxruntime", "export")  # CI: an error when missing
     if importlib.util.find_spec("onnxruntime") is None:
         pytest.skip("needs the minidet[export] extra")
-    runtimes = ["onnxruntime"] + (["openvino"] if importlib.util.find_spec("openvino") else [])
-    out_json = tmp_path / "bench.json"
-    proc = _run("--size", "160", "--image", "120x160", "--iters", "1", "--warmup", "0", "--no-memory",
-                "--norms", ",".join(["FrozenBN", *runtimes]), "--vs-torchvision", "--peak-seconds", "0.05",
-                "--json", str(out_json), *FAST, cwd=tmp_path)
+    runtimes = ["onnxruntime"]
+    if importlib.util.find_spec("openvino") is not None:
+        runtimes.append("openvino")
+        if importlib.util.find_spec("nncf") is not None:
+            runtimes.append("openvino-int8")
+    cwd = tmp_path_factory.mktemp("bench_graphs")
+    out_json = cwd / "bench.json"
+    proc = _run("--size", "128", "--image", "96x128", "--iters", "1", "--warmup", "0", "--no-memory",
+                "--norms", ",".join(["FrozenBN", *runtimes]), "--vs-torchvision", "--calib-images", "1",
+                "--peak-seconds", "0.02", "--json", str(out_json), *FAST, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
-    rows = {r["variant"]: r for r in json.loads(out_json.read_text())["runs"]}
-    for runtime in runtimes:
+    return proc, json.loads(out_json.read_text()), runtimes
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("bench_graphs")  # one process of the parallel part runs graphs_run once for both tests
+def test_the_exported_graph_runs_in_the_benchmark_like_any_variant(graphs_run):
+    """``--norms onnxruntime`` (and ``openvino`` where installed): the FrozenBN model exported once, run by the
+    runtime inside minidet, timed in the same interleaved loop, its network one stage, its FLOPs the eager
+    network's, judged against torchvision like the other variants."""
+    proc, data, runtimes = graphs_run
+    rows = {r["variant"]: r for r in data["runs"]}
+    for runtime in (r for r in runtimes if r != "openvino-int8"):
         row = rows[runtime]
         assert set(row["stages"]) == {"preprocess", "network", "paste", "total"}
         assert row["flops"]["total"] == rows["FrozenBN"]["flops"]["total"] > 0 and row["floor"]["fraction"] > 0
         assert row["vs_torchvision"]["detections"]["images"] == 1 and row["vs_frozenbn"]["speed"] > 0
         assert f"{runtime} " in proc.stdout.split("verdict:")[-1]
-    assert proc.stderr.count("exporting the FrozenBN R-50 model") == 1  # one graph for both runtimes
+    assert proc.stderr.count("exporting the FrozenBN R-50 model") == 1  # one graph for every runtime
 
 
 @pytest.mark.slow
@@ -356,24 +371,21 @@ def test_regnet_gc_blocks_and_mask_scoring_cost_stage_by_stage_beside_the_plain_
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("bench_graphs")
 @needs_extra("openvino", "openvino")
 @needs_extra("nncf", "int8")
-def test_the_int8_graph_runs_beside_the_float32_graph_with_its_facts_and_the_int8_peak(tmp_path):
+def test_the_int8_graph_runs_beside_the_float32_graph_with_its_facts_and_the_int8_peak(graphs_run):
     """``--norms openvino,openvino-int8``: the float32 graph exported once, quantized by NNCF on the calibration
     images, both run by OpenVINO in the same interleaved loop; the JSON holds the quantization's facts, the int8
     layers the runtime compiled, OpenVINO's float32 and int8 conv peaks (the int8 conv compiled in int8) and each
     graph's floor at its own precision's peak."""
-    out_json = tmp_path / "bench.json"
-    proc = _run("--size", "128", "--image", "96x128", "--iters", "1", "--warmup", "0", "--no-memory",
-                "--norms", "openvino,openvino-int8", "--calib-images", "1", "--peak-seconds", "0.02",
-                "--json", str(out_json), *FAST, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc, data, runtimes = graphs_run
+    assert "openvino-int8" in runtimes
     assert proc.stderr.count("exporting the FrozenBN R-50 model") == 1  # one float32 graph for both
     assert proc.stderr.count("quantizing the FrozenBN R-50 graph to int8 on 1 image (NNCF)") == 1
-    data = json.loads(out_json.read_text())
     assert data["settings"]["calib_images"] == 1
     rows = {r["variant"]: r for r in data["runs"]}
-    assert list(rows) == ["openvino", "openvino-int8"]
+    assert [v for v in rows if v.startswith("openvino")] == ["openvino", "openvino-int8"]
     int8, fp32 = rows["openvino-int8"], rows["openvino"]
     for row in (int8, fp32):
         assert set(row["stages"]) == {"preprocess", "network", "paste", "total"}
