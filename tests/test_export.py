@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import minidet
-from helpers import ROOT, call_tool, config, images_bgr, load_tool, needs_extra, one_error_line
+from helpers import FEWER, ROOT, call_tool, config, images_bgr, load_tool, needs_extra, one_error_line
 from minidet import runtimes
 from minidet.apps.bench.reference import build_tv, legacy_v1_state_dict
 from minidet.apps.synthetic import random_minidet_weights
@@ -157,12 +157,6 @@ def checkpoints(session_cache):
         return made[family]
 
     return get
-
-
-# the graph's and the gate's cases: 300 proposals and 30 detections an image (the families' 1000 and 100 are sizes, not
-# rules: the same top-k, NMS and caps run on fewer rows; the heads on 1000 proposals and 100 detections were most of
-# each case's time)
-FEWER = ["MODEL.RPN.POST_NMS_TOPK_TEST", 300, "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 30]
 
 
 def _model(checkpoints, family: str, norm: str = "FrozenBN", *opts):

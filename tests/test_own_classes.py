@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import minidet
-from helpers import ROOT, config, images_bgr, load_tool, one_error_line
+from helpers import FEWER, ROOT, config, images_bgr, load_tool, one_error_line
 from minidet.apps.bench.reference import build_tv, run_tv
 from minidet.apps.compare import assert_same_detections, compare_detections
 from minidet.checkpoint import CheckpointError
@@ -34,8 +34,6 @@ TINY = ROOT.parent / "shared" / "data" / "coco_tiny"
 NAMES = ["cell", "nucleus", "debris"]
 FAST = ["INPUT.MIN_SIZE_TEST", 120, "INPUT.MAX_SIZE_TEST", 200, "MODEL.RPN.PRE_NMS_TOPK_TEST", 100,
         "MODEL.RPN.POST_NMS_TOPK_TEST", 50, "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 10]  # runs that test no numbers
-# the class-mapping cases: 300 proposals and 30 detections an image (the caps are sizes, not what is compared)
-FEWER = ["MODEL.RPN.POST_NMS_TOPK_TEST", 300, "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 30]
 
 
 # ----------------------------------------------------------------------------------------------- torchvision

@@ -34,7 +34,6 @@ CONFIG = "configs/torchvision/maskrcnn_resnet50_fpn.yaml"
 NAME = "maskrcnn_resnet50_fpn"  # the model's name: the config file's, as minidet serve names it
 START_S = 30  # the longest wait for a server in this process to start listening, or to stop
 HEADER_TIMEOUT_S = 2.0  # --header-timeout of test_connections_that_send_no_request_are_closed's server
-BACKBONE = 'minidet_stage_seconds_count{stage="backbone"}'
 # the fake pool's answer to every request: a record as minidet infer writes it (one person, its mask as an RLE)
 RECORD = {"file": "", "height": 240, "width": 320, "instances": [
     {"bbox": [60.0, 40.0, 80.0, 80.0], "score": 0.98, "category_id": 1, "category_name": "person",
