@@ -42,10 +42,13 @@ def _install_compiled_stand_in() -> None:
     sys.modules.setdefault("detectron2._C", module)
 
 
-def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = None):
+def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = None, fewer: bool = False):
     """detectron2's config ``configs/<zoo>``: a yaml file through ``get_cfg`` (on CPU; with ``min_size`` and
     ``max_size``, its ``INPUT.MIN_SIZE_TEST`` / ``MAX_SIZE_TEST`` replaced), or a LazyConfig ``.py`` file through
-    ``LazyConfig.load`` (with the sizes, its test mapper's ``ResizeShortestEdge`` replaced)."""
+    ``LazyConfig.load`` (with the sizes, its test mapper's ``ResizeShortestEdge`` replaced); ``fewer``: at most
+    helpers.PROPOSALS proposals and helpers.DETECTIONS detections an image (minidet's side: helpers.FEWER)."""
+    from helpers import DETECTIONS, PROPOSALS
+
     folder = root()
     if zoo.endswith(".py"):
         from detectron2.config import LazyConfig
@@ -54,6 +57,10 @@ def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = Non
         if min_size is not None:
             (resize,) = lazy.dataloader.test.mapper.augmentations
             resize.short_edge_length, resize.max_size = min_size, max_size
+        if fewer:
+            generator = lazy.model.proposal_generator
+            generator.post_nms_topk = (generator.post_nms_topk[0], PROPOSALS)
+            lazy.model.roi_heads.box_predictor.test_topk_per_image = DETECTIONS
         return lazy
     from detectron2.config import get_cfg
 
@@ -62,6 +69,8 @@ def zoo_config(zoo: str, min_size: int | None = None, max_size: int | None = Non
     cfg.MODEL.DEVICE = "cpu"
     if min_size is not None:
         cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST = min_size, max_size
+    if fewer:
+        cfg.MODEL.RPN.POST_NMS_TOPK_TEST, cfg.TEST.DETECTIONS_PER_IMAGE = PROPOSALS, DETECTIONS
     return cfg
 
 

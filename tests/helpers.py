@@ -29,10 +29,12 @@ IMAGE_SHAPES = [(240, 320), (300, 200), (180, 420)]
 # less than half of it
 MEMORY_BOUND_MB, PASS_IMAGES, PASSES = 200, 20, 5
 # cases that compare two runs where the count of proposals and detections is not the subject (test_export's graph and
-# gate cases, test_own_classes' class mapping): 300 proposals and 30 detections an image. The families' 1000 and 100
-# are caps, not rules: the same top-k, NMS and caps run on fewer rows; the heads on 1000 proposals and 100 detections
-# were most of each case's time
-FEWER = ["MODEL.RPN.POST_NMS_TOPK_TEST", 300, "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", 30]
+# gate cases, test_own_classes' class mapping, the bit-for-bit cases against the sources): 300 proposals and 30
+# detections an image. The families' 1000 and 100 are caps, not rules: the same top-k, NMS and caps run on fewer rows;
+# the heads on 1000 proposals and 100 detections were most of each case's time. The reference tests run their sources
+# at the same caps (``fewer`` of tests/mmdet_reference.py's and tests/detectron2_reference.py's ``zoo_config``)
+PROPOSALS, DETECTIONS = 300, 30
+FEWER = ["MODEL.RPN.POST_NMS_TOPK_TEST", PROPOSALS, "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", DETECTIONS]
 
 
 def assert_flat(rss: list[float]) -> None:

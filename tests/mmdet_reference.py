@@ -80,9 +80,10 @@ def install_stand_ins() -> None:
     sys.modules["mmcv._ext"] = ext
 
 
-def zoo_config(zoo: str, test_scale: tuple[int, int] | None = None):
+def zoo_config(zoo: str, test_scale: tuple[int, int] | None = None, fewer: bool = False):
     """mmdetection's config ``configs/<zoo>.py`` as the installed package ships it (mmengine's ``Config``); with
-    ``test_scale`` (long side, short side), its test pipeline's ``Resize`` scale replaced."""
+    ``test_scale`` (long side, short side), its test pipeline's ``Resize`` scale replaced; ``fewer``: at most
+    helpers.PROPOSALS proposals and helpers.DETECTIONS detections an image (minidet's side: helpers.FEWER)."""
     import mmdet
     from mmengine.config import Config
 
@@ -92,6 +93,10 @@ def zoo_config(zoo: str, test_scale: tuple[int, int] | None = None):
     if test_scale is not None:
         resize = next(t for t in cfg.test_dataloader.dataset.pipeline if t["type"] == "Resize")
         resize["scale"] = tuple(test_scale)
+    if fewer:
+        from helpers import DETECTIONS, PROPOSALS
+
+        cfg.model.test_cfg.rpn.max_per_img, cfg.model.test_cfg.rcnn.max_per_img = PROPOSALS, DETECTIONS
     return cfg
 
 

@@ -11,7 +11,7 @@ import pickle
 import pytest
 
 import minidet
-from helpers import assert_bit_identical, config, needs_extra
+from helpers import FEWER, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.families import detectron2, mmdetection
 from minidet.layers import DeformConv2d
@@ -20,7 +20,8 @@ from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights,
 
 pytestmark = [needs_extra("mmdet", "reference"), needs_extra("fvcore", "reference")]
 
-SCALE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
+# the test scale, both sides: small images, fewer proposals and detections (tests/helpers.py: FEWER)
+SCALE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
 # zoo config -> the layout minidet.testing writes for it (the other tests' synthetic files), which must be the
 # reference's module tree; None: not one of those layouts
 MMDET = {  # cascade; v1 and v2 deformable convolution; both, in a ResNeXt (grouped deformable convs)
@@ -69,7 +70,7 @@ def test_mmdetection_cascade_and_dcn_bit_for_bit(zoo, deform_groups, tmp_path):
     from mmdet_reference import detect, detector, zoo_config
 
     def reference_config():
-        cfg = zoo_config(zoo, (512, 320))
+        cfg = zoo_config(zoo, (512, 320), fewer=True)
         if deform_groups > 1:
             cfg.model.backbone.dcn.deform_groups = deform_groups
         return cfg
@@ -89,7 +90,7 @@ def test_detectron2_cascade_and_dcn_bit_for_bit(zoo, tmp_path):
     d2 = pytest.importorskip("detectron2_reference")
     if not d2.SOURCES.is_file():
         pytest.skip(f"needs detectron2's sources: {d2.SOURCES}")
-    zoo_cfg = d2.zoo_config(zoo, 320, 512)
+    zoo_cfg = d2.zoo_config(zoo, 320, 512, fewer=True)
     from detectron2.modeling import build_model
 
     shapes = {k: tuple(v.shape) for k, v in build_model(zoo_cfg).state_dict().items() if not k.startswith("pixel_")}

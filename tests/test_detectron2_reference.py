@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 import minidet
-from helpers import assert_bit_identical, config, needs_extra
+from helpers import FEWER, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.families.detectron2 import ZOO_CONFIGS
 from minidet.testing.checkpoints import d2_weights
@@ -45,8 +45,8 @@ CASES = {
 @pytest.mark.parametrize("zoo", list(CASES))
 def test_detections_are_detectron2s_bit_for_bit(d2, zoo, tmp_path):
     layout, proposals = CASES[zoo]
-    zoo_cfg = d2.zoo_config(zoo, 320, 512)
-    opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
+    zoo_cfg = d2.zoo_config(zoo, 320, 512, fewer=True)
+    opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
     if proposals:
         zoo_cfg.MODEL.RPN.POST_NMS_TOPK_TEST = proposals
         opts += ["MODEL.RPN.POST_NMS_TOPK_TEST", proposals]

@@ -8,7 +8,7 @@ tools/zoo_configs.py)."""
 import pytest
 
 import minidet
-from helpers import assert_bit_identical, config, needs_extra
+from helpers import FEWER, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.families.mmdetection import ZOO_CONFIGS
 from minidet.testing.mmdet import COCO_CLASSES, mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
@@ -46,13 +46,13 @@ def test_detections_are_mmdetections_bit_for_bit(zoo, tmp_path):
     path = tmp_path / "model.pth"
     bgr = "caffe" in zoo or zoo.startswith("gn/")  # 0-255 BGR pixels into the stem
     state = mmdet_weights(mmdet_state_shapes(**shapes), seed=3, caffe=bgr)
-    zoo_cfg = zoo_config(zoo, (512, 320))
+    zoo_cfg = zoo_config(zoo, (512, 320), fewer=True)
     if zoo.startswith("panoptic_fpn/"):  # the semantic head's keys, as mmdetection's module tree names them
         semantic = {k: v for k, v in detector(zoo_cfg, None).state_dict().items() if k.startswith("semantic_head.")}
         assert semantic
         state.update(semantic)
     write_mmdet_checkpoint(path, state, meta)
-    opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
+    opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
     if proposals:
         zoo_cfg.model.test_cfg.rpn.max_per_img = proposals
         opts += ["MODEL.RPN.POST_NMS_TOPK_TEST", proposals]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import minidet
-from helpers import assert_bit_identical, config, needs_extra
+from helpers import FEWER, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.bodies.blocks import ContextBlock, SqueezeExcite
 from minidet.layers import DeformConv2d
@@ -25,7 +25,8 @@ from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights,
 
 pytestmark = [needs_extra("mmdet", "reference"), needs_extra("fvcore", "reference")]
 
-SCALE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision"]
+# the test scale, both sides: small images, fewer proposals and detections (tests/helpers.py: FEWER)
+SCALE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
 # zoo config -> mmdet_state_shapes arguments of its layout (the reference's module tree, asserted)
 MMDET = {
     "regnet/mask-rcnn_regnetx-400MF_fpn_ms-poly-3x_coco": {"arch": "regnetx_400mf"},
@@ -112,7 +113,7 @@ def test_mmdetection_regnet_gc_ms_bit_for_bit(zoo, tmp_path):
     layout = mmdet_state_shapes(**MMDET[zoo])
     path = tmp_path / "model.pth"
     write_mmdet_checkpoint(path, mmdet_weights(layout, seed=3, caffe="caffe" in zoo), mmdet_meta())
-    reference = detector(zoo_config(zoo, (512, 320)), path)
+    reference = detector(zoo_config(zoo, (512, 320), fewer=True), path)
     assert layout == {k: tuple(v.shape) for k, v in reference.state_dict().items()}, zoo  # its module tree
     box_scores = []  # Mask Scoring R-CNN: the scores before its mask IoU head multiplies them
     if MMDET[zoo].get("mask_iou"):
@@ -143,6 +144,6 @@ def test_detectron2_regnet_bit_for_bit(zoo, tmp_path):
     weights = d2_random_weights(layout, seed=3, normalized_input=True, spread=10.0)
     with open(path, "wb") as f:
         pickle.dump({"model": weights, "__author__": "test"}, f)
-    reference = d2.predictor(d2.zoo_config(zoo, 320, 512), path)
+    reference = d2.predictor(d2.zoo_config(zoo, 320, 512, fewer=True), path)
     assert layout == d2.state_shapes(reference), zoo  # its module tree
     _check(minidet.Predictor(_config("detectron2", zoo, path)), lambda image: d2.detect(reference, image), zoo)
