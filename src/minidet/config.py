@@ -14,12 +14,12 @@ from typing import Any
 import yaml
 from yacs.config import CfgNode as _YacsNode
 
-from .bodies import Body, resnet_body
+from .bodies import Body, body_kind
 from .categories import LAYOUTS as CATEGORY_LAYOUTS
 from .categories import names_problem
 from .errors import ConfigError, shown
 from .families import FAMILIES, architectures, family_mismatch
-from .families.architectures import CASCADE, DCN, GC_BLOCKS, MASK_SCORING, REGNET, regnet_of
+from .families.architectures import CASCADE, DCN, GC_BLOCKS, MASK_SCORING, REGNET
 from .imageio import DEFAULT_MAX_PIXELS
 from .runtimes import PRECISIONS, RUNTIMES, precision_problem
 
@@ -457,13 +457,10 @@ def check_cfg(cfg: CfgNode) -> None:
 
 
 def body_of(cfg: CfgNode) -> Body:
-    """The bottom-up body's shapes ``cfg`` describes (``MODEL.REGNET`` where its DEPTH is set, else
-    ``MODEL.RESNETS``); parameters that give no four-stage RegNet: ConfigError."""
-    rn, rg = cfg.MODEL.RESNETS, cfg.MODEL.REGNET
-    if not rg.DEPTH:
-        return resnet_body(rn.DEPTH, rn.NUM_GROUPS, rn.WIDTH_PER_GROUP)
+    """The bottom-up body's shapes ``cfg`` describes (its kind: ``bodies.BODIES``, e.g. ``MODEL.REGNET`` where its
+    DEPTH is set, else ``MODEL.RESNETS``); parameters that give no such body: ConfigError."""
     try:
-        return regnet_of(rg)
+        return body_kind(cfg.MODEL).shape(cfg.MODEL)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -534,7 +531,7 @@ def _gn_groups(cfg: CfgNode) -> str | None:
         return None
     normalized = {}
     if m.NORM == "GN":
-        body, kind = body_of(cfg), "RegNet" if m.REGNET.DEPTH else "ResNet"
+        body, kind = body_of(cfg), body_kind(m).name
         normalized = {f"the {kind} stem": body.stem_channels}
         normalized.update({f"the {kind}'s res{i + 2} width": s.width for i, s in enumerate(body.stages)})
         normalized["MODEL.FPN.OUT_CHANNELS"] = m.FPN.OUT_CHANNELS if m.FPN.USE_NORM else 0

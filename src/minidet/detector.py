@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
 from functools import partial
 from typing import Protocol
@@ -10,7 +11,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .bodies.resnet import ResNet
+from .bodies import body_kind
 from .config import CfgNode, body_of, check_cfg
 from .families import FAMILIES, convention
 from .heads.box import BoxHead, BoxPredictor
@@ -45,7 +46,7 @@ class MaskRCNN(nn.Module):
     network layers (box math stays float32); ``chunk_images``: images per network run (``chunk_size``)."""
 
     def __init__(
-        self, transform: Transform, backbone: ResNet, fpn: FPN, rpn: RPN, roi_heads: StandardROIHeads, *,
+        self, transform: Transform, backbone: nn.Module, fpn: FPN, rpn: RPN, roi_heads: StandardROIHeads, *,
         amp_dtype: torch.dtype | None = None, chunk_images: int = 0,
     ) -> None:
         super().__init__()
@@ -196,9 +197,8 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         list(m.PIXEL_STD), inp.PIXEL_RANGE, flip_channels=inp.FORMAT != "BGR",  # the input is BGR
         rescale=conv.rescale, paste=conv.paste, mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
     )
-    rn = m.RESNETS
-    backbone = ResNet(body_of(cfg), norm(), rn.STRIDE_IN_1X1, tuple(rn.DEFORM_ON_PER_STAGE),
-                      (rn.DEFORM_MODULATED, rn.DEFORM_NUM_GROUPS), tuple(rn.CONTEXT_ON_PER_STAGE), rn.CONTEXT_RATIO)
+    body = importlib.import_module(f".bodies.{body_kind(m).module}", __package__)  # bodies.BODIES: its module
+    backbone = body.build(cfg, body_of(cfg), norm())
     ch = m.FPN.OUT_CHANNELS
     fpn = FPN(backbone.out_channels, ch, norm(m.FPN.USE_NORM))
     r = m.RPN

@@ -1,12 +1,20 @@
-"""The bottom-up bodies' shapes, without torch: per stage (res2..res5) its blocks, widths and groups, for ResNet
-(depth, groups, width per group) and RegNet (the generator parameters of Radosavovic et al. 2020, as detectron2's
-``RegNet`` and mmdetection's ``arch`` table give them). ``resnet.ResNet`` builds either from a ``Body``; the config
-check and ``minidet.testing`` read the same shapes without building a model."""
+"""The bottom-up bodies: which kind a config asks for (``BODIES``, one row a kind) and their shapes, without torch:
+per stage (res2..res5) its blocks, widths and groups, for ResNet (depth, groups, width per group) and RegNet (the
+generator parameters of Radosavovic et al. 2020, as detectron2's ``RegNet`` and mmdetection's ``arch`` table give
+them). ``resnet.ResNet`` builds either from a ``Body``; the config check and ``minidet.testing`` read the same shapes
+without building a model.
+
+A new kind of body is one module here with a ``build(cfg, body, norm)`` (what ``detector.build_model`` calls;
+``body``: what the row's ``shape`` gave) returning a module that maps images to its stages' maps by name, with
+``out_channels`` (stage name -> channels, in order: the FPN's inputs) and ``body`` (its shapes: the checkpoint's body
+is checked against them), and one row of ``BODIES``: the config keys that turn it on and its shapes."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}  # blocks of res2..res5 per depth
 
@@ -77,3 +85,37 @@ def regnet_body(depth: int, w_a: float, w_0: int, w_m: float, group_width: int, 
         stages.append(Stage(n, w, w, w // g, se))
         w_in = w
     return Body(stem_width, 3, False, tuple(stages))
+
+
+def regnet_of(rg) -> Body:
+    """The ``Body`` of the config's ``MODEL.REGNET`` node ``rg`` (its DEPTH set); ValueError naming MODEL.REGNET where
+    the parameters give no four-stage RegNet."""
+    try:
+        return regnet_body(rg.DEPTH, rg.W_A, rg.W_0, rg.W_M, rg.GROUP_WIDTH, rg.SE_RATIO, rg.STEM_WIDTH)
+    except ValueError as e:
+        raise ValueError(f"MODEL.REGNET: {e}") from None
+
+
+@dataclass(frozen=True)
+class BodyKind:
+    """A kind of bottom-up body: ``name`` as its users know it; ``on``: whether a config's ``MODEL`` node asks for it
+    (the keys that turn it on); ``shape``: its shapes from the ``MODEL`` node (ValueError, naming the key, where they
+    give none); ``module``: the module of this package whose ``build(cfg, body, norm)`` builds it."""
+
+    name: str
+    on: Callable[[Any], bool]
+    shape: Callable[[Any], Any]
+    module: str
+
+
+# the first row whose ``on`` holds is the config's body; the last, the plain ResNet, takes any config
+BODIES: tuple[BodyKind, ...] = (
+    BodyKind("RegNet", lambda m: bool(m.REGNET.DEPTH), lambda m: regnet_of(m.REGNET), "resnet"),
+    BodyKind("ResNet", lambda m: True,
+             lambda m: resnet_body(m.RESNETS.DEPTH, m.RESNETS.NUM_GROUPS, m.RESNETS.WIDTH_PER_GROUP), "resnet"),
+)
+
+
+def body_kind(model_node) -> BodyKind:
+    """The kind of body the config's ``MODEL`` node asks for (``BODIES``)."""
+    return next(kind for kind in BODIES if kind.on(model_node))

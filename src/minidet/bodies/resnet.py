@@ -102,3 +102,11 @@ class ResNet(nn.Module):
             x = getattr(self, name)(x)
             out[name] = x
         return out
+
+
+def build(cfg, body: Body, norm: NormFn) -> ResNet:
+    """The body of ``cfg`` (``bodies.BODIES``: ResNet, ResNeXt, RegNet) with its ``MODEL.RESNETS`` options: the
+    stride's place, the deformable and GC stages."""
+    rn = cfg.MODEL.RESNETS
+    return ResNet(body, norm, rn.STRIDE_IN_1X1, tuple(rn.DEFORM_ON_PER_STAGE), (rn.DEFORM_MODULATED,
+                  rn.DEFORM_NUM_GROUPS), tuple(rn.CONTEXT_ON_PER_STAGE), rn.CONTEXT_RATIO)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
 
-from ..bodies import regnet_body
+from ..bodies import regnet_of
 from ..errors import CheckpointError, shown
 
 _ANY = "*"  # a SetAside key for every family
@@ -119,15 +119,6 @@ def _four_flags(key: str) -> Rule:
             return f"MODEL.RESNETS.{key} must be 4 booleans (res2 to res5); got {shown(flags)}"
         return None
     return rule
-
-
-def regnet_of(rg):
-    """The ``bodies.Body`` of the config's ``MODEL.REGNET`` node ``rg`` (its DEPTH set); ValueError naming
-    MODEL.REGNET where the parameters give no four-stage RegNet."""
-    try:
-        return regnet_body(rg.DEPTH, rg.W_A, rg.W_0, rg.W_M, rg.GROUP_WIDTH, rg.SE_RATIO, rg.STEM_WIDTH)
-    except ValueError as e:
-        raise ValueError(f"MODEL.REGNET: {e}") from None
 
 
 def _regnet_parameters(cfg) -> str | None:
