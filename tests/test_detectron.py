@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import minidet
-from helpers import config
+from helpers import FEWER, config
 from minidet.apps.compare import assert_same_detections
 from minidet.apps.synthetic import structured_image
 from minidet.boxes import BoxRule, batched_nms, clip_boxes, decode_boxes
@@ -24,7 +24,9 @@ from minidet.readers import read_pickle_file
 from minidet.testing.checkpoints import REFERENCE, add_real_file_extras, blob_list, make_blobs, write_detectron_pkl
 from minidet.transform import ImageBatch, paste_masks
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(REFERENCE), reason="needs ../shared/reference (blob lists)")
+# one process of the parallel part runs the file: its synthetic files are written once, not waited for by another
+pytestmark = [pytest.mark.skipif(not os.path.isdir(REFERENCE), reason="needs ../shared/reference (blob lists)"),
+              pytest.mark.xdist_group("detectron")]
 
 SIZE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512]
 CONFIGS = {
@@ -40,14 +42,15 @@ def _cfg(variant, weights, *opts):
 
 
 @pytest.fixture(scope="module")
-def pkl_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("detectron")
-    files = {}
-    for variant in CONFIGS:
-        path = d / f"{variant}.pkl"
-        write_detectron_pkl(str(path), add_real_file_extras(make_blobs(variant, seed=len(files))))
-        files[variant] = path
-    return files
+def pkl_files(session_cache):
+    """variant -> its synthetic Detectron file, written once per test run (``session_cache``: both workers of the
+    parallel part read them)."""
+    def write(folder):
+        for seed, variant in enumerate(CONFIGS):
+            write_detectron_pkl(str(folder / f"{variant}.pkl"), add_real_file_extras(make_blobs(variant, seed=seed)))
+
+    folder = session_cache.get({"made": "detectron pkl files", "variants": list(CONFIGS)}, write)[0]
+    return {variant: folder / f"{variant}.pkl" for variant in CONFIGS}
 
 
 # ------------------------------------------------------------------------------- file and names
@@ -188,10 +191,12 @@ def test_detectron2_pickle_is_told_apart(tmp_path):
 @pytest.mark.slow
 def test_bn_checkpoint_same_detections_for_every_frozen_norm(pkl_files):
     imgs = [structured_image(240, 320, 0), structured_image(300, 200, 1)]
-    ref = minidet.Predictor(_cfg("R-50-FPN", pkl_files["R-50-FPN"])).predict_batch(imgs)
+    # the norm's form is the subject, not the caps: FEWER's
+    ref = minidet.Predictor(_cfg("R-50-FPN", pkl_files["R-50-FPN"], *FEWER)).predict_batch(imgs)
     assert all(len(r["boxes"]) > 20 for r in ref)
     for norm, fold in [("FrozenBN", False), ("FrozenBN", True), ("Affine", True)]:
-        p = minidet.Predictor(_cfg("R-50-FPN", pkl_files["R-50-FPN"], "MODEL.NORM", norm, "MODEL.FOLD_NORM", fold))
+        p = minidet.Predictor(_cfg("R-50-FPN", pkl_files["R-50-FPN"], *FEWER, "MODEL.NORM", norm, "MODEL.FOLD_NORM",
+                                   fold))
         for out, r in zip(p.predict_batch(imgs), ref):
             assert_same_detections(out, r)
 
