@@ -197,10 +197,10 @@ def build_model(cfg: CfgNode) -> MaskRCNN:
         list(m.PIXEL_STD), inp.PIXEL_RANGE, flip_channels=inp.FORMAT != "BGR",  # the input is BGR
         rescale=conv.rescale, paste=conv.paste, mask_threshold=m.ROI_MASK_HEAD.THRESHOLD,
     )
-    body = importlib.import_module(f".bodies.{body_kind(m).module}", __package__)  # bodies.BODIES: its module
-    backbone = body.build(cfg, body_of(cfg), norm())
+    kind = body_kind(m)  # bodies.BODIES: the body's module and its neck's
+    backbone = importlib.import_module(f".bodies.{kind.module}", __package__).build(cfg, body_of(cfg), norm())
+    fpn = importlib.import_module(f".necks.{kind.neck}", __package__).build(cfg, backbone.out_channels, norm)
     ch = m.FPN.OUT_CHANNELS
-    fpn = FPN(backbone.out_channels, ch, norm(m.FPN.USE_NORM))
     r = m.RPN
     rpn = RPN(
         ch, m.ANCHOR_GENERATOR.SIZES, m.ANCHOR_GENERATOR.ASPECT_RATIOS, r.CONV_DEPTH, r.PRE_NMS_TOPK_TEST,

@@ -6,8 +6,9 @@ without building a model.
 
 A new kind of body is one module here with a ``build(cfg, body, norm)`` (what ``detector.build_model`` calls;
 ``body``: what the row's ``shape`` gave) returning a module that maps images to its stages' maps by name, with
-``out_channels`` (stage name -> channels, in order: the FPN's inputs) and ``body`` (its shapes: the checkpoint's body
-is checked against them), and one row of ``BODIES``: the config keys that turn it on and its shapes."""
+``out_channels`` (stage name -> channels, in order: its neck's inputs) and ``body`` (its shapes: the checkpoint's
+body is checked against them), and one row of ``BODIES``: the config keys that turn it on, its shapes, its neck (a
+module of ``minidet.necks`` with a ``build(cfg, in_channels, norm)``; FPN's by default)."""
 
 from __future__ import annotations
 
@@ -100,12 +101,14 @@ def regnet_of(rg) -> Body:
 class BodyKind:
     """A kind of bottom-up body: ``name`` as its users know it; ``on``: whether a config's ``MODEL`` node asks for it
     (the keys that turn it on); ``shape``: its shapes from the ``MODEL`` node (ValueError, naming the key, where they
-    give none); ``module``: the module of this package whose ``build(cfg, body, norm)`` builds it."""
+    give none); ``module``: the module of this package whose ``build(cfg, body, norm)`` builds it; ``neck``: the
+    module of ``minidet.necks`` whose ``build(cfg, in_channels, norm)`` builds the pyramid over its stages."""
 
     name: str
     on: Callable[[Any], bool]
     shape: Callable[[Any], Any]
     module: str
+    neck: str = "fpn"
 
 
 # the first row whose ``on`` holds is the config's body; the last, the plain ResNet, takes any config

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -36,3 +38,9 @@ class FPN(nn.Module):
         else:
             result[f"p{len(outs) + 2}"] = F.max_pool2d(outs[-1], kernel_size=1, stride=2, padding=0)
         return result
+
+
+def build(cfg, in_channels: dict[str, int], norm: Callable[[bool], NormFn]) -> FPN:
+    """The FPN of ``cfg`` (``MODEL.FPN``) over a body's stages ``in_channels``; ``norm(on)``: the config's norm, or
+    none where not ``on``."""
+    return FPN(in_channels, cfg.MODEL.FPN.OUT_CHANNELS, norm(cfg.MODEL.FPN.USE_NORM))
