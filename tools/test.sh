@@ -15,7 +15,7 @@ bash tools/setup_env.sh
 py="${VENV:-.venv}/bin/python"
 read -r -a runner <<< "${TEST_RUNNER:--m pytest}"
 if [[ $# -eq 0 ]]; then
-    echo "tests: the whole suite, about 41 min on 2 cores; a first check of about 4 min: bash tools/test.sh -m \"not slow\""
+    echo "tests: the whole suite, about 33 min on 2 cores; a first check of about 4 min: bash tools/test.sh -m \"not slow\""
 fi
 cores=$(nproc 2> /dev/null || echo 1)
 workers=${MINIDET_TEST_WORKERS:-$((cores < 2 ? cores : 2))}
