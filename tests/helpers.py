@@ -35,6 +35,10 @@ MEMORY_BOUND_MB, PASS_IMAGES, PASSES = 200, 20, 5
 # at the same caps (``fewer`` of tests/mmdet_reference.py's and tests/detectron2_reference.py's ``zoo_config``)
 PROPOSALS, DETECTIONS = 300, 30
 FEWER = ["MODEL.RPN.POST_NMS_TOPK_TEST", PROPOSALS, "MODEL.ROI_HEADS.DETECTIONS_PER_IMAGE", DETECTIONS]
+# minidet's side of the bit-for-bit cases against mmdetection and detectron2: their test scale (short side 320, long
+# 512, which the sources' ``zoo_config`` sets too), mmcv's and detectron2's RoIAlign arithmetic, FEWER's caps
+REFERENCE_SCALE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision",
+                   *FEWER]
 
 
 def assert_flat(rss: list[float]) -> None:

@@ -11,7 +11,7 @@ import pickle
 import pytest
 
 import minidet
-from helpers import FEWER, assert_bit_identical, config, needs_extra
+from helpers import REFERENCE_SCALE, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.families import detectron2, mmdetection
 from minidet.layers import DeformConv2d
@@ -20,8 +20,6 @@ from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights,
 
 pytestmark = [needs_extra("mmdet", "reference"), needs_extra("fvcore", "reference")]
 
-# the test scale, both sides: small images, fewer proposals and detections (tests/helpers.py: FEWER)
-SCALE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
 # zoo config -> the layout minidet.testing writes for it (the other tests' synthetic files), which must be the
 # reference's module tree; None: not one of those layouts
 MMDET = {  # cascade; v1 and v2 deformable convolution; both, in a ResNeXt (grouped deformable convs)
@@ -80,7 +78,7 @@ def test_mmdetection_cascade_and_dcn_bit_for_bit(zoo, deform_groups, tmp_path):
     path = tmp_path / "model.pth"
     write_mmdet_checkpoint(path, mmdet_weights(shapes, seed=3), mmdet_meta())
     reference = detector(reference_config(), path)
-    ours = minidet.Predictor(config(f"configs/{_name(mmdetection.ZOO_CONFIGS, zoo)}.yaml", *SCALE,
+    ours = minidet.Predictor(config(f"configs/{_name(mmdetection.ZOO_CONFIGS, zoo)}.yaml", *REFERENCE_SCALE,
                                     "MODEL.RESNETS.DEFORM_NUM_GROUPS", deform_groups, weights=path))
     _check(ours, lambda image: detect(reference, image), zoo)
 
@@ -99,5 +97,6 @@ def test_detectron2_cascade_and_dcn_bit_for_bit(zoo, tmp_path):
     with open(path, "wb") as f:  # a panoptic file's semantic head too: minidet sets it aside by name
         pickle.dump({"model": d2_random_weights(shapes, seed=3), "__author__": "test"}, f)
     reference = d2.predictor(zoo_cfg, path)
-    ours = minidet.Predictor(config(f"configs/{_name(detectron2.ZOO_CONFIGS, zoo)}.yaml", *SCALE, weights=path))
+    name = _name(detectron2.ZOO_CONFIGS, zoo)
+    ours = minidet.Predictor(config(f"configs/{name}.yaml", *REFERENCE_SCALE, weights=path))
     _check(ours, lambda image: d2.detect(reference, image), zoo)

@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 import minidet
-from helpers import FEWER, assert_bit_identical, config, needs_extra
+from helpers import REFERENCE_SCALE, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.families.detectron2 import ZOO_CONFIGS
 from minidet.testing.checkpoints import d2_weights
@@ -46,7 +46,7 @@ CASES = {
 def test_detections_are_detectron2s_bit_for_bit(d2, zoo, tmp_path):
     layout, proposals = CASES[zoo]
     zoo_cfg = d2.zoo_config(zoo, 320, 512, fewer=True)
-    opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
+    opts = list(REFERENCE_SCALE)
     if proposals:
         zoo_cfg.MODEL.RPN.POST_NMS_TOPK_TEST = proposals
         opts += ["MODEL.RPN.POST_NMS_TOPK_TEST", proposals]

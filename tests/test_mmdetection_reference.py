@@ -8,7 +8,7 @@ tools/zoo_configs.py)."""
 import pytest
 
 import minidet
-from helpers import FEWER, assert_bit_identical, config, needs_extra
+from helpers import REFERENCE_SCALE, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.families.mmdetection import ZOO_CONFIGS
 from minidet.testing.mmdet import COCO_CLASSES, mmdet_meta, mmdet_state_shapes, mmdet_weights, write_mmdet_checkpoint
@@ -52,7 +52,7 @@ def test_detections_are_mmdetections_bit_for_bit(zoo, tmp_path):
         assert semantic
         state.update(semantic)
     write_mmdet_checkpoint(path, state, meta)
-    opts = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
+    opts = list(REFERENCE_SCALE)
     if proposals:
         zoo_cfg.model.test_cfg.rpn.max_per_img = proposals
         opts += ["MODEL.RPN.POST_NMS_TOPK_TEST", proposals]

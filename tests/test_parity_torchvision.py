@@ -55,6 +55,7 @@ def _predictor(version, path, **overrides):
 # batch in one run with torchvision's tie order; the others' subject is a float-order option: at FEWER's caps
 AT_CAPS = {("FrozenBN", False, False, "torchvision", 0, False, False),
            ("FrozenBN", False, False, "torchvision", 3, True, False)}
+FEWER_OPTS = dict(zip(FEWER[::2], FEWER[1::2]))  # FEWER as _predictor's overrides
 
 
 @pytest.mark.slow
@@ -83,7 +84,7 @@ def test_same_detections_as_torchvision(reference, norm, fold, channels_last, ro
         "TEST.CHUNK_IMAGES": chunk,
         "MODEL.RPN.TORCHVISION_TIE_ORDER": tv_ties,
         "MODEL.FUSE_LINEAR": fuse_linear,
-        **({} if at_caps else dict(zip(FEWER[::2], FEWER[1::2]))),
+        **({} if at_caps else FEWER_OPTS),
     }
     predictor = _predictor(version, path, **opts)
     assert not predictor.load_report.missing and not predictor.load_report.unexpected
@@ -113,8 +114,7 @@ def test_v1_current_key_layout_loads_the_same(reference, tmp_path):
     tv.load_state_dict(sd)  # torchvision's own version hooks accept the legacy layout
     torch.save(tv.state_dict(), current)
     assert "rpn.head.conv.0.0.weight" in torch.load(current, weights_only=True)
-    fewer = dict(zip(FEWER[::2], FEWER[1::2]))
-    outs = _predictor(1, str(current), **{"MODEL.ROI_ALIGN_IMPL": "torchvision", **fewer}).predict_batch(imgs)
+    outs = _predictor(1, str(current), **{"MODEL.ROI_ALIGN_IMPL": "torchvision", **FEWER_OPTS}).predict_batch(imgs)
     for out, r in zip(outs, ref):
         assert torch.equal(out["boxes"], r["boxes"]) and torch.equal(out["scores"], r["scores"])
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import minidet
-from helpers import FEWER, assert_bit_identical, config, needs_extra
+from helpers import REFERENCE_SCALE, assert_bit_identical, config, needs_extra
 from minidet.apps.synthetic import structured_image
 from minidet.bodies.blocks import ContextBlock, SqueezeExcite
 from minidet.layers import DeformConv2d
@@ -25,8 +25,6 @@ from minidet.testing.mmdet import mmdet_meta, mmdet_state_shapes, mmdet_weights,
 
 pytestmark = [needs_extra("mmdet", "reference"), needs_extra("fvcore", "reference")]
 
-# the test scale, both sides: small images, fewer proposals and detections (tests/helpers.py: FEWER)
-SCALE = ["INPUT.MIN_SIZE_TEST", 320, "INPUT.MAX_SIZE_TEST", 512, "MODEL.ROI_ALIGN_IMPL", "torchvision", *FEWER]
 # zoo config -> mmdet_state_shapes arguments of its layout (the reference's module tree, asserted)
 MMDET = {
     "regnet/mask-rcnn_regnetx-400MF_fpn_ms-poly-3x_coco": {"arch": "regnetx_400mf"},
@@ -62,7 +60,7 @@ def _cases(zoos) -> list:
 def _config(family: str, zoo: str, weights):
     """minidet's shipped config of the zoo file: ``<family>/<its base name>``, at the test scale."""
     name = zoo.rpartition("/")[2].removesuffix(".py")
-    return config(f"configs/{family}/{name}.yaml", *SCALE, weights=weights)
+    return config(f"configs/{family}/{name}.yaml", *REFERENCE_SCALE, weights=weights)
 
 
 def _spreads(model: torch.nn.Module):
